@@ -1,0 +1,38 @@
+"""`bk`: the command line for everything (sim, bench, and later bookie, shell, stream, table).
+
+Subcommand modules are imported lazily so `bk sim ...` never loads trio and the real runtime
+never loads the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _refuse_optimized() -> None:
+    # The core checks its invariants with assert; running without them is not supported.
+    if not __debug__:
+        sys.exit("bk: refusing to run under python -O: the invariant checks are asserts")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
+    commands = parser.add_subparsers(dest="command", required=True)
+    from bkcli import sim_commands, bench_commands, standalone_command
+
+    sim_commands.add_parser(commands)
+    bench_commands.add_parser(commands)
+    standalone_command.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    _refuse_optimized()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

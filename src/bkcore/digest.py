@@ -1,0 +1,112 @@
+"""Entry digests and the master key derived from a ledger's password.
+
+A packed entry, as stored by bookies and checked by readers:
+
+    i64 ledger_id | i64 entry_id | i64 lac | i64 length | digest | payload
+
+`length` is the ledger's total payload length up to and including this entry (as BookKeeper's).
+The digest covers the 32 header bytes and the payload. Two digest types:
+
+  CRC32C       4 bytes; catches corruption, not forgery.
+  HMAC_SHA256  32 bytes keyed by sha256(b"mac" + password): a reader without the password
+               cannot verify, a writer without it cannot forge.
+
+The master key, sha256(b"ledger" + password), travels with adds and fences; a bookie that has
+seen a ledger rejects any other key (Unauthorized). Bookies never see the password itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from enum import Enum
+
+import crc32c
+
+from bkcore.errors import DigestMismatch
+
+ENTRY_HEADER = struct.Struct(">qqqq")
+LAC_HEADER = struct.Struct(">qq")
+
+
+class DigestType(Enum):
+    CRC32C = "CRC32C"
+    HMAC_SHA256 = "HMAC_SHA256"
+
+
+def master_key(password: bytes) -> bytes:
+    return hashlib.sha256(b"ledger" + password).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class UnpackedEntry:
+    ledger_id: int
+    entry_id: int
+    lac: int
+    length: int
+    payload: bytes
+
+
+class Digester:
+    """Packs and verifies entries of one ledger."""
+
+    __slots__ = ("ledger_id", "digest_type", "_mac_key", "digest_size")
+
+    def __init__(self, *, ledger_id: int, digest_type: DigestType, password: bytes) -> None:
+        self.ledger_id = ledger_id
+        self.digest_type = digest_type
+        self._mac_key = hashlib.sha256(b"mac" + password).digest()
+        self.digest_size = 4 if digest_type is DigestType.CRC32C else 32
+
+    def _digest(self, header: bytes, payload: bytes) -> bytes:
+        if self.digest_type is DigestType.CRC32C:
+            return crc32c.crc32c(payload, crc32c.crc32c(header)).to_bytes(4, "big")
+        mac = hmac.new(self._mac_key, header, hashlib.sha256)
+        mac.update(payload)
+        return mac.digest()
+
+    def pack_entry(self, *, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
+        header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
+        return header + self._digest(header, payload) + payload
+
+    def unpack_entry(self, body: bytes, *, expected_entry_id: int | None = None) -> UnpackedEntry:
+        """Verify and split a packed entry. Raises DigestMismatch naming what was wrong."""
+        start = ENTRY_HEADER.size + self.digest_size
+        if len(body) < start:
+            raise DigestMismatch(f"ledger {self.ledger_id}: entry of {len(body)} bytes is shorter than its header")
+        header = body[:ENTRY_HEADER.size]
+        ledger_id, entry_id, lac, length = ENTRY_HEADER.unpack(header)
+        payload = body[start:]
+        if not hmac.compare_digest(body[ENTRY_HEADER.size:start], self._digest(header, payload)):
+            raise DigestMismatch(f"ledger {self.ledger_id} entry {entry_id}: digest mismatch")
+        if ledger_id != self.ledger_id:
+            raise DigestMismatch(f"entry belongs to ledger {ledger_id}, expected {self.ledger_id}")
+        if expected_entry_id is not None and entry_id != expected_entry_id:
+            raise DigestMismatch(f"ledger {self.ledger_id}: got entry {entry_id}, expected {expected_entry_id}")
+        return UnpackedEntry(ledger_id, entry_id, lac, length, payload)
+
+    def pack_lac(self, lac: int) -> bytes:
+        header = LAC_HEADER.pack(self.ledger_id, lac)
+        return header + self._digest(header, b"")
+
+    def unpack_lac(self, body: bytes) -> int:
+        if len(body) != LAC_HEADER.size + self.digest_size:
+            raise DigestMismatch(f"ledger {self.ledger_id}: LAC record of {len(body)} bytes")
+        header = body[:LAC_HEADER.size]
+        if not hmac.compare_digest(body[LAC_HEADER.size:], self._digest(header, b"")):
+            raise DigestMismatch(f"ledger {self.ledger_id}: LAC digest mismatch")
+        ledger_id, lac = LAC_HEADER.unpack(header)
+        if ledger_id != self.ledger_id:
+            raise DigestMismatch(f"LAC belongs to ledger {ledger_id}, expected {self.ledger_id}")
+        return lac
+
+
+def peek_entry_header(body: bytes) -> tuple[int, int, int] | None:
+    """(ledger_id, entry_id, lac) of a packed entry without verifying it; None if too short.
+    Bookies use this: they store entries without the password needed to check them."""
+    if len(body) < ENTRY_HEADER.size:
+        return None
+    ledger_id, entry_id, lac, _ = ENTRY_HEADER.unpack_from(body)
+    return ledger_id, entry_id, lac

@@ -1,0 +1,45 @@
+"""Where ledger metadata, bookie registrations and the id generator live in the metastore tree.
+
+Same paths as BookKeeper under a root (default /ledgers):
+  <root>/available/<bookie>            ephemeral registration of a writable bookie
+  <root>/available/readonly/<bookie>   ephemeral registration of a readonly bookie
+  <root>/idgen/ID-<seq>                sequential nodes that hand out ledger ids
+  flat layout:          <root>/L%010d
+  hierarchical layout:  <root>/00/0000/L0001   (id as 10 digits split 2/4/4)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerLayout:
+    root: str = "/ledgers"
+    is_hierarchical: bool = False
+
+    @property
+    def available_path(self) -> str:
+        return f"{self.root}/available"
+
+    @property
+    def readonly_path(self) -> str:
+        return f"{self.root}/available/readonly"
+
+    @property
+    def idgen_prefix(self) -> str:
+        return f"{self.root}/idgen/ID-"
+
+    def bookie_path(self, bookie_id: str, *, is_readonly: bool = False) -> str:
+        return f"{self.readonly_path if is_readonly else self.available_path}/{bookie_id}"
+
+    def ledger_path(self, ledger_id: int) -> str:
+        assert 0 <= ledger_id < 10**10
+        if not self.is_hierarchical:
+            return f"{self.root}/L{ledger_id:010d}"
+        digits = f"{ledger_id:010d}"
+        return f"{self.root}/{digits[:2]}/{digits[2:6]}/L{digits[6:]}"
+
+    def ledger_id_from_sequential(self, created_path: str) -> int:
+        """Ledger id handed out by a sequential create under idgen_prefix."""
+        return int(created_path.rsplit("ID-", 1)[1])

@@ -1,0 +1,64 @@
+"""Round-robin distribution schedule: which bookies store an entry and when quorums are reached.
+
+Rules (BookKeeper's RoundRobinDistributionSchedule):
+- write set of entry e in an ensemble of E with write quorum Qw: positions (e + i) % E, i < Qw;
+- an add is acknowledged once Qa positions of its write set have it;
+- recovery coverage: a set of answered positions covers the ensemble when every write set has
+  fewer than Qa positions that did not answer (so no entry could have been acknowledged without
+  at least one answering bookie holding it);
+- an entry is known missing only when Qw - Qa + 1 bookies of its write set say "no such entry".
+"""
+
+from __future__ import annotations
+
+
+def write_set(entry_id: int, *, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
+    assert entry_id >= 0 and ensemble_size >= write_quorum_size >= 1
+    return tuple((entry_id + i) % ensemble_size for i in range(write_quorum_size))
+
+
+def is_covered(answered: set[int] | frozenset[int], *, ensemble_size: int,
+               write_quorum_size: int, ack_quorum_size: int) -> bool:
+    """True when every write set has fewer than Qa positions missing from `answered`."""
+    for start in range(ensemble_size):
+        unknown_count = 0
+        for i in range(write_quorum_size):
+            if (start + i) % ensemble_size not in answered:
+                unknown_count += 1
+        if unknown_count >= ack_quorum_size:
+            return False
+    return True
+
+
+def missing_threshold(*, write_quorum_size: int, ack_quorum_size: int) -> int:
+    """How many "no such entry" answers prove an entry was never acknowledged."""
+    return write_quorum_size - ack_quorum_size + 1
+
+
+class AckSet:
+    """Positions of one entry's write set that have acknowledged it durably."""
+
+    __slots__ = ("_acked", "_ack_quorum_size")
+
+    def __init__(self, *, ack_quorum_size: int) -> None:
+        self._acked: set[int] = set()
+        self._ack_quorum_size = ack_quorum_size
+
+    def add(self, position: int) -> bool:
+        """Record an ack; True when the quorum is now met."""
+        self._acked.add(position)
+        return len(self._acked) >= self._ack_quorum_size
+
+    def remove(self, position: int) -> None:
+        """Forget a position (its bookie was replaced by an ensemble change)."""
+        self._acked.discard(position)
+
+    def has(self, position: int) -> bool:
+        return position in self._acked
+
+    def is_complete(self) -> bool:
+        return len(self._acked) >= self._ack_quorum_size
+
+    @property
+    def count(self) -> int:
+        return len(self._acked)

@@ -1,0 +1,265 @@
+"""Messages between clients and bookies, their msgpack encoding, and length+crc32c framing.
+
+This module is the only place that knows how bytes on a connection map to messages. A frame is
+
+    u32 length (big endian, of everything after it) | u32 crc32c (of the body) | body
+
+and the body is a msgpack array of messages, each encoded as [tag, field, field, ...]. One frame
+carries many messages: Python pays per call, not per byte, so batching happens here.
+
+Decoding never trusts the peer: wrong types, unknown tags, bad checksums and oversized frames
+raise `MalformedFrame`; callers count it and answer with an error rather than crash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass
+from typing import ClassVar
+
+import crc32c
+import msgpack
+
+from bkcore.errors import Code
+
+PROTOCOL_VERSION = 1
+
+# Entry id that asks a bookie for the last entry it holds of a ledger (BookKeeper's
+# LAST_ADD_CONFIRMED read used by recovery to learn the LAC).
+LAST_ENTRY_ID = -1
+# "No entry": the LAC of an empty ledger, the last entry id of an empty closed ledger.
+INVALID_ENTRY_ID = -1
+
+FRAME_HEADER = struct.Struct(">II")
+FRAME_SIZE_MAX = 8 * 1024 * 1024
+MESSAGES_PER_FRAME_MAX = 100_000
+
+
+class MalformedFrame(Exception):
+    """Bytes from a peer that are not a valid frame or message."""
+
+
+@dataclass(frozen=True, slots=True)
+class AddRequest:
+    """Store one entry. `body` is the packed entry (header, digest, payload; see digest.py)."""
+
+    TAG: ClassVar[int] = 1
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    master_key: bytes
+    body: bytes
+    is_recovery: bool = False
+    is_deferred_sync: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AddResponse:
+    TAG: ClassVar[int] = 2
+    request_id: int
+    code: int
+    ledger_id: int
+    entry_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Read one entry, or the last entry held when `entry_id` is LAST_ENTRY_ID.
+
+    `is_fencing` fences the ledger first (needs the master key), as every recovery read does.
+    A long poll (`long_poll_timeout_ns` > 0) waits at the bookie until it knows a LAC greater
+    than `previous_lac`, or until the timeout, then answers the read of `entry_id`.
+    """
+
+    TAG: ClassVar[int] = 3
+    request_id: int
+    ledger_id: int
+    entry_id: int
+    master_key: bytes = b""
+    is_fencing: bool = False
+    previous_lac: int = INVALID_ENTRY_ID
+    long_poll_timeout_ns: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResponse:
+    """`body` is the packed entry; `lac` is the highest LAC the bookie knows for the ledger."""
+
+    TAG: ClassVar[int] = 4
+    request_id: int
+    code: int
+    ledger_id: int
+    entry_id: int
+    body: bytes = b""
+    lac: int = INVALID_ENTRY_ID
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLacRequest:
+    """Explicit LAC from an idle writer; `body` is the LAC packed with its digest."""
+
+    TAG: ClassVar[int] = 5
+    request_id: int
+    ledger_id: int
+    master_key: bytes
+    lac: int
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WriteLacResponse:
+    TAG: ClassVar[int] = 6
+    request_id: int
+    code: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacRequest:
+    TAG: ClassVar[int] = 7
+    request_id: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLacResponse:
+    """`lac_body` is the explicit LAC as written (packed, digested) or empty; `last_body` is the
+    last entry held, or empty. The client takes the larger LAC of the two after checking digests."""
+
+    TAG: ClassVar[int] = 8
+    request_id: int
+    code: int
+    ledger_id: int
+    lac_body: bytes = b""
+    last_body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ForceLedgerRequest:
+    """Make every entry of a deferred-sync ledger received so far durable."""
+
+    TAG: ClassVar[int] = 9
+    request_id: int
+    ledger_id: int
+    master_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ForceLedgerResponse:
+    TAG: ClassVar[int] = 10
+    request_id: int
+    code: int
+    ledger_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """Answer to a frame that could not be decoded; the connection is closed after it."""
+
+    TAG: ClassVar[int] = 11
+    code: int
+    reason: str
+
+
+Message = (
+    AddRequest | AddResponse | ReadRequest | ReadResponse | WriteLacRequest | WriteLacResponse
+    | ReadLacRequest | ReadLacResponse | ForceLedgerRequest | ForceLedgerResponse | ErrorResponse
+)
+
+_CLASSES = (
+    AddRequest, AddResponse, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
+    ReadLacRequest, ReadLacResponse, ForceLedgerRequest, ForceLedgerResponse, ErrorResponse,
+)
+_TYPE_BY_NAME = {"int": int, "bytes": bytes, "bool": bool, "str": str}
+# tag -> (class, tuple of (field name, python type), number of required fields)
+_SCHEMA: dict[int, tuple[type, tuple[tuple[str, type], ...], int]] = {}
+for _cls in _CLASSES:
+    _fields = dataclasses.fields(_cls)
+    _SCHEMA[_cls.TAG] = (
+        _cls,
+        tuple((f.name, _TYPE_BY_NAME[str(f.type)]) for f in _fields),
+        sum(1 for f in _fields if f.default is dataclasses.MISSING),
+    )
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def message_to_list(message: Message) -> list:
+    return [message.TAG, *(getattr(message, name) for name, _ in _SCHEMA[message.TAG][1])]
+
+
+def message_from_list(item: object) -> Message:
+    """Validate and build a message from its decoded msgpack form."""
+    if not isinstance(item, list) or not item or type(item[0]) is not int:
+        raise MalformedFrame("message is not a tagged array")
+    schema = _SCHEMA.get(item[0])
+    if schema is None:
+        raise MalformedFrame(f"unknown message tag {item[0]}")
+    cls, fields, required_count = schema
+    values = item[1:]
+    if not required_count <= len(values) <= len(fields):
+        raise MalformedFrame(f"{cls.__name__}: {len(values)} fields, expected {len(fields)}")
+    for (name, expected), value in zip(fields, values):
+        # bool is a subclass of int: compare exact types so True is never an entry id.
+        if type(value) is not expected:
+            raise MalformedFrame(f"{cls.__name__}.{name}: {type(value).__name__}, expected {expected.__name__}")
+        if expected is int and not _INT64_MIN <= value <= _INT64_MAX:
+            raise MalformedFrame(f"{cls.__name__}.{name}: out of range")
+    if "code" in cls.__slots__:
+        code = values[[n for n, _ in fields].index("code")]
+        if code not in Code._value2member_map_:
+            raise MalformedFrame(f"{cls.__name__}: unknown code {code}")
+    return cls(*values)
+
+
+def encode_messages(messages: list[Message]) -> bytes:
+    return msgpack.packb([message_to_list(m) for m in messages], use_bin_type=True)
+
+
+def decode_messages(body: bytes) -> list[Message]:
+    try:
+        items = msgpack.unpackb(body, raw=False, use_list=True, strict_map_key=True,
+                                max_array_len=MESSAGES_PER_FRAME_MAX)
+    except (ValueError, msgpack.UnpackException, TypeError) as exc:
+        raise MalformedFrame(f"body is not msgpack: {exc}") from None
+    if not isinstance(items, list):
+        raise MalformedFrame("frame body is not an array")
+    return [message_from_list(item) for item in items]
+
+
+def encode_frame(messages: list[Message]) -> bytes:
+    body = encode_messages(messages)
+    if len(body) + 4 > FRAME_SIZE_MAX:
+        raise ValueError(f"frame of {len(body)} bytes exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}; send fewer messages per frame")
+    return FRAME_HEADER.pack(len(body) + 4, crc32c.crc32c(body)) + body
+
+
+class FrameDecoder:
+    """Incremental frame parser for a byte stream: feed() bytes, then next_frame() until None.
+
+    Buffers at most one frame (FRAME_SIZE_MAX plus a header); a length above the limit raises
+    MalformedFrame at once, before the body arrives.
+    """
+
+    def __init__(self, *, frame_size_max: int = FRAME_SIZE_MAX) -> None:
+        self._buffer = bytearray()
+        self._frame_size_max = frame_size_max
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+
+    def next_frame(self) -> list[Message] | None:
+        if len(self._buffer) < FRAME_HEADER.size:
+            return None
+        length, checksum = FRAME_HEADER.unpack_from(self._buffer)
+        if length < 4 or length > self._frame_size_max:
+            raise MalformedFrame(f"frame length {length} outside 4..{self._frame_size_max}")
+        end = 4 + length
+        if len(self._buffer) < end:
+            return None
+        body = bytes(self._buffer[FRAME_HEADER.size:end])
+        del self._buffer[:end]
+        if crc32c.crc32c(body) != checksum:
+            raise MalformedFrame("frame checksum mismatch")
+        return decode_messages(body)

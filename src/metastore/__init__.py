@@ -1,0 +1,1 @@
+"""Metadata store backends behind one interface (memory, raft-lite, ZooKeeper)."""

@@ -1,0 +1,1 @@
+"""The deterministic simulator: one seeded world that drives the pure core with faults."""

@@ -1,0 +1,1 @@
+"""Transports: the trio runtime (TCP, real disk, wall clock) around the pure core."""
