@@ -1,0 +1,213 @@
+"""Client: the application's door to ledgers. One per process (or simulated process).
+
+Application calls start operations and name them with an `op_id`; every operation ends with
+exactly one `Completed(op_id, result, error)` effect. Handles returned by create/open
+(LedgerWriter, LedgerReader) are sub-machines of this client and are used directly:
+`writer.add(op_id, payload, now_ns=...)`, `reader.read(op_id, first, last, now_ns=...)`.
+
+Inputs from the driver: receive() for bookie responses, on_metadata_result() for metastore
+answers, on_timer() when next_deadline_ns() is due. Output: take_effects().
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bkcore.client.config import ClientConfig
+from bkcore.client.context import ClientContext
+from bkcore.client.metadata_update import read_ledger_metadata
+from bkcore.client.reader import LedgerReader
+from bkcore.client.reads import LacRead
+from bkcore.client.recovery import LedgerRecovery
+from bkcore.client.writer import LedgerWriter
+from bkcore.digest import Digester, DigestType
+from bkcore.errors import BKException, MetadataError, NoSuchLedger, NotEnoughBookies, Unauthorized
+from bkcore.ledger.layout import LedgerLayout
+from bkcore.ledger.metadata import LedgerMetadata, password_hash
+from bkcore.metaops import Children, Create, Delete, Get, MetaCode
+from bkcore.rng import Rng
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSpec:
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    digest_type: DigestType = DigestType.CRC32C
+    is_deferred_sync: bool = False
+    custom_metadata: tuple[tuple[str, bytes], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
+            raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got E={self.ensemble_size} "
+                             f"Qw={self.write_quorum_size} Qa={self.ack_quorum_size}")
+
+
+class Client:
+    def __init__(self, *, client_id: str, rng: Rng, config: ClientConfig = ClientConfig(),
+                 layout: LedgerLayout = LedgerLayout()) -> None:
+        self.ctx = ClientContext(client_id=client_id, config=config, rng=rng, layout=layout)
+
+    # -- driver inputs --------------------------------------------------------------------
+
+    def receive(self, message: object, *, source: str, now_ns: int) -> None:
+        self.ctx.now_ns = now_ns
+        self.ctx.on_response(message, source=source, now_ns=now_ns)
+
+    def on_metadata_result(self, token: int, result: object, *, now_ns: int) -> None:
+        self.ctx.now_ns = now_ns
+        self.ctx.on_metadata_result(token, result, now_ns)
+
+    def on_timer(self, now_ns: int) -> None:
+        self.ctx.now_ns = now_ns
+        self.ctx.on_timer(now_ns)
+
+    def take_effects(self) -> list:
+        return self.ctx.take_effects()
+
+    def next_deadline_ns(self) -> int | None:
+        return self.ctx.next_deadline_ns()
+
+    # -- operations -----------------------------------------------------------------------
+
+    def create_ledger(self, op_id: int, *, password: bytes, spec: LedgerSpec = LedgerSpec(),
+                      now_ns: int) -> None:
+        """Completed result: a LedgerWriter for the new, open ledger."""
+        self.ctx.now_ns = now_ns
+        _CreateLedger(self.ctx, op_id, spec, password).start(now_ns)
+
+    def open_ledger(self, op_id: int, ledger_id: int, *, password: bytes, is_recovery: bool = True,
+                    is_forced: bool = False, now_ns: int) -> None:
+        """Completed result: a LedgerReader. With recovery the ledger is fenced and closed first."""
+        self.ctx.now_ns = now_ns
+        ctx = self.ctx
+
+        def reader_for(metadata: LedgerMetadata, lac: int) -> LedgerReader:
+            return LedgerReader(ctx=ctx, metadata=metadata, password=password, last_add_confirmed=lac)
+
+        if is_recovery:
+            def on_recovered(metadata, error, at_ns: int) -> None:
+                ctx.complete(op_id, result=None if error else reader_for(metadata, metadata.last_entry_id), error=error)
+
+            LedgerRecovery(ctx=ctx, ledger_id=ledger_id, password=password, is_forced=is_forced,
+                           on_done=on_recovered).start(now_ns)
+            return
+
+        def on_metadata(metadata, error, at_ns: int) -> None:
+            if error is None and metadata.password_hash != password_hash(password):
+                error = Unauthorized(f"ledger {ledger_id}: wrong password")
+            if error is not None:
+                ctx.complete(op_id, error=error)
+            elif metadata.is_closed:
+                ctx.complete(op_id, result=reader_for(metadata, metadata.last_entry_id))
+            else:
+                digester = Digester(ledger_id=ledger_id, digest_type=metadata.digest_type, password=password)
+                LacRead(ctx=ctx, metadata=metadata, digester=digester,
+                        on_done=lambda lac, lac_error, t: ctx.complete(
+                            op_id, result=None if lac_error else reader_for(metadata, lac), error=lac_error)
+                        ).start(at_ns)
+
+        read_ledger_metadata(ctx, ledger_id, on_metadata, now_ns=now_ns)
+
+    def delete_ledger(self, op_id: int, ledger_id: int, *, now_ns: int) -> None:
+        """Remove the ledger's metadata; bookies reclaim its entries in garbage collection."""
+        self.ctx.now_ns = now_ns
+        ctx = self.ctx
+        path = ctx.layout.ledger_path(ledger_id)
+
+        def on_result(result, at_ns: int, attempt_index: int = 0) -> None:
+            if result.code is MetaCode.OK:
+                ctx.complete(op_id, result=ledger_id)
+            elif result.code is MetaCode.NO_NODE:
+                # After a lost connection the first try may have deleted it already.
+                error = None if attempt_index else NoSuchLedger(f"ledger {ledger_id} does not exist")
+                ctx.complete(op_id, result=ledger_id if error is None else None, error=error)
+            elif attempt_index + 1 < ctx.config.metadata_retry_count_max:
+                ctx.retry_later(at_ns, lambda t: ctx.call_metadata(
+                    Delete(path), lambda r, t2: on_result(r, t2, attempt_index + 1)))
+            else:
+                ctx.complete(op_id, error=MetadataError(f"ledger {ledger_id}: delete failed: {result.code.name}"))
+
+        ctx.call_metadata(Delete(path), on_result)
+
+
+class _CreateLedger:
+    """List writable bookies, pick E at random, take an id, create the metadata node."""
+
+    def __init__(self, ctx: ClientContext, op_id: int, spec: LedgerSpec, password: bytes) -> None:
+        self.ctx = ctx
+        self.op_id = op_id
+        self.spec = spec
+        self.password = password
+        self.attempt_count = 0
+        self.ensemble: tuple[str, ...] = ()
+
+    def start(self, now_ns: int) -> None:
+        self.ctx.call_metadata(Children(self.ctx.layout.available_path), self._on_bookies)
+
+    def _retry_or_fail(self, what: str, code: MetaCode, now_ns: int, again) -> None:
+        self.attempt_count += 1
+        if self.attempt_count >= self.ctx.config.metadata_retry_count_max:
+            self._fail(MetadataError(f"create ledger: {what} failed: {code.name}"))
+        else:
+            self.ctx.retry_later(now_ns, again)
+
+    def _fail(self, error: BKException) -> None:
+        self.ctx.complete(self.op_id, error=error)
+
+    def _on_bookies(self, result, now_ns: int) -> None:
+        if result.code is not MetaCode.OK:
+            self._retry_or_fail("listing bookies", result.code, now_ns, self.start)
+            return
+        bookies = sorted(b for b in result.children if b != "readonly")
+        if len(bookies) < self.spec.ensemble_size:
+            self._fail(NotEnoughBookies(f"create ledger: ensemble of {self.spec.ensemble_size} needs that many "
+                                        f"writable bookies, {len(bookies)} registered"))
+            return
+        self.ensemble = tuple(self.ctx.rng.sample(bookies, self.spec.ensemble_size))
+        self._take_id(now_ns)
+
+    def _take_id(self, now_ns: int) -> None:
+        self.ctx.call_metadata(Create(self.ctx.layout.idgen_prefix, is_sequential=True), self._on_id)
+
+    def _on_id(self, result, now_ns: int) -> None:
+        if result.code is not MetaCode.OK:
+            self._retry_or_fail("ledger id generation", result.code, now_ns, self._take_id)
+            return
+        ledger_id = self.ctx.layout.ledger_id_from_sequential(result.path)
+        spec = self.spec
+        metadata = LedgerMetadata(
+            ledger_id=ledger_id, ensemble_size=spec.ensemble_size, write_quorum_size=spec.write_quorum_size,
+            ack_quorum_size=spec.ack_quorum_size, ensembles=((0, self.ensemble),),
+            digest_type=spec.digest_type, password_hash=password_hash(self.password), ctime_ns=now_ns,
+            is_deferred_sync=spec.is_deferred_sync, custom_metadata=spec.custom_metadata)
+        self._create_node(metadata, now_ns)
+
+    def _create_node(self, metadata: LedgerMetadata, now_ns: int) -> None:
+        data = metadata.to_bytes()
+        path = self.ctx.layout.ledger_path(metadata.ledger_id)
+
+        def on_created(result, at_ns: int) -> None:
+            if result.code is MetaCode.OK:
+                self._done(metadata.with_version(result.version if result.version >= 0 else 0))
+            elif result.code is MetaCode.NODE_EXISTS:
+                self._take_id(at_ns)   # the id is taken (should not happen with sequential ids)
+            else:                      # unknown outcome: did our create land?
+                self.ctx.retry_later(at_ns, lambda t: self.ctx.call_metadata(Get(path), on_reread))
+
+        def on_reread(result, at_ns: int) -> None:
+            if result.code is MetaCode.OK and result.data == data:
+                self._done(metadata.with_version(result.version))
+            elif result.code is MetaCode.NO_NODE:
+                self._retry_or_fail("creating ledger metadata", MetaCode.CONNECTION_LOSS, at_ns,
+                                    lambda t: self._create_node(metadata, t))
+            elif result.code is MetaCode.OK:
+                self._take_id(at_ns)
+            else:
+                self._retry_or_fail("re-reading ledger metadata", result.code, at_ns,
+                                    lambda t: self.ctx.call_metadata(Get(path), on_reread))
+
+        self.ctx.call_metadata(Create(path, data), on_created)
+
+    def _done(self, metadata: LedgerMetadata) -> None:
+        self.ctx.complete(self.op_id, result=LedgerWriter(ctx=self.ctx, metadata=metadata, password=self.password))

@@ -1,0 +1,32 @@
+"""Client settings, with BookKeeper's defaults where BookKeeper has the same knob."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    # addEntryTimeoutSec: an add not acknowledged by a bookie in this time counts as that
+    # bookie's failure and triggers an ensemble change.
+    add_entry_timeout_ns: int = 5_000 * MS
+    # readEntryTimeoutSec
+    read_entry_timeout_ns: int = 5_000 * MS
+    # speculativeReadTimeout: ask the next replica if the first has not answered in this time.
+    speculative_read_timeout_ns: int = 2_000 * MS
+    # explicitLacInterval: an idle writer sends its LAC explicitly after this long (0: never).
+    explicit_lac_interval_ns: int = 1_000 * MS
+    # How many ensemble changes one writer may make before it gives up.
+    ensemble_change_count_max: int = 20
+    # Metadata compare-and-set retries and the pause between retries after a lost connection.
+    metadata_retry_count_max: int = 50
+    metadata_retry_delay_ns: int = 100 * MS
+    # Pending adds of one writer beyond which add() fails with TooManyRequests.
+    pending_adds_count_max: int = 50_000
+    # Concurrent recovery reads (each to the whole write set).
+    recovery_read_batch_count: int = 8
+    # Long-poll wait the client asks of a bookie when tailing.
+    long_poll_timeout_ns: int = 10_000 * MS
+    entry_size_max: int = 5 * 1024 * 1024

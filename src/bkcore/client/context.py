@@ -1,0 +1,176 @@
+"""ClientContext: what every client sub-machine shares.
+
+It owns the effect outbox, request ids and the callbacks waiting on bookie responses, metadata
+tokens and their callbacks, and one timer heap. Sub-machines (writer, reads, recovery) never keep
+their own clocks or ids; they ask the context, which keeps lookups O(1) and deadlines in a heap.
+
+Rules:
+- A request is answered at most once: the first response or its timeout wins; duplicates and
+  late answers are counted and dropped.
+- Timers are (at_ns, sequence_no) ordered with lazy cancellation, so firing order never depends
+  on object identity or hashing.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable
+
+from bkcore.effects import Completed, MetadataCall, Send
+from bkcore.errors import BKException
+from bkcore.client.config import ClientConfig
+from bkcore.ledger.layout import LedgerLayout
+from bkcore.rng import Rng
+
+ResponseCallback = Callable[[object | None, int], None]  # (response or None on timeout, now_ns)
+MetadataCallback = Callable[[object, int], None]          # (MetaResult, now_ns)
+TimerCallback = Callable[[int], None]                     # (now_ns)
+
+
+@dataclass(slots=True)
+class _PendingRequest:
+    destination: str
+    on_response: ResponseCallback
+    timer_key: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextStatistics:
+    requests_sent_count: int
+    responses_count: int
+    responses_dropped_count: int
+    request_timeouts_count: int
+    metadata_calls_count: int
+    pending_requests_peak: int
+
+
+class ClientContext:
+    def __init__(self, *, client_id: str, config: ClientConfig, rng: Rng,
+                 layout: LedgerLayout) -> None:
+        self.client_id = client_id
+        self.config = config
+        self.rng = rng
+        self.layout = layout
+        self._effects: list = []
+        # Time of the input being handled; set by the Client at every input so completions
+        # that carry no time of their own (writer -> recovery) can schedule from it.
+        self.now_ns = 0
+        self._next_request_id = 1
+        self._pending_requests: dict[int, _PendingRequest] = {}
+        self._next_token = 1
+        self._pending_metadata: dict[int, MetadataCallback] = {}
+        # Heap of (at_ns, timer_key); callbacks live in _timer_callbacks, a cancelled timer is
+        # simply absent from it (lazy deletion).
+        self._timers: list[tuple[int, int]] = []
+        self._timer_callbacks: dict[int, TimerCallback] = {}
+        self._next_timer_key = 1
+        self._sent_count = 0
+        self._responses_count = 0
+        self._dropped_count = 0
+        self._timeouts_count = 0
+        self._metadata_count = 0
+        self._pending_peak = 0
+
+    # -- outbox ---------------------------------------------------------------------------
+
+    def take_effects(self) -> list:
+        effects, self._effects = self._effects, []
+        return effects
+
+    def complete(self, op_id: int, result: object = None, error: BKException | None = None) -> None:
+        self._effects.append(Completed(op_id=op_id, result=result, error=error))
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def call_at(self, at_ns: int, callback: TimerCallback) -> int:
+        key = self._next_timer_key
+        self._next_timer_key += 1
+        self._timer_callbacks[key] = callback
+        heapq.heappush(self._timers, (at_ns, key))
+        return key
+
+    def cancel_timer(self, key: int) -> None:
+        self._timer_callbacks.pop(key, None)
+
+    def next_deadline_ns(self) -> int | None:
+        timers = self._timers
+        while timers and timers[0][1] not in self._timer_callbacks:
+            heapq.heappop(timers)
+        return timers[0][0] if timers else None
+
+    def on_timer(self, now_ns: int) -> None:
+        timers = self._timers
+        while timers and timers[0][0] <= now_ns:
+            _, key = heapq.heappop(timers)
+            callback = self._timer_callbacks.pop(key, None)
+            if callback is not None:
+                callback(now_ns)
+
+    # -- bookie requests ------------------------------------------------------------------
+
+    def send_request(self, destination: str, build: Callable[[int], object],
+                     on_response: ResponseCallback, *, timeout_ns: int, now_ns: int) -> int:
+        """Send `build(request_id)` to a bookie; `on_response` gets the answer or None on timeout."""
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        timer_key = self.call_at(now_ns + timeout_ns, lambda at_ns: self._on_request_timeout(request_id, at_ns))
+        self._pending_requests[request_id] = _PendingRequest(destination, on_response, timer_key)
+        self._pending_peak = max(self._pending_peak, len(self._pending_requests))
+        self._effects.append(Send(destination=destination, message=build(request_id)))
+        self._sent_count += 1
+        return request_id
+
+    def forget_request(self, request_id: int) -> None:
+        """Stop waiting for a request (its answer, if any, will be dropped)."""
+        pending = self._pending_requests.pop(request_id, None)
+        if pending is not None:
+            self.cancel_timer(pending.timer_key)
+
+    def on_response(self, message: object, *, source: str, now_ns: int) -> None:
+        request_id = getattr(message, "request_id", None)
+        pending = self._pending_requests.get(request_id) if type(request_id) is int else None
+        if pending is None or pending.destination != source:
+            self._dropped_count += 1
+            return
+        del self._pending_requests[request_id]
+        self.cancel_timer(pending.timer_key)
+        self._responses_count += 1
+        pending.on_response(message, now_ns)
+
+    def _on_request_timeout(self, request_id: int, now_ns: int) -> None:
+        pending = self._pending_requests.pop(request_id, None)
+        if pending is not None:
+            self._timeouts_count += 1
+            pending.on_response(None, now_ns)
+
+    # -- metadata -------------------------------------------------------------------------
+
+    def call_metadata(self, op: object, on_result: MetadataCallback) -> None:
+        token = self._next_token
+        self._next_token += 1
+        self._pending_metadata[token] = on_result
+        self._metadata_count += 1
+        self._effects.append(MetadataCall(token=token, op=op))
+
+    def on_metadata_result(self, token: int, result: object, now_ns: int) -> None:
+        callback = self._pending_metadata.pop(token, None)
+        if callback is not None:
+            callback(result, now_ns)
+
+    def retry_later(self, now_ns: int, action: TimerCallback) -> None:
+        self.call_at(now_ns + self.config.metadata_retry_delay_ns, action)
+
+    # -- introspection --------------------------------------------------------------------
+
+    @property
+    def pending_requests_count(self) -> int:
+        return len(self._pending_requests)
+
+    @property
+    def pending_metadata_count(self) -> int:
+        return len(self._pending_metadata)
+
+    def statistics(self) -> ContextStatistics:
+        return ContextStatistics(self._sent_count, self._responses_count, self._dropped_count,
+                                 self._timeouts_count, self._metadata_count, self._pending_peak)

@@ -1,0 +1,411 @@
+"""LedgerWriter: the single writer of an open ledger (and the rewriting half of recovery).
+
+Owns the pending adds of one ledger, their acknowledgements, the LAC, ensemble changes and close.
+
+Rules that never bend:
+- entry e goes to the write set (e + i) % E, i < Qw, of the last ensemble; it completes only when
+  Qa of those bookies acknowledged it durably AND every earlier entry has completed;
+- LAC (last add confirmed) is the last completed entry; each add carries the LAC of its send
+  time (piggyback), and an idle writer sends the LAC explicitly;
+- a failed or timed-out bookie is replaced by an ensemble change: CAS new metadata whose last
+  ensemble starts at LAC + 1, then resend every pending add to the new bookies; no add completes
+  while a change is in flight;
+- a FENCED answer means a reader is recovering the ledger: every pending and later add fails;
+- close waits for pending adds to resolve, then CASes OPEN -> CLOSED at the LAC.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+from bkcore.client.context import ClientContext
+from bkcore.client.metadata_update import update_ledger_metadata
+from bkcore.digest import Digester, master_key
+from bkcore.errors import (
+    BKException, BadRequest, Code, LedgerClosed, LedgerFenced, MetadataError, MetadataVersion,
+    NotEnoughBookies, TooManyEnsembleChanges, TooManyRequests, Unauthorized, exception_for,
+)
+from bkcore.ledger.metadata import LedgerMetadata, LedgerState
+from bkcore.ledger.schedule import AckSet, write_set
+from bkcore.metaops import Children, MetaCode
+from bkcore.wire import INVALID_ENTRY_ID, AddRequest, ForceLedgerRequest, WriteLacRequest
+
+
+class WriterState(Enum):
+    OPEN = "OPEN"
+    CLOSING = "CLOSING"      # close() called: no new adds, waiting for pending adds to resolve
+    CLOSED = "CLOSED"
+    ERRORED = "ERRORED"      # fenced, unauthorized, or out of bookies: every add fails
+
+
+@dataclass(slots=True)
+class _PendingAdd:
+    entry_id: int
+    op_id: int
+    body: bytes
+    length: int                      # ledger length including this entry
+    ack_set: AckSet
+    request_ids: dict[int, int]      # position -> request in flight
+
+
+class LedgerWriter:
+    def __init__(self, *, ctx: ClientContext, metadata: LedgerMetadata, password: bytes,
+                 is_recovery: bool = False, last_add_confirmed: int = INVALID_ENTRY_ID,
+                 length: int = 0, complete=None) -> None:
+        self.ctx = ctx
+        # Where finished operations go: the application's outbox, or recovery's own bookkeeping.
+        self._complete = complete or ctx.complete
+        self.metadata = metadata
+        self.is_recovery = is_recovery
+        self.digester = Digester(ledger_id=metadata.ledger_id, digest_type=metadata.digest_type,
+                                 password=password)
+        self.master_key = master_key(password)
+        self.state = WriterState.OPEN
+        self.error: BKException | None = None
+        self.last_add_confirmed = last_add_confirmed
+        self.last_add_pushed = last_add_confirmed
+        self.last_add_completed = last_add_confirmed   # differs from LAC only with deferred sync
+        self.length = length                           # of every pushed entry
+        self.confirmed_length = length                 # of entries up to the LAC
+        self._completed_length = length                # of entries up to last_add_completed
+        # Entries pushed and not yet completed, in entry id order (ids are consecutive).
+        self._pending: deque[_PendingAdd] = deque()
+        # Bookie failures not yet handled: position -> failed bookie id.
+        self._failed: dict[int, str] = {}
+        self._is_changing_ensemble = False
+        self.ensemble_change_count = 0
+        self._close_op_ids: list[int] = []
+        self._explicit_lac_sent = last_add_confirmed
+        self._explicit_lac_timer: int | None = None
+        self._unusable_bookies: set[str] = set()
+
+    @property
+    def ledger_id(self) -> int:
+        return self.metadata.ledger_id
+
+    @property
+    def pending_adds_count(self) -> int:
+        return len(self._pending)
+
+    # -- adds -----------------------------------------------------------------------------
+
+    def add(self, op_id: int, payload: bytes, *, now_ns: int) -> int | None:
+        """Push one entry; returns its entry id, or None if it failed at once (Completed says why)."""
+        if len(payload) > self.ctx.config.entry_size_max:
+            self._complete(op_id, error=BadRequest(
+                f"ledger {self.ledger_id}: entry of {len(payload)} bytes exceeds entry_size_max "
+                f"{self.ctx.config.entry_size_max}"))
+            return None
+        entry_id = self.last_add_pushed + 1
+        length = self.length + len(payload)
+        body = self.digester.pack_entry(entry_id=entry_id, lac=self.last_add_confirmed,
+                                        length=length, payload=payload)
+        return entry_id if self._push(op_id, entry_id, body, length, now_ns) else None
+
+    def add_recovered(self, op_id: int, *, entry_id: int, body: bytes, length: int, now_ns: int) -> bool:
+        """Recovery rewrites an entry it found, byte for byte, with recovery adds."""
+        assert self.is_recovery and entry_id == self.last_add_pushed + 1
+        return self._push(op_id, entry_id, body, length, now_ns)
+
+    def _push(self, op_id: int, entry_id: int, body: bytes, length: int, now_ns: int) -> bool:
+        if self.state is not WriterState.OPEN:
+            self._complete(op_id, error=self._refusal())
+            return False
+        if len(self._pending) >= self.ctx.config.pending_adds_count_max:
+            self._complete(op_id, error=TooManyRequests(
+                f"ledger {self.ledger_id}: {len(self._pending)} adds pending (pending_adds_count_max)"))
+            return False
+        self.last_add_pushed = entry_id
+        self.length = length
+        add = _PendingAdd(entry_id, op_id, body, length,
+                          AckSet(ack_quorum_size=self.metadata.ack_quorum_size), {})
+        self._pending.append(add)
+        ensemble = self.metadata.last_ensemble
+        for position in write_set(entry_id, ensemble_size=self.metadata.ensemble_size,
+                                  write_quorum_size=self.metadata.write_quorum_size):
+            if position not in self._failed:
+                self._send_add(add, position, ensemble[position], now_ns)
+        return True
+
+    def _refusal(self) -> BKException:
+        if self.state is WriterState.ERRORED:
+            return self.error
+        return LedgerClosed(f"ledger {self.ledger_id} is closed for adds")
+
+    def _send_add(self, add: _PendingAdd, position: int, bookie: str, now_ns: int) -> None:
+        entry_id = add.entry_id
+
+        def build(request_id: int) -> AddRequest:
+            return AddRequest(request_id=request_id, ledger_id=self.ledger_id, entry_id=entry_id,
+                              master_key=self.master_key, body=add.body,
+                              is_recovery=self.is_recovery,
+                              is_deferred_sync=self.metadata.is_deferred_sync)
+
+        add.request_ids[position] = self.ctx.send_request(
+            bookie, build, lambda response, at_ns: self._on_add_response(entry_id, position, bookie, response, at_ns),
+            timeout_ns=self.ctx.config.add_entry_timeout_ns, now_ns=now_ns)
+
+    def _find_pending(self, entry_id: int) -> _PendingAdd | None:
+        if not self._pending:
+            return None
+        index = entry_id - self._pending[0].entry_id
+        return self._pending[index] if 0 <= index < len(self._pending) else None
+
+    def _on_add_response(self, entry_id: int, position: int, bookie: str, response, now_ns: int) -> None:
+        add = self._find_pending(entry_id)
+        if add is None or self.metadata.last_ensemble[position] != bookie:
+            return  # already resolved, or that bookie was replaced meanwhile
+        add.request_ids.pop(position, None)
+        code = Code.TIMEOUT if response is None else response.code
+        if code == Code.OK:
+            add.ack_set.add(position)
+            self._complete_ready(now_ns)
+        elif code == Code.FENCED:
+            self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
+        elif code == Code.UNAUTHORIZED:
+            self._fail(Unauthorized(f"ledger {self.ledger_id}: bookie {bookie} refused the master key"), now_ns)
+        else:
+            self._on_bookie_failed(position, bookie, code, now_ns)
+
+    def _complete_ready(self, now_ns: int) -> None:
+        if self._is_changing_ensemble:
+            return
+        completed_any = False
+        while self._pending and self._pending[0].ack_set.is_complete():
+            add = self._pending.popleft()
+            self.last_add_completed = add.entry_id
+            self._completed_length = add.length
+            if not self.metadata.is_deferred_sync:
+                self.last_add_confirmed = add.entry_id
+                self.confirmed_length = add.length
+            self._complete(add.op_id, result=add.entry_id)
+            completed_any = True
+        if completed_any:
+            self._schedule_explicit_lac(now_ns)
+        self._maybe_finish_close(now_ns)
+
+    # -- failures and ensemble changes ----------------------------------------------------
+
+    def _on_bookie_failed(self, position: int, bookie: str, code: Code, now_ns: int) -> None:
+        if self.state in (WriterState.ERRORED, WriterState.CLOSED) or self._failed.get(position) == bookie:
+            return
+        if self.metadata.is_deferred_sync:
+            # As in BookKeeper, a deferred-sync ledger cannot change ensembles: entries acked but
+            # not yet forced would be left behind on the old bookies.
+            self._fail(exception_for(code, f"ledger {self.ledger_id}: bookie {bookie} failed "
+                                           f"({code.name}) and deferred-sync ledgers cannot change ensemble"), now_ns)
+            return
+        self._failed[position] = bookie
+        self._unusable_bookies.add(bookie)
+        if not self._is_changing_ensemble:
+            self._start_ensemble_change(now_ns, attempt_index=0)
+
+    def _start_ensemble_change(self, now_ns: int, *, attempt_index: int) -> None:
+        if self.ensemble_change_count >= self.ctx.config.ensemble_change_count_max:
+            self._fail(TooManyEnsembleChanges(
+                f"ledger {self.ledger_id}: {self.ensemble_change_count} ensemble changes (ensemble_change_count_max)"), now_ns)
+            return
+        self._is_changing_ensemble = True
+        self.ctx.call_metadata(Children(self.ctx.layout.available_path),
+                               lambda result, at_ns: self._on_bookies_listed(result, attempt_index, at_ns))
+
+    def _on_bookies_listed(self, result, attempt_index: int, now_ns: int) -> None:
+        if self.state is WriterState.ERRORED:
+            return
+        if result.code is not MetaCode.OK:
+            if attempt_index + 1 >= self.ctx.config.metadata_retry_count_max:
+                self._fail(MetadataError(f"ledger {self.ledger_id}: cannot list bookies: {result.code.name}"), now_ns)
+            else:
+                self.ctx.retry_later(now_ns, lambda t: self._start_ensemble_change(t, attempt_index=attempt_index + 1))
+            return
+        ensemble = self.metadata.last_ensemble
+        replaced = dict(sorted(self._failed.items()))
+        candidates = sorted(set(result.children) - {"readonly"} - set(ensemble) - self._unusable_bookies)
+        if len(candidates) < len(replaced):
+            self._fail(NotEnoughBookies(
+                f"ledger {self.ledger_id}: need {len(replaced)} replacement bookies, "
+                f"{len(candidates)} writable bookies outside the ensemble"), now_ns)
+            return
+        chosen = self.ctx.rng.sample(candidates, len(replaced))
+        new_ensemble = list(ensemble)
+        for position, bookie in zip(replaced, chosen):
+            new_ensemble[position] = bookie
+        first_entry_id = self.last_add_confirmed + 1
+        based_on = self.metadata.ensembles
+
+        def transform(current: LedgerMetadata) -> LedgerMetadata:
+            self._check_still_ours(current, based_on)
+            return current.with_ensemble(first_entry_id, tuple(new_ensemble))
+
+        update_ledger_metadata(self.ctx, self.metadata, transform,
+                               lambda md, error, at_ns: self._on_ensemble_changed(md, error, replaced, at_ns),
+                               now_ns=now_ns)
+
+    def _check_still_ours(self, current: LedgerMetadata, based_on) -> None:
+        """Raise unless `current` is still the metadata this writer may change."""
+        if current.state is LedgerState.CLOSED:
+            raise LedgerClosed(f"ledger {self.ledger_id} was closed by another client at entry {current.last_entry_id}")
+        if current.state is LedgerState.IN_RECOVERY and not self.is_recovery:
+            raise LedgerFenced(f"ledger {self.ledger_id} is being recovered by another client")
+        if current.ensembles != based_on:
+            raise MetadataVersion(f"ledger {self.ledger_id}: ensembles changed under this writer")
+
+    def _on_ensemble_changed(self, metadata: LedgerMetadata | None, error: BKException | None,
+                             replaced: dict[int, str], now_ns: int) -> None:
+        if self.state is WriterState.ERRORED:
+            return
+        if error is not None:
+            self._fail(error if not isinstance(error, LedgerClosed) else LedgerFenced(str(error)), now_ns)
+            return
+        self.metadata = metadata
+        self.ensemble_change_count += 1
+        ensemble = metadata.last_ensemble
+        for position in replaced:
+            if self._failed.get(position) == replaced[position]:
+                del self._failed[position]
+        for add in self._pending:
+            positions = write_set(add.entry_id, ensemble_size=metadata.ensemble_size,
+                                  write_quorum_size=metadata.write_quorum_size)
+            for position in positions:
+                if position in replaced:
+                    add.ack_set.remove(position)
+                    old_request = add.request_ids.pop(position, None)
+                    if old_request is not None:
+                        self.ctx.forget_request(old_request)
+                    self._send_add(add, position, ensemble[position], now_ns)
+        self._is_changing_ensemble = False
+        if self._failed:   # more bookies failed while this change was in flight
+            self._start_ensemble_change(now_ns, attempt_index=0)
+        else:
+            self._complete_ready(now_ns)
+
+    def _fail(self, error: BKException, now_ns: int) -> None:
+        """Fail every pending add and refuse later ones. The entries may exist on some bookies."""
+        if self.state is WriterState.ERRORED:
+            return
+        was_closing = self.state is WriterState.CLOSING
+        self.state = WriterState.ERRORED
+        self.error = error
+        self._is_changing_ensemble = False
+        while self._pending:
+            add = self._pending.popleft()
+            for request_id in add.request_ids.values():
+                self.ctx.forget_request(request_id)
+            self._complete(add.op_id, error=error)
+        if self._explicit_lac_timer is not None:
+            self.ctx.cancel_timer(self._explicit_lac_timer)
+        if was_closing:
+            self._write_close(now_ns)
+
+    # -- close ----------------------------------------------------------------------------
+
+    def close(self, op_id: int, *, now_ns: int) -> None:
+        """Close at the LAC once pending adds resolve. Completed result: the closed metadata."""
+        if self.state is WriterState.CLOSED:
+            self._complete(op_id, result=self.metadata)
+            return
+        self._close_op_ids.append(op_id)
+        if len(self._close_op_ids) > 1:
+            return  # a close is already under way; it answers every caller
+        if self.state is WriterState.OPEN:
+            self.state = WriterState.CLOSING
+            self._maybe_finish_close(now_ns)
+        else:  # ERRORED: still close the metadata at the LAC, so readers can use the ledger
+            self._write_close(now_ns)
+
+    def _maybe_finish_close(self, now_ns: int) -> None:
+        if self.state is WriterState.CLOSING and not self._pending and not self._is_changing_ensemble:
+            self._write_close(now_ns)
+
+    def _write_close(self, now_ns: int) -> None:
+        last_entry_id, length = self.last_add_confirmed, self.confirmed_length
+        based_on = self.metadata.ensembles
+
+        def transform(current: LedgerMetadata) -> LedgerMetadata | None:
+            if current.state is LedgerState.CLOSED:
+                if current.last_entry_id == last_entry_id and current.length == length:
+                    return None
+                raise MetadataVersion(f"ledger {self.ledger_id} was closed by another client at entry "
+                                      f"{current.last_entry_id}, this writer's LAC is {last_entry_id}")
+            self._check_still_ours(current, based_on)
+            return current.closed(last_entry_id=last_entry_id, length=length)
+
+        update_ledger_metadata(self.ctx, self.metadata, transform, self._on_closed, now_ns=now_ns)
+
+    def _on_closed(self, metadata: LedgerMetadata | None, error: BKException | None, now_ns: int) -> None:
+        if error is None:
+            self.metadata = metadata
+            self.state = WriterState.CLOSED
+        elif self.state is not WriterState.ERRORED:
+            self.state = WriterState.ERRORED
+            self.error = error
+        if self._explicit_lac_timer is not None:
+            self.ctx.cancel_timer(self._explicit_lac_timer)
+        op_ids, self._close_op_ids = self._close_op_ids, []
+        for op_id in op_ids:
+            self._complete(op_id, result=metadata, error=error)
+
+    # -- explicit LAC and force -----------------------------------------------------------
+
+    def _schedule_explicit_lac(self, now_ns: int) -> None:
+        interval_ns = self.ctx.config.explicit_lac_interval_ns
+        if interval_ns <= 0 or self.is_recovery:
+            return
+        if self._explicit_lac_timer is not None:
+            self.ctx.cancel_timer(self._explicit_lac_timer)
+        self._explicit_lac_timer = self.ctx.call_at(now_ns + interval_ns, self._on_explicit_lac_timeout)
+
+    def _on_explicit_lac_timeout(self, now_ns: int) -> None:
+        self._explicit_lac_timer = None
+        lac = self.last_add_confirmed
+        # Readers learn the LAC from stored entries, which carry the LAC of their send time:
+        # only an idle writer whose last entry cannot tell readers the LAC needs to send it.
+        if self.state is not WriterState.OPEN or self._pending or lac <= self._explicit_lac_sent:
+            return
+        self._explicit_lac_sent = lac
+        body = self.digester.pack_lac(lac)
+        for bookie in self.metadata.last_ensemble:
+            self.ctx.send_request(
+                bookie, lambda request_id: WriteLacRequest(request_id=request_id, ledger_id=self.ledger_id,
+                                                           master_key=self.master_key, lac=lac, body=body),
+                lambda response, at_ns: None, timeout_ns=self.ctx.config.add_entry_timeout_ns, now_ns=now_ns)
+
+    def force(self, op_id: int, *, now_ns: int) -> None:
+        """Make every completed add durable on the ensemble; then it counts toward the LAC."""
+        if self.state is WriterState.ERRORED:
+            self._complete(op_id, error=self.error)
+            return
+        target, target_length = self.last_add_completed, self._completed_length
+        ensemble = self.metadata.last_ensemble
+        waiting = set(range(len(ensemble)))
+        failure: list[BKException] = []
+
+        def on_response(position: int, response, at_ns: int) -> None:
+            if failure:
+                return
+            code = Code.TIMEOUT if response is None else response.code
+            if code != Code.OK:
+                failure.append(exception_for(code, f"ledger {self.ledger_id}: force failed on {ensemble[position]}"))
+                self._complete(op_id, error=failure[0])
+                return
+            waiting.discard(position)
+            if not waiting:
+                if target > self.last_add_confirmed:
+                    self.last_add_confirmed, self.confirmed_length = target, target_length
+                self._complete(op_id, result=self.last_add_confirmed)
+
+        for position, bookie in enumerate(ensemble):
+            self.ctx.send_request(
+                bookie, lambda request_id: ForceLedgerRequest(request_id=request_id, ledger_id=self.ledger_id,
+                                                              master_key=self.master_key),
+                lambda response, at_ns, p=position: on_response(p, response, at_ns),
+                timeout_ns=self.ctx.config.add_entry_timeout_ns, now_ns=now_ns)
+
+    def invariants(self) -> None:
+        assert self.last_add_confirmed <= self.last_add_completed <= self.last_add_pushed
+        if self._pending:
+            assert self._pending[0].entry_id == self.last_add_completed + 1
+            assert self._pending[-1].entry_id == self.last_add_pushed
+            assert self._pending[0].entry_id >= self.metadata.last_ensemble_start
