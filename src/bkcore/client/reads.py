@@ -48,7 +48,9 @@ def _verified(digester: Digester, response, entry_id: int) -> tuple[UnpackedEntr
 
 def _read_error(ledger_id: int, entry_id: int, codes: list[Code]) -> BKException:
     if codes and all(code in _NO_SUCH for code in codes):
-        return NoSuchEntry(f"ledger {ledger_id} entry {entry_id}: no replica has it")
+        error = NoSuchEntry(f"ledger {ledger_id} entry {entry_id}: no replica has it")
+        error.entry_id = entry_id
+        return error
     worst = next(code for code in codes if code not in _NO_SUCH)
     return exception_for(worst, f"ledger {ledger_id} entry {entry_id}: read failed on every replica "
                                 f"({', '.join(code.name for code in codes)})")

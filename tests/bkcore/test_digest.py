@@ -1,0 +1,55 @@
+"""Entry digests: what they cover, what they catch, and keys from passwords."""
+
+import pytest
+
+from bkcore.digest import Digester, DigestType, master_key, peek_entry_header
+from bkcore.errors import DigestMismatch
+
+
+@pytest.mark.parametrize("digest_type", list(DigestType))
+def test_pack_and_unpack(digest_type):
+    digester = Digester(ledger_id=9, digest_type=digest_type, password=b"secret")
+    body = digester.pack_entry(entry_id=3, lac=2, length=100, payload=b"hello")
+    entry = digester.unpack_entry(body, expected_entry_id=3)
+    assert (entry.ledger_id, entry.entry_id, entry.lac, entry.length, entry.payload) == (9, 3, 2, 100, b"hello")
+    assert peek_entry_header(body) == (9, 3, 2)
+    assert digester.unpack_lac(digester.pack_lac(41)) == 41
+
+
+@pytest.mark.parametrize("digest_type", list(DigestType))
+def test_every_covered_byte_is_checked(digest_type):
+    digester = Digester(ledger_id=9, digest_type=digest_type, password=b"secret")
+    body = digester.pack_entry(entry_id=3, lac=2, length=100, payload=b"hello")
+    for index in range(len(body)):
+        corrupted = bytearray(body)
+        corrupted[index] ^= 0x10
+        with pytest.raises(DigestMismatch):
+            digester.unpack_entry(bytes(corrupted))
+
+
+def test_entry_of_another_ledger_or_position_is_refused():
+    a = Digester(ledger_id=1, digest_type=DigestType.CRC32C, password=b"")
+    b = Digester(ledger_id=2, digest_type=DigestType.CRC32C, password=b"")
+    body = a.pack_entry(entry_id=0, lac=-1, length=1, payload=b"x")
+    with pytest.raises(DigestMismatch, match="ledger"):
+        b.unpack_entry(body)
+    with pytest.raises(DigestMismatch, match="expected 5"):
+        a.unpack_entry(body, expected_entry_id=5)
+
+
+def test_hmac_needs_the_password():
+    writer = Digester(ledger_id=1, digest_type=DigestType.HMAC_SHA256, password=b"right")
+    reader = Digester(ledger_id=1, digest_type=DigestType.HMAC_SHA256, password=b"wrong")
+    with pytest.raises(DigestMismatch):
+        reader.unpack_entry(writer.pack_entry(entry_id=0, lac=-1, length=1, payload=b"x"))
+
+
+def test_short_bodies_are_mismatches_not_crashes():
+    digester = Digester(ledger_id=1, digest_type=DigestType.CRC32C, password=b"")
+    with pytest.raises(DigestMismatch):
+        digester.unpack_entry(b"short")
+    assert peek_entry_header(b"short") is None
+
+
+def test_master_key_depends_on_password_only():
+    assert master_key(b"a") == master_key(b"a") != master_key(b"b")

@@ -1,0 +1,88 @@
+"""Codec round trips, framing, and fuzzing: malformed input is rejected, never crashes."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from bkcore import wire
+from bkcore.wire import (
+    AddRequest, AddResponse, FrameDecoder, MalformedFrame, ReadLacResponse, ReadRequest,
+    decode_messages, encode_frame, encode_messages,
+)
+
+SAMPLES = [
+    AddRequest(request_id=1, ledger_id=7, entry_id=0, master_key=b"k" * 32, body=b"xyz", is_recovery=True),
+    AddResponse(request_id=1, code=0, ledger_id=7, entry_id=0),
+    ReadRequest(request_id=2, ledger_id=7, entry_id=-1, master_key=b"k", is_fencing=True),
+    ReadRequest(request_id=3, ledger_id=7, entry_id=5, previous_lac=4, long_poll_timeout_ns=10**9),
+    ReadLacResponse(request_id=4, code=2, ledger_id=7),
+    wire.ErrorResponse(code=8, reason="bad frame"),
+]
+
+
+def test_messages_round_trip_through_frames():
+    frame = encode_frame(SAMPLES)
+    decoder = FrameDecoder()
+    decoder.feed(frame[:5])
+    assert decoder.next_frame() is None
+    decoder.feed(frame[5:] + frame)
+    assert decoder.next_frame() == SAMPLES
+    assert decoder.next_frame() == SAMPLES
+    assert decoder.next_frame() is None
+
+
+def test_checksum_mismatch_is_rejected():
+    frame = bytearray(encode_frame(SAMPLES[:1]))
+    frame[-1] ^= 0x01
+    decoder = FrameDecoder()
+    decoder.feed(bytes(frame))
+    with pytest.raises(MalformedFrame, match="checksum"):
+        decoder.next_frame()
+
+
+def test_huge_length_prefix_is_rejected_before_the_body_arrives():
+    decoder = FrameDecoder(frame_size_max=1024)
+    decoder.feed((10**6).to_bytes(4, "big") + b"\0\0\0\0")
+    with pytest.raises(MalformedFrame, match="length"):
+        decoder.next_frame()
+
+
+@pytest.mark.parametrize("item", [
+    [99, 1, 2],                                  # unknown tag
+    [AddResponse.TAG, 1, 0, 7],                  # too few fields
+    [AddResponse.TAG, 1, 0, 7, "zero"],          # wrong type
+    [AddResponse.TAG, 1, 0, 7, True],            # bool is not an entry id
+    [AddResponse.TAG, 1, 12345, 7, 0],           # unknown code
+    "not a list",
+])
+def test_ill_formed_messages_are_rejected(item):
+    import msgpack
+    with pytest.raises(MalformedFrame):
+        decode_messages(msgpack.packb([item]))
+
+
+def test_oversized_frame_cannot_be_encoded():
+    big = AddRequest(request_id=1, ledger_id=1, entry_id=0, master_key=b"", body=b"x" * wire.FRAME_SIZE_MAX)
+    with pytest.raises(ValueError, match="FRAME_SIZE_MAX"):
+        encode_frame([big])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=256))
+def test_random_bodies_are_accepted_or_rejected_never_crash(data):
+    try:
+        messages = decode_messages(data)
+    except MalformedFrame:
+        return
+    assert encode_messages(messages) is not None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64), st.integers(min_value=0, max_value=60))
+def test_random_byte_streams_never_crash_the_frame_decoder(data, cut):
+    decoder = FrameDecoder(frame_size_max=4096)
+    decoder.feed(encode_frame(SAMPLES[:2])[:cut] + data)
+    try:
+        while decoder.next_frame() is not None:
+            pass
+    except MalformedFrame:
+        pass
