@@ -54,6 +54,13 @@ class Client:
         self.ctx.now_ns = now_ns
         self.ctx.on_response(message, source=source, now_ns=now_ns)
 
+    def on_send_failed(self, message: object, *, destination: str, now_ns: int) -> None:
+        """The driver could not deliver a request (connection refused or broken)."""
+        self.ctx.now_ns = now_ns
+        request_id = getattr(message, "request_id", None)
+        if type(request_id) is int:
+            self.ctx.on_send_failed(request_id, destination=destination, now_ns=now_ns)
+
     def on_metadata_result(self, token: int, result: object, *, now_ns: int) -> None:
         self.ctx.now_ns = now_ns
         self.ctx.on_metadata_result(token, result, now_ns)

@@ -138,6 +138,14 @@ class ClientContext:
         self._responses_count += 1
         pending.on_response(message, now_ns)
 
+    def on_send_failed(self, request_id: int, *, destination: str, now_ns: int) -> None:
+        """The connection to `destination` broke before it could answer: fail that request now
+        (the same outcome as its timeout, only sooner)."""
+        pending = self._pending_requests.get(request_id)
+        if pending is not None and pending.destination == destination:
+            self.cancel_timer(pending.timer_key)
+            self._on_request_timeout(request_id, now_ns)
+
     def _on_request_timeout(self, request_id: int, now_ns: int) -> None:
         pending = self._pending_requests.pop(request_id, None)
         if pending is not None:

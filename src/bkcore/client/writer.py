@@ -33,6 +33,10 @@ from bkcore.metaops import Children, MetaCode
 from bkcore.wire import INVALID_ENTRY_ID, AddRequest, ForceLedgerRequest, WriteLacRequest
 
 
+# How often a writer that runs without a replacement for a failed bookie looks for one again.
+DEGRADED_RETRY_INTERVAL_NS = 1_000_000_000
+
+
 class WriterState(Enum):
     OPEN = "OPEN"
     CLOSING = "CLOSING"      # close() called: no new adds, waiting for pending adds to resolve
@@ -224,6 +228,13 @@ class LedgerWriter:
         replaced = dict(sorted(self._failed.items()))
         candidates = sorted(set(result.children) - {"readonly"} - set(ensemble) - self._unusable_bookies)
         if len(candidates) < len(replaced):
+            if self._can_write_without(set(self._failed)):
+                # No spare bookie, but every write set still reaches Qa: go on under-replicated
+                # (never skipping the ack quorum) and try to replace the failed bookies later.
+                self._is_changing_ensemble = False
+                self.ctx.call_at(now_ns + DEGRADED_RETRY_INTERVAL_NS, self._retry_replacement)
+                self._complete_ready(now_ns)
+                return
             self._fail(NotEnoughBookies(
                 f"ledger {self.ledger_id}: need {len(replaced)} replacement bookies, "
                 f"{len(candidates)} writable bookies outside the ensemble"), now_ns)
@@ -242,6 +253,17 @@ class LedgerWriter:
         update_ledger_metadata(self.ctx, self.metadata, transform,
                                lambda md, error, at_ns: self._on_ensemble_changed(md, error, replaced, at_ns),
                                now_ns=now_ns)
+
+    def _can_write_without(self, failed_positions: set[int]) -> bool:
+        md = self.metadata
+        return all(
+            sum(1 for p in write_set(start, ensemble_size=md.ensemble_size, write_quorum_size=md.write_quorum_size)
+                if p not in failed_positions) >= md.ack_quorum_size
+            for start in range(md.ensemble_size))
+
+    def _retry_replacement(self, now_ns: int) -> None:
+        if self._failed and not self._is_changing_ensemble and self.state in (WriterState.OPEN, WriterState.CLOSING):
+            self._start_ensemble_change(now_ns, attempt_index=0)
 
     def _check_still_ours(self, current: LedgerMetadata, based_on) -> None:
         """Raise unless `current` is still the metadata this writer may change."""

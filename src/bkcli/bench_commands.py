@@ -1,0 +1,44 @@
+"""`bk bench ...`: benchmarks that print JSON. `bk bench sim` measures the simulator itself."""
+
+from __future__ import annotations
+
+import json
+import time
+
+
+def add_parser(commands) -> None:
+    bench = commands.add_parser("bench", help="benchmarks (JSON output)")
+    sub = bench.add_subparsers(dest="bench_command", required=True)
+    sim = sub.add_parser("sim", help="simulator speed on the standard scenario")
+    sim.add_argument("--seeds", type=int, default=5, help="seeds to run (default 5)")
+    sim.add_argument("--start", type=int, default=1)
+    sim.add_argument("--duration", type=float, default=10.0, help="simulated seconds per seed")
+    sim.set_defaults(run=cmd_bench_sim)
+
+
+def cmd_bench_sim(args) -> int:
+    from sim.run import run_scenario
+    from sim.scenario import S, Scenario
+    events = 0
+    simulated_ns = 0
+    violations = 0
+    started = time.perf_counter()
+    for seed in range(args.start, args.start + args.seeds):
+        result = run_scenario(Scenario.standard(seed=seed, duration_ns=int(args.duration * S)))
+        events += result.events_count
+        simulated_ns += result.simulated_ns
+        violations += len(result.violations)
+    wall = time.perf_counter() - started
+    print(json.dumps({
+        "benchmark": "sim",
+        "scenario": "3 bookies + 1 spare, E3 Qw3 Qa2, 2 writers, 1 tailing reader, faults on",
+        "seeds": args.seeds,
+        "simulated_seconds_per_seed": args.duration,
+        "wall_seconds": round(wall, 3),
+        "events": events,
+        "events_per_wall_second": round(events / wall),
+        "simulated_seconds_per_wall_second": round(simulated_ns / S / wall, 2),
+        "seeds_per_minute": round(args.seeds / wall * 60, 1),
+        "violations": violations,
+    }, indent=2))
+    return 0

@@ -1,0 +1,103 @@
+"""One simulated run: build the world from a seed, run faults then heal, check the history.
+
+Phases: safety (faults everywhere for `duration`), then heal (every bookie restarts, partitions
+and outages end) and verify (recover and read back every ledger). In liveness mode the healed
+cluster must also finish every operation and the verification within `settle_ns`.
+Exit codes follow the house style: 0 ok, 127 crash, 128 liveness failure, 129 violation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sim.checker import Violation, check
+from sim.history import History
+from sim.nemesis import Nemesis
+from sim.scenario import MS, S, Scenario
+from sim.workload import LedgerWorkload
+from sim.world import SimWorld
+
+EXIT_OK, EXIT_CRASH, EXIT_LIVENESS, EXIT_VIOLATION = 0, 127, 128, 129
+STEP_NS = 100 * MS
+
+
+@dataclass(slots=True)
+class RunResult:
+    scenario: Scenario
+    trace_hash: str
+    events_count: int
+    simulated_ns: int
+    wall_seconds: float
+    violations: list[Violation] = field(default_factory=list)
+    liveness_failures: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.violations:
+            return EXIT_VIOLATION
+        if self.liveness_failures:
+            return EXIT_LIVENESS
+        return EXIT_OK
+
+
+def replay_command(scenario: Scenario) -> str:
+    command = f"bk sim run --seed {scenario.seed} --duration {scenario.duration_ns / S:g}"
+    if scenario.faults != Scenario.draw(seed=scenario.seed).faults:
+        command += f" --faults {','.join(sorted(scenario.faults)) or 'none'}"
+    if scenario.is_liveness:
+        command += " --liveness"
+    return command
+
+
+def run_scenario(scenario: Scenario) -> RunResult:
+    started = time.perf_counter()
+    world = SimWorld(scenario=scenario)
+    for index in range(scenario.bookie_count):
+        world.add_bookie(f"bookie-{index}")
+    history = History()
+    workload = LedgerWorkload(world=world, history=history)
+    workload.start()
+    Nemesis(world=world, end_ns=scenario.duration_ns).start()
+    world.loop.run_until(scenario.duration_ns)
+
+    workload.stop_writing()
+    world.heal()
+    healed_at_ns = world.now_ns
+    # Let in-flight operations settle before reading everything back.
+    drain_deadline_ns = healed_at_ns + scenario.settle_ns // 2
+    while world.now_ns < drain_deadline_ns and any(a.outcome == "pending" for a in history.adds[-2000:]):
+        world.loop.run_until(world.now_ns + STEP_NS)
+    workload.start_verification()
+    deadline_ns = healed_at_ns + scenario.settle_ns
+    while not workload.is_verified and world.now_ns < deadline_ns:
+        world.loop.run_until(world.now_ns + STEP_NS)
+
+    result = RunResult(scenario=scenario, trace_hash=world.trace.hexdigest(),
+                       events_count=world.loop.events_run_count, simulated_ns=world.now_ns,
+                       wall_seconds=time.perf_counter() - started)
+    result.violations = check(history)
+    pending = [a for a in history.adds if a.outcome == "pending"]
+    if scenario.is_liveness:
+        if pending:
+            result.liveness_failures.append(f"{len(pending)} adds unresolved {scenario.settle_ns / S:g}s after healing")
+        if not workload.is_verified:
+            last = workload.verifier.failures[-1] if workload.verifier.failures else "no progress"
+            result.liveness_failures.append(f"read-back of every ledger unfinished after healing ({last})")
+    counts = world.counts
+    outcomes = {kind: sum(1 for a in history.adds if a.outcome == kind) for kind in ("ok", "unknown", "pending")}
+    result.summary = [
+        f"ledgers: {len(workload.ledgers)} created, {sum(i.is_deleted for i in workload.ledgers.values())} deleted; "
+        f"verified: {'yes' if workload.is_verified else 'no'}",
+        f"adds: {len(history.adds)} invoked, {outcomes['ok']} acknowledged, {outcomes['unknown']} failed "
+        f"(outcome unknown), {outcomes['pending']} unresolved",
+        f"reads: {len(history.reads)}; LAC observations: {len(history.lacs)}; closes seen: {len(history.closes)}",
+        f"faults: crashes={counts.crashes} restarts={counts.restarts} pauses={counts.pauses} "
+        f"disk_full_kills={counts.disk_full_kills} torn_tails={counts.journal_tails_repaired} "
+        f"refused_starts={counts.restart_refusals} metastore_losses={counts.metadata_connection_losses}",
+        f"network: {world.network.statistics()}",
+        f"events: {result.events_count} in {result.simulated_ns / S:.1f} simulated s, "
+        f"{result.wall_seconds:.2f} wall s",
+    ]
+    return result

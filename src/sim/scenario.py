@@ -1,0 +1,134 @@
+"""Scenario: the shape of one simulated run, drawn from its seed (swarm testing).
+
+One seed decides everything: the cluster (bookies, E/Qw/Qa), the workload's mix, and every
+fault knob. Different seeds stress different mixes; any of them can be replayed exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass, field
+
+from sim.options import DiskOptions, NetworkOptions
+
+MS = 1_000_000
+S = 1_000_000_000
+
+FAULT_KINDS = ("net", "partition", "crash", "pause", "disk", "metastore")
+
+
+@dataclass(frozen=True, slots=True)
+class MetastoreOptions:
+    """Latency of the metastore, windows when it is unreachable, and answers lost on the way
+    back (the op applied, the caller told CONNECTION_LOSS)."""
+
+    latency_min_ns: int = 200_000
+    latency_mean_ns: int = 500_000
+    outage_probability_per_second: float = 0.0
+    outage_duration_mean_ns: int = 0
+    response_loss_probability: float = 0.0
+    session_timeout_ns: int = 2 * S
+
+    @classmethod
+    def swarm(cls, rng: random.Random) -> MetastoreOptions:
+        return cls(outage_probability_per_second=rng.choice([0.0, 0.05, 0.2]),
+                   outage_duration_mean_ns=rng.choice([200 * MS, 1 * S, 3 * S]),
+                   response_loss_probability=rng.choice([0.0, 0.01, 0.05]))
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    seed: int
+    bookie_count: int = 4
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    writer_count: int = 2
+    tailing_reader_count: int = 1
+    recoverer_count: int = 2
+    adds_in_flight_max: int = 8
+    add_interval_mean_ns: int = 5 * MS
+    entries_per_ledger_max: int = 200
+    recovery_interval_mean_ns: int = 3 * S
+    concurrent_recovery_probability: float = 0.3
+    delete_probability: float = 0.1
+    duration_ns: int = 10 * S
+    settle_ns: int = 30 * S             # after healing: the bound for liveness
+    is_liveness: bool = False
+    faults: frozenset[str] = frozenset(FAULT_KINDS)
+    network: NetworkOptions = field(default_factory=NetworkOptions.none)
+    disk: DiskOptions = field(default_factory=DiskOptions.none)
+    metastore: MetastoreOptions = field(default_factory=MetastoreOptions)
+    crash_probability_per_second: float = 0.0
+    pause_probability_per_second: float = 0.0
+    restart_delay_mean_ns: int = 1 * S
+
+    @classmethod
+    def standard(cls, *, seed: int, duration_ns: int = 10 * S, faults=FAULT_KINDS,
+                 is_liveness: bool = False) -> Scenario:
+        """The benchmark's fixed shape: 3 bookies + a spare, E3 Qw3 Qa2, 2 writers, 1 tailing
+        reader; fault knobs still drawn from the seed."""
+        return cls.draw(seed=seed, duration_ns=duration_ns, faults=faults, is_liveness=is_liveness,
+                        is_shape_fixed=True)
+
+    @classmethod
+    def draw(cls, *, seed: int, duration_ns: int = 10 * S, faults=FAULT_KINDS,
+             is_liveness: bool = False, is_shape_fixed: bool = False) -> Scenario:
+        rng = random.Random(seed)
+        faults = frozenset(faults)
+        unknown = faults - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
+        shape: dict = {}
+        if not is_shape_fixed:
+            ack = rng.choice([1, 2, 2, 2, 3])
+            write = rng.choice([w for w in (1, 2, 3, 3, 4) if w >= ack])
+            ensemble = rng.choice([e for e in (2, 3, 3, 4, 5) if e >= write])
+            shape = dict(
+                bookie_count=ensemble + rng.choice([0, 1, 1, 2, 3]),
+                ensemble_size=ensemble, write_quorum_size=write, ack_quorum_size=ack,
+                writer_count=rng.choice([1, 2, 3]), tailing_reader_count=rng.choice([0, 1, 2]),
+                recoverer_count=rng.choice([1, 2]), adds_in_flight_max=rng.choice([1, 4, 16]),
+                add_interval_mean_ns=rng.choice([1 * MS, 5 * MS, 20 * MS]),
+                entries_per_ledger_max=rng.choice([20, 200, 2000]),
+                recovery_interval_mean_ns=rng.choice([1 * S, 3 * S, 8 * S]),
+                concurrent_recovery_probability=rng.choice([0.0, 0.3, 0.8]),
+                delete_probability=rng.choice([0.0, 0.1, 0.3]))
+        # Draw every knob whether or not its fault kind is on, so the other knobs of a seed do
+        # not shift when a kind is switched off.
+        network = NetworkOptions.swarm(rng)
+        disk = DiskOptions.swarm(rng)
+        metastore = MetastoreOptions.swarm(rng)
+        crash = rng.choice([0.0, 0.05, 0.2, 0.5])
+        pause = rng.choice([0.0, 0.05, 0.2])
+        restart_delay = rng.choice([200 * MS, 1 * S, 4 * S])
+        if "net" not in faults:
+            network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
+                                          reorder_probability=0.0)
+        if "partition" not in faults:
+            network = dataclasses.replace(network, partition_probability_per_second=0.0)
+        return cls(
+            seed=seed, duration_ns=duration_ns, is_liveness=is_liveness, faults=faults, **shape,
+            network=network,
+            disk=disk if "disk" in faults else DiskOptions.none(),
+            metastore=metastore if "metastore" in faults else MetastoreOptions(),
+            crash_probability_per_second=crash if "crash" in faults else 0.0,
+            pause_probability_per_second=pause if "pause" in faults else 0.0,
+            restart_delay_mean_ns=restart_delay)
+
+    def describe(self) -> list[str]:
+        return [
+            f"seed={self.seed} mode={'liveness' if self.is_liveness else 'safety'} "
+            f"duration={self.duration_ns / S:g}s faults={','.join(sorted(self.faults)) or 'none'}",
+            f"cluster: bookies={self.bookie_count} E={self.ensemble_size} Qw={self.write_quorum_size} "
+            f"Qa={self.ack_quorum_size}",
+            f"workload: writers={self.writer_count} tailing_readers={self.tailing_reader_count} "
+            f"recoverers={self.recoverer_count} adds_in_flight_max={self.adds_in_flight_max} "
+            f"add_interval_mean={self.add_interval_mean_ns / MS:g}ms entries_per_ledger_max={self.entries_per_ledger_max}",
+            f"network: {self.network}",
+            f"disk: {self.disk}",
+            f"metastore: {self.metastore}",
+            f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
+            f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms",
+        ]

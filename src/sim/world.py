@@ -1,0 +1,351 @@
+"""SimWorld: bookies, clients and the metastore as nodes of one deterministic event loop.
+
+The world performs the effects of the pure core the way a real deployment would, with faults:
+- Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
+  node that is down, or that restarted since the message left, is dropped (its connection broke);
+- JournalWrite: append to the bookie's SimDisk, fsync after a drawn latency, then on_persisted;
+  a full disk kills the bookie (as a journal I/O error does in BookKeeper);
+- MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
+  answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
+- crashes drop unsynced bytes (maybe tearing the last write), restarts replay the journal;
+  pauses hold every input of a node until it resumes.
+Every random choice comes from generators seeded from the run's seed, in a fixed order.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from bkcore.bookie.bookie import Bookie, BookieConfig
+from bkcore.bookie.journal import JournalCorrupted
+from bkcore.bookie.storage import MemoryLedgerStorage
+from bkcore.client.client import Client
+from bkcore.client.config import ClientConfig
+from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
+from bkcore.ledger.layout import LedgerLayout
+from bkcore.metaops import Create, MetaCode, MetaResult
+from metastore.memory import MemoryMetastore
+from sim.disk import DiskFull, SimDisk
+from sim.loop import EventLoop, TraceHasher
+from sim.network import SimNetwork
+from sim.scenario import Scenario
+
+JOURNAL_READ_ATTEMPT_COUNT_MAX = 5
+PUMP_ROUND_COUNT_MAX = 1_000
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    core: object = None
+    is_up: bool = True
+    incarnation: int = 0
+    paused_until_ns: int = 0
+    timer_handle: object = None
+    timer_at_ns: int | None = None
+
+
+@dataclass(slots=True)
+class _BookieNode(_Node):
+    disk: SimDisk | None = None
+    session_id: int | None = None
+    crash_count: int = 0
+    start_failure_count: int = 0
+
+
+@dataclass(slots=True)
+class _ClientNode(_Node):
+    on_completed: Callable[[str, Completed, int], None] | None = None
+
+
+@dataclass(slots=True)
+class WorldCounts:
+    messages_sent: int = 0
+    messages_dropped_down: int = 0
+    journal_writes: int = 0
+    metadata_calls: int = 0
+    metadata_connection_losses: int = 0
+    crashes: int = 0
+    restarts: int = 0
+    pauses: int = 0
+    disk_full_kills: int = 0
+    journal_tails_repaired: int = 0
+    restart_refusals: int = 0
+
+
+class SimWorld:
+    def __init__(self, *, scenario: Scenario, bookie_config: BookieConfig = BookieConfig(),
+                 client_config: ClientConfig = ClientConfig(), layout: LedgerLayout = LedgerLayout()) -> None:
+        self.scenario = scenario
+        self.loop = EventLoop()
+        self.trace = TraceHasher()
+        seeds = random.Random(scenario.seed)
+        # Sub-seeds in a fixed order: adding a component later must not shift the others.
+        self.rng = random.Random(seeds.getrandbits(64))
+        self.network = SimNetwork(rng=random.Random(seeds.getrandbits(64)), options=scenario.network)
+        self._metastore_rng = random.Random(seeds.getrandbits(64))
+        self._disk_seed = seeds.getrandbits(64)
+        self._client_seed = seeds.getrandbits(64)
+        self.workload_rng = random.Random(seeds.getrandbits(64))
+        self.metastore = MemoryMetastore()
+        self.metastore_down_until_ns = 0
+        self.layout = layout
+        self.bookie_config = bookie_config
+        self.client_config = client_config
+        self.bookies: dict[str, _BookieNode] = {}
+        self.clients: dict[str, _ClientNode] = {}
+        self.counts = WorldCounts()
+        self.faults_enabled = True
+        # Scenario tests drop chosen messages: filter(source, destination, message) -> deliver?
+        self.message_filter: Callable[[str, str, object], bool] | None = None
+
+    @property
+    def now_ns(self) -> int:
+        return self.loop.now_ns
+
+    # -- building the cluster -------------------------------------------------------------
+
+    def add_bookie(self, bookie_id: str) -> None:
+        disk_rng = random.Random(self._disk_seed ^ (len(self.bookies) + 1) * 0x9E3779B97F4A7C15)
+        node = _BookieNode(name=bookie_id, disk=SimDisk(rng=disk_rng, options=self.scenario.disk))
+        self.bookies[bookie_id] = node
+        self._start_bookie(node)
+
+    def add_client(self, client_id: str, on_completed: Callable[[str, Completed, int], None]) -> Client:
+        rng = random.Random(self._client_seed ^ (len(self.clients) + 1) * 0x9E3779B97F4A7C15)
+        client = Client(client_id=client_id, rng=rng, config=self.client_config, layout=self.layout)
+        self.clients[client_id] = _ClientNode(name=client_id, core=client, on_completed=on_completed)
+        return client
+
+    def client_did_something(self, client_id: str) -> None:
+        """The workload called into a client directly: perform what it asked for."""
+        self._pump(self.clients[client_id])
+
+    # -- bookie lifecycle -----------------------------------------------------------------
+
+    def _read_journal(self, node: _BookieNode) -> bytes:
+        """Read until two reads agree: a flipped bit is a read error, not what the disk holds."""
+        previous = node.disk.read_all()
+        for _ in range(JOURNAL_READ_ATTEMPT_COUNT_MAX):
+            current = node.disk.read_all()
+            if current == previous:
+                return current
+            previous = current
+        return previous
+
+    def _start_bookie(self, node: _BookieNode) -> None:
+        core = Bookie(bookie_id=node.name, config=self.bookie_config, storage=MemoryLedgerStorage())
+        try:
+            report = core.replay_journal(self._read_journal(node))
+        except JournalCorrupted:
+            # A bookie refuses to start on a corrupt journal; an operator would look. The sim
+            # retries later, as the corruption it models is a read error.
+            self.counts.restart_refusals += 1
+            node.start_failure_count += 1
+            self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
+            return
+        if report.tail_problem is not None:
+            self.counts.journal_tails_repaired += 1
+        node.core = core
+        node.is_up = True
+        node.incarnation += 1
+        if node.session_id is not None:
+            self.metastore.expire_session(node.session_id)
+        node.session_id = self.metastore.open_session()
+        self.metastore.apply(Create(self.layout.bookie_path(node.name), is_ephemeral=True), session_id=node.session_id)
+        self.trace.record(self.now_ns, "start", node.name, node.incarnation)
+
+    def crash_bookie(self, bookie_id: str, *, restart_after_ns: int | None) -> None:
+        node = self.bookies[bookie_id]
+        if not node.is_up:
+            return
+        node.is_up = False
+        node.core = None
+        node.incarnation += 1
+        node.crash_count += 1
+        self.counts.crashes += 1
+        self._cancel_timer(node)
+        node.disk.crash()
+        session_id = node.session_id
+        self.loop.call_later(self.scenario.metastore.session_timeout_ns, self._expire_session, node.name, session_id)
+        self.trace.record(self.now_ns, "crash", bookie_id)
+        if restart_after_ns is not None:
+            self.loop.call_later(restart_after_ns, self._restart_bookie, bookie_id)
+
+    def _expire_session(self, bookie_id: str, session_id: int | None) -> None:
+        node = self.bookies[bookie_id]
+        if session_id is not None and node.session_id == session_id:
+            self.metastore.expire_session(session_id)
+            node.session_id = None
+
+    def _restart_bookie(self, bookie_id: str) -> None:
+        node = self.bookies[bookie_id]
+        if node.is_up and node.core is not None:
+            return
+        self.counts.restarts += 1
+        self._start_bookie(node)
+
+    def pause_node(self, name: str, duration_ns: int) -> None:
+        node = self.bookies.get(name) or self.clients[name]
+        node.paused_until_ns = max(node.paused_until_ns, self.now_ns + duration_ns)
+        self.counts.pauses += 1
+        self.trace.record(self.now_ns, "pause", name, duration_ns)
+
+    def heal(self) -> None:
+        """End every fault: partitions heal, the metastore comes back, dead bookies restart."""
+        self.faults_enabled = False
+        self.network.heal()
+        self.metastore_down_until_ns = 0
+        for name in sorted(self.bookies):
+            node = self.bookies[name]
+            node.paused_until_ns = 0
+            if not node.is_up:
+                self._restart_bookie(name)
+
+    # -- inputs ---------------------------------------------------------------------------
+
+    def _deliver(self, destination: str, source: str, message: object, incarnation: int) -> None:
+        node = self.bookies.get(destination) or self.clients.get(destination)
+        if node is None or not node.is_up or node.incarnation != incarnation:
+            # The connection to a dead or restarted process is refused or reset: a client hears
+            # of it (TCP tells it); a bookie's answer to a client that is gone is just lost.
+            self.counts.messages_dropped_down += 1
+            sender = self.clients.get(source)
+            if sender is not None and sender.paused_until_ns <= self.now_ns:
+                self.trace.record(self.now_ns, "refused", source, destination)
+                sender.core.on_send_failed(message, destination=destination, now_ns=self.now_ns)
+                self._pump(sender)
+            return
+        if node.paused_until_ns > self.now_ns:
+            self.loop.call_at(node.paused_until_ns, self._deliver, destination, source, message, incarnation)
+            return
+        self.trace.record(self.now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
+        node.core.receive(message, source=source, now_ns=self.now_ns)
+        self._pump(node)
+
+    def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
+        node = self.bookies[bookie_id]
+        if not node.is_up or node.incarnation != incarnation:
+            return
+        if node.paused_until_ns > self.now_ns:
+            self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
+            return
+        node.disk.sync()
+        self.trace.record(self.now_ns, "synced", bookie_id, token)
+        node.core.on_persisted(token, self.now_ns)
+        self._pump(node)
+
+    def _on_timer(self, node: _Node, incarnation: int) -> None:
+        node.timer_handle = None
+        node.timer_at_ns = None
+        if not node.is_up or node.incarnation != incarnation:
+            return
+        if node.paused_until_ns > self.now_ns:
+            self._arm_timer_at(node, node.paused_until_ns)
+            return
+        node.core.on_timer(self.now_ns)
+        self._pump(node)
+
+    def _metadata_result(self, client_id: str, token: int, result: MetaResult) -> None:
+        node = self.clients[client_id]
+        if node.paused_until_ns > self.now_ns:
+            self.loop.call_at(node.paused_until_ns, self._metadata_result, client_id, token, result)
+            return
+        self.trace.record(self.now_ns, "meta", client_id, token, int(result.code))
+        node.core.on_metadata_result(token, result, now_ns=self.now_ns)
+        self._pump(node)
+
+    # -- effects --------------------------------------------------------------------------
+
+    def _pump(self, node: _Node) -> None:
+        for _ in range(PUMP_ROUND_COUNT_MAX):
+            if node.core is None:
+                return
+            effects = node.core.take_effects()
+            if not effects:
+                break
+            for effect in effects:
+                self._perform(node, effect)
+        else:
+            raise AssertionError(f"{node.name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
+        if node.core is not None:
+            self._arm_timer(node)
+
+    def _perform(self, node: _Node, effect: object) -> None:
+        now_ns = self.now_ns
+        if isinstance(effect, Send):
+            self.counts.messages_sent += 1
+            target = self.bookies.get(effect.destination) or self.clients.get(effect.destination)
+            if target is None:
+                return
+            if self.message_filter is not None and not self.message_filter(node.name, effect.destination, effect.message):
+                return
+            for delay_ns in self.network.delivery_delays_ns(source=node.name, destination=effect.destination,
+                                                            now_ns=now_ns):
+                self.loop.call_at(now_ns + delay_ns, self._deliver, effect.destination, node.name,
+                                  effect.message, target.incarnation)
+        elif isinstance(effect, JournalWrite):
+            self.counts.journal_writes += 1
+            try:
+                write_ns = node.disk.append(effect.data)
+            except DiskFull:
+                self.counts.disk_full_kills += 1
+                self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
+                return
+            self.loop.call_at(now_ns + write_ns + node.disk.sync_latency_ns(), self._on_persisted,
+                              node.name, effect.token, node.incarnation)
+        elif isinstance(effect, MetadataCall):
+            self._call_metastore(node.name, effect)
+        elif isinstance(effect, Completed):
+            node.on_completed(node.name, effect, now_ns)
+        else:
+            raise AssertionError(f"unknown effect {effect!r}")
+
+    def _metastore_latency_ns(self) -> int:
+        options = self.scenario.metastore
+        extra = options.latency_mean_ns - options.latency_min_ns
+        return options.latency_min_ns + (int(self._metastore_rng.expovariate(1 / extra)) if extra > 0 else 0)
+
+    def _call_metastore(self, client_id: str, call: MetadataCall) -> None:
+        self.counts.metadata_calls += 1
+        if self.metastore_down_until_ns > self.now_ns:
+            self._answer_lost(client_id, call.token, self.metastore_down_until_ns - self.now_ns)
+            return
+        self.loop.call_later(self._metastore_latency_ns(), self._apply_metadata, client_id, call)
+
+    def _apply_metadata(self, client_id: str, call: MetadataCall) -> None:
+        if self.metastore_down_until_ns > self.now_ns:
+            self._answer_lost(client_id, call.token, 0)
+            return
+        result = self.metastore.apply(call.op)
+        if self.faults_enabled and self._metastore_rng.random() < self.scenario.metastore.response_loss_probability:
+            self._answer_lost(client_id, call.token, self._metastore_latency_ns())
+            return
+        self.loop.call_later(self._metastore_latency_ns(), self._metadata_result, client_id, call.token, result)
+
+    def _answer_lost(self, client_id: str, token: int, delay_ns: int) -> None:
+        self.counts.metadata_connection_losses += 1
+        self.loop.call_later(max(delay_ns, self.scenario.metastore.latency_min_ns), self._metadata_result,
+                             client_id, token, MetaResult(MetaCode.CONNECTION_LOSS))
+
+    # -- timers ---------------------------------------------------------------------------
+
+    def _arm_timer(self, node: _Node) -> None:
+        deadline_ns = node.core.next_deadline_ns()
+        if deadline_ns is None:
+            self._cancel_timer(node)
+        elif deadline_ns != node.timer_at_ns:
+            self._arm_timer_at(node, deadline_ns)
+
+    def _arm_timer_at(self, node: _Node, at_ns: int) -> None:
+        self._cancel_timer(node)
+        node.timer_at_ns = at_ns
+        node.timer_handle = self.loop.call_at(max(at_ns, self.now_ns), self._on_timer, node, node.incarnation)
+
+    def _cancel_timer(self, node: _Node) -> None:
+        if node.timer_handle is not None:
+            self.loop.cancel(node.timer_handle)
+        node.timer_handle = None
+        node.timer_at_ns = None
