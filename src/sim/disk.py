@@ -78,6 +78,12 @@ class SimDisk:
         del self._data[self._durable_size + kept:]
         self._durable_size = len(self._data)
 
+    def truncate(self, size: int) -> None:
+        """Cut the file to `size` bytes, durably (a repair after a torn tail)."""
+        assert 0 <= size <= len(self._data)
+        del self._data[size:]
+        self._durable_size = min(self._durable_size, size)
+
     def read_all(self) -> bytes:
         data = bytes(self._data)
         if data and self.options.bit_flip_probability and self.rng.random() < self.options.bit_flip_probability:

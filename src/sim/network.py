@@ -3,6 +3,7 @@ partitions (symmetric or one-way) that heal by themselves or when heal() is call
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -78,8 +79,13 @@ class SimNetwork:
         self._partitions.append(_Partition(frozenset(side_a), frozenset(side_b), is_one_way, until_ns))
         self._partition_count += 1
 
-    def heal(self) -> None:
+    def heal(self, *, end_random_faults: bool = False) -> None:
+        """End every partition; with end_random_faults also stop losing, duplicating and
+        reordering messages and starting new partitions (latency stays)."""
         self._partitions.clear()
+        if end_random_faults:
+            self.options = dataclasses.replace(self.options, loss_probability=0.0, duplicate_probability=0.0,
+                                               reorder_probability=0.0, partition_probability_per_second=0.0)
 
     def maybe_start_random_partition(self, *, nodes: list[str], now_ns: int, interval_ns: int) -> bool:
         options = self.options

@@ -51,9 +51,13 @@ def replay_command(scenario: Scenario) -> str:
     return command
 
 
+def _has_pending_adds(history: History) -> bool:
+    return any(a.outcome == "pending" for a in history.adds)
+
+
 def run_scenario(scenario: Scenario) -> RunResult:
     started = time.perf_counter()
-    world = SimWorld(scenario=scenario)
+    world = SimWorld(scenario=scenario, client_config=scenario.client_config())
     for index in range(scenario.bookie_count):
         world.add_bookie(f"bookie-{index}")
     history = History()
@@ -67,11 +71,11 @@ def run_scenario(scenario: Scenario) -> RunResult:
     healed_at_ns = world.now_ns
     # Let in-flight operations settle before reading everything back.
     drain_deadline_ns = healed_at_ns + scenario.settle_ns // 2
-    while world.now_ns < drain_deadline_ns and any(a.outcome == "pending" for a in history.adds[-2000:]):
+    while world.now_ns < drain_deadline_ns and _has_pending_adds(history):
         world.loop.run_until(world.now_ns + STEP_NS)
     workload.start_verification()
     deadline_ns = healed_at_ns + scenario.settle_ns
-    while not workload.is_verified and world.now_ns < deadline_ns:
+    while world.now_ns < deadline_ns and not (workload.is_verified and not _has_pending_adds(history)):
         world.loop.run_until(world.now_ns + STEP_NS)
 
     result = RunResult(scenario=scenario, trace_hash=world.trace.hexdigest(),

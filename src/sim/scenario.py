@@ -10,6 +10,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
+from bkcore.client.config import ClientConfig
 from sim.options import DiskOptions, NetworkOptions
 
 MS = 1_000_000
@@ -29,6 +30,9 @@ class MetastoreOptions:
     outage_duration_mean_ns: int = 0
     response_loss_probability: float = 0.0
     session_timeout_ns: int = 2 * S
+    # A caller learns of an unreachable metastore within this long (ZooKeeper's client reports
+    # connection loss well before the session expires).
+    connection_timeout_ns: int = 500 * MS
 
     @classmethod
     def swarm(cls, rng: random.Random) -> MetastoreOptions:
@@ -63,6 +67,14 @@ class Scenario:
     crash_probability_per_second: float = 0.0
     pause_probability_per_second: float = 0.0
     restart_delay_mean_ns: int = 1 * S
+    # Client timeouts are a deployment's choice; seeds draw them so short ones get exercised.
+    request_timeout_ns: int = 1 * S
+
+    def client_config(self) -> ClientConfig:
+        return ClientConfig(add_entry_timeout_ns=self.request_timeout_ns,
+                            read_entry_timeout_ns=self.request_timeout_ns,
+                            speculative_read_timeout_ns=max(self.request_timeout_ns // 4, 1 * MS),
+                            explicit_lac_interval_ns=200 * MS)
 
     @classmethod
     def standard(cls, *, seed: int, duration_ns: int = 10 * S, faults=FAULT_KINDS,
@@ -103,6 +115,7 @@ class Scenario:
         crash = rng.choice([0.0, 0.05, 0.2, 0.5])
         pause = rng.choice([0.0, 0.05, 0.2])
         restart_delay = rng.choice([200 * MS, 1 * S, 4 * S])
+        request_timeout = rng.choice([250 * MS, 1 * S, 1 * S, 5 * S])
         if "net" not in faults:
             network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
                                           reorder_probability=0.0)
@@ -115,7 +128,7 @@ class Scenario:
             metastore=metastore if "metastore" in faults else MetastoreOptions(),
             crash_probability_per_second=crash if "crash" in faults else 0.0,
             pause_probability_per_second=pause if "pause" in faults else 0.0,
-            restart_delay_mean_ns=restart_delay)
+            restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout)
 
     def describe(self) -> list[str]:
         return [
@@ -130,5 +143,6 @@ class Scenario:
             f"disk: {self.disk}",
             f"metastore: {self.metastore}",
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
-            f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms",
+            f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "
+            f"client_request_timeout={self.request_timeout_ns / MS:g}ms",
         ]

@@ -147,7 +147,10 @@ class SimWorld:
             self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
             return
         if report.tail_problem is not None:
+            # Cut the torn tail off before appending: records written after it would turn a
+            # torn tail into corruption in the middle (a real bookie starts a new journal file).
             self.counts.journal_tails_repaired += 1
+            node.disk.truncate(report.valid_size)
         node.core = core
         node.is_up = True
         node.incarnation += 1
@@ -196,7 +199,7 @@ class SimWorld:
     def heal(self) -> None:
         """End every fault: partitions heal, the metastore comes back, dead bookies restart."""
         self.faults_enabled = False
-        self.network.heal()
+        self.network.heal(end_random_faults=True)
         self.metastore_down_until_ns = 0
         for name in sorted(self.bookies):
             node = self.bookies[name]
@@ -311,7 +314,8 @@ class SimWorld:
     def _call_metastore(self, client_id: str, call: MetadataCall) -> None:
         self.counts.metadata_calls += 1
         if self.metastore_down_until_ns > self.now_ns:
-            self._answer_lost(client_id, call.token, self.metastore_down_until_ns - self.now_ns)
+            self._answer_lost(client_id, call.token, min(self.metastore_down_until_ns - self.now_ns,
+                                                         self.scenario.metastore.connection_timeout_ns))
             return
         self.loop.call_later(self._metastore_latency_ns(), self._apply_metadata, client_id, call)
 
