@@ -9,7 +9,10 @@
 5. lac-backwards  the LAC one process observes for a ledger never goes down;
 6. close-changed  every observation of a closed ledger agrees on its last entry id and length;
 7. read-past-close an entry some reader saw lies within the closed range (if it was seen, every
-                  later reader must see it).
+                  later reader must see it);
+8. replica-divergent  at the end, every bookie copy of an entry in a closed ledger is identical;
+9. under-replicated   ...and at least Qa bookies of its write set hold it (acknowledged means
+                  durable on Qa bookies, and recovery rewrites what it keeps to Qa bookies).
 """
 
 from __future__ import annotations
@@ -76,6 +79,16 @@ def check(history: History) -> list[Violation]:
         if read.ledger_id in closed and read.entry_id > closed[read.ledger_id][0]:
             found.append(Violation("read-past-close", read.ledger_id, f"entry {read.entry_id} was read by {read.process} "
                                                                       f"but the ledger closed at {closed[read.ledger_id][0]}"))
+
+    for replica in history.replicas:
+        held = [(bookie, body) for bookie, body in replica.copies if body is not None]
+        if len({body for _, body in held}) > 1:
+            found.append(Violation("replica-divergent", replica.ledger_id,
+                                   f"entry {replica.entry_id} differs between {[b for b, _ in held]}"))
+        if len(held) < replica.ack_quorum_size:
+            found.append(Violation("under-replicated", replica.ledger_id,
+                                   f"entry {replica.entry_id} held by {len(held)} of {replica.copies and [b for b, _ in replica.copies]}, "
+                                   f"ack quorum {replica.ack_quorum_size}"))
 
     highest_lac: dict[tuple[str, int], int] = {}
     for record in history.lacs:

@@ -47,12 +47,23 @@ class CloseRecord:
     at_ns: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaRecord:
+    """What the bookies of one entry's write set hold at the end (None: that bookie has no copy)."""
+
+    ledger_id: int
+    entry_id: int
+    ack_quorum_size: int
+    copies: tuple[tuple[str, bytes | None], ...]
+
+
 @dataclass(slots=True)
 class History:
     adds: list[AddRecord] = field(default_factory=list)
     reads: list[ReadRecord] = field(default_factory=list)
     lacs: list[LacRecord] = field(default_factory=list)
     closes: list[CloseRecord] = field(default_factory=list)
+    replicas: list[ReplicaRecord] = field(default_factory=list)
 
     def add_invoked(self, *, process: str, ledger_id: int, entry_id: int, payload: bytes, now_ns: int) -> int:
         self.adds.append(AddRecord(process, ledger_id, entry_id, payload, now_ns))
@@ -77,6 +88,10 @@ class History:
 
     def closed_seen(self, *, process: str, ledger_id: int, last_entry_id: int, length: int, now_ns: int) -> None:
         self.closes.append(CloseRecord(process, ledger_id, last_entry_id, length, now_ns))
+
+    def replicas_seen(self, *, ledger_id: int, entry_id: int, ack_quorum_size: int,
+                      copies: tuple[tuple[str, bytes | None], ...]) -> None:
+        self.replicas.append(ReplicaRecord(ledger_id, entry_id, ack_quorum_size, copies))
 
     def acked_count(self) -> int:
         return sum(1 for a in self.adds if a.outcome == "ok")

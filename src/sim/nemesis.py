@@ -39,6 +39,9 @@ class Nemesis:
                 world.crash_bookie(bookie_id, restart_after_ns=delay_ns)
             elif self._chance(scenario.pause_probability_per_second):
                 world.pause_node(bookie_id, int(self.rng.expovariate(1 / PAUSE_DURATION_MEAN_NS)))
+        for client_id in sorted(world.clients):
+            if self._chance(scenario.pause_probability_per_second / 2):
+                world.pause_node(client_id, int(self.rng.expovariate(1 / PAUSE_DURATION_MEAN_NS)))
         nodes = sorted(world.bookies) + sorted(world.clients)
         world.network.maybe_start_random_partition(nodes=nodes, now_ns=now_ns, interval_ns=TICK_NS)
         metastore = scenario.metastore

@@ -11,6 +11,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from bkcore.ledger.metadata import LedgerMetadata
+from bkcore.ledger.schedule import write_set
+from bkcore.metaops import Get, MetaCode
 from sim.checker import Violation, check
 from sim.history import History
 from sim.nemesis import Nemesis
@@ -55,6 +58,32 @@ def _has_pending_adds(history: History) -> bool:
     return any(a.outcome == "pending" for a in history.adds)
 
 
+def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History) -> None:
+    """Look at what every bookie holds for every closed ledger (read-only views)."""
+    for ledger_id, info in sorted(workload.ledgers.items()):
+        if info.is_deleted:
+            continue
+        result = world.metastore.apply(Get(world.layout.ledger_path(ledger_id)))
+        if result.code is not MetaCode.OK:
+            continue
+        metadata = LedgerMetadata.from_bytes(result.data, version=result.version)
+        if not metadata.is_closed:
+            continue
+        for entry_id in range(metadata.last_entry_id + 1):
+            ensemble = metadata.ensemble_for(entry_id)
+            copies = []
+            for position in write_set(entry_id, ensemble_size=metadata.ensemble_size,
+                                      write_quorum_size=metadata.write_quorum_size):
+                bookie = ensemble[position]
+                node = world.bookies[bookie]
+                if node.core is None:
+                    break   # a bookie still down: what it holds is unknown, judge nothing
+                copies.append((bookie, node.core.storage.get_entry(ledger_id, entry_id)))
+            else:
+                history.replicas_seen(ledger_id=ledger_id, entry_id=entry_id,
+                                  ack_quorum_size=metadata.ack_quorum_size, copies=tuple(copies))
+
+
 def run_scenario(scenario: Scenario) -> RunResult:
     started = time.perf_counter()
     world = SimWorld(scenario=scenario, client_config=scenario.client_config())
@@ -81,6 +110,8 @@ def run_scenario(scenario: Scenario) -> RunResult:
     result = RunResult(scenario=scenario, trace_hash=world.trace.hexdigest(),
                        events_count=world.loop.events_run_count, simulated_ns=world.now_ns,
                        wall_seconds=time.perf_counter() - started)
+    if workload.is_verified:
+        _record_replicas(world, workload, history)
     result.violations = check(history)
     pending = [a for a in history.adds if a.outcome == "pending"]
     if scenario.is_liveness:

@@ -32,8 +32,9 @@ from sim.loop import EventLoop, TraceHasher
 from sim.network import SimNetwork
 from sim.scenario import Scenario
 
-JOURNAL_READ_ATTEMPT_COUNT_MAX = 5
+JOURNAL_READ_ATTEMPT_COUNT_MAX = 64
 PUMP_ROUND_COUNT_MAX = 1_000
+HEALED_RESTART_RETRY_NS = 100_000_000
 
 
 @dataclass(slots=True)
@@ -144,7 +145,8 @@ class SimWorld:
             # retries later, as the corruption it models is a read error.
             self.counts.restart_refusals += 1
             node.start_failure_count += 1
-            self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
+            retry_ns = self.scenario.restart_delay_mean_ns if self.faults_enabled else HEALED_RESTART_RETRY_NS
+            self.loop.call_later(retry_ns, self._restart_bookie, node.name)
             return
         if report.tail_problem is not None:
             # Cut the torn tail off before appending: records written after it would turn a

@@ -92,3 +92,12 @@ def test_read_past_close():
     history.read_ok(process="r", ledger_id=1, entry_id=1, payload=b"p", now_ns=2)
     history.closed_seen(process="q", ledger_id=1, last_entry_id=0, length=1, now_ns=3)
     assert rules(history) == {"read-past-close"}
+
+
+def test_replicas_must_agree_and_reach_the_ack_quorum():
+    history = History()
+    history.replicas_seen(ledger_id=1, entry_id=0, ack_quorum_size=2, copies=(("a", b"x"), ("b", b"x"), ("c", None)))
+    assert check(history) == []
+    history.replicas_seen(ledger_id=1, entry_id=1, ack_quorum_size=2, copies=(("a", b"x"), ("b", b"y")))
+    history.replicas_seen(ledger_id=1, entry_id=2, ack_quorum_size=2, copies=(("a", b"x"), ("b", None)))
+    assert rules(history) == {"replica-divergent", "under-replicated"}
