@@ -36,6 +36,11 @@ class EventLoop:
         heapq.heappush(self._heap, (at_ns, self._sequence_no, handle, callback, args))
         return handle
 
+    def post_at(self, at_ns: int, callback: Callable, *args) -> None:
+        """call_at for events nobody will cancel (most of them): no handle to allocate."""
+        self._sequence_no += 1
+        heapq.heappush(self._heap, (at_ns, self._sequence_no, None, callback, args))
+
     def call_later(self, delay_ns: int, callback: Callable, *args) -> _Handle:
         return self.call_at(self.now_ns + max(0, delay_ns), callback, *args)
 
@@ -49,7 +54,7 @@ class EventLoop:
         count = 0
         while heap and heap[0][0] <= end_ns:
             at_ns, _, handle, callback, args = heapq.heappop(heap)
-            if handle.is_cancelled:
+            if handle is not None and handle.is_cancelled:
                 continue
             self.now_ns = at_ns
             callback(*args)
@@ -63,7 +68,7 @@ class EventLoop:
         count = 0
         while heap and count < event_count_max:
             at_ns, _, handle, callback, args = heapq.heappop(heap)
-            if handle.is_cancelled:
+            if handle is not None and handle.is_cancelled:
                 continue
             self.now_ns = at_ns
             callback(*args)

@@ -8,11 +8,56 @@ run's final heal restarts them all.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.scenario import MS
 from sim.world import SimWorld
 
 TICK_NS = 100 * MS
 PAUSE_DURATION_MEAN_NS = 1_500 * MS
+
+
+@dataclass(frozen=True, slots=True)
+class FaultStep:
+    """One scheduled fault: at `at_ns`, do `action` to `target` for `duration_ns`.
+    Actions: crash (restart after duration), pause, isolate (partition the target from every
+    other node), cut (one-way: the target hears nobody), metastore-down."""
+
+    at_ns: int
+    action: str
+    target: int            # index into the sorted bookie list (ignored by metastore-down)
+    duration_ns: int
+
+
+SCHEDULED_ACTIONS = ("crash", "pause", "isolate", "cut", "metastore-down")
+
+
+def apply_schedule(world: SimWorld, steps: list[FaultStep]) -> None:
+    """Schedule explicit faults (hypothesis generates these; failures shrink to a few steps)."""
+    for step in steps:
+        assert step.action in SCHEDULED_ACTIONS, step.action
+        world.loop.call_at(step.at_ns, _apply_step, world, step)
+
+
+def _apply_step(world: SimWorld, step: FaultStep) -> None:
+    if not world.faults_enabled:
+        return
+    bookies = sorted(world.bookies)
+    target = bookies[step.target % len(bookies)]
+    now_ns = world.now_ns
+    world.trace.record(now_ns, "step", step.action, target, step.duration_ns)
+    if step.action == "crash":
+        world.crash_bookie(target, restart_after_ns=step.duration_ns)
+    elif step.action == "pause":
+        world.pause_node(target, step.duration_ns)
+    elif step.action in ("isolate", "cut"):
+        others = set(world.nodes) - {target}
+        if step.action == "isolate":
+            world.network.partition({target}, others, until_ns=now_ns + step.duration_ns)
+        else:
+            world.network.partition(others, {target}, is_one_way=True, until_ns=now_ns + step.duration_ns)
+    else:
+        world.metastore_down_until_ns = max(world.metastore_down_until_ns, now_ns + step.duration_ns)
 
 
 class Nemesis:

@@ -16,7 +16,7 @@ from bkcore.ledger.schedule import write_set
 from bkcore.metaops import Get, MetaCode
 from sim.checker import Violation, check
 from sim.history import History
-from sim.nemesis import Nemesis
+from sim.nemesis import FaultStep, Nemesis, apply_schedule
 from sim.scenario import MS, S, Scenario
 from sim.workload import LedgerWorkload
 from sim.world import SimWorld
@@ -84,7 +84,7 @@ def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History
                                   ack_quorum_size=metadata.ack_quorum_size, copies=tuple(copies))
 
 
-def run_scenario(scenario: Scenario) -> RunResult:
+def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunResult:
     started = time.perf_counter()
     world = SimWorld(scenario=scenario, client_config=scenario.client_config())
     for index in range(scenario.bookie_count):
@@ -93,6 +93,7 @@ def run_scenario(scenario: Scenario) -> RunResult:
     workload = LedgerWorkload(world=world, history=history)
     workload.start()
     Nemesis(world=world, end_ns=scenario.duration_ns).start()
+    apply_schedule(world, list(schedule))
     world.loop.run_until(scenario.duration_ns)
 
     workload.stop_writing()

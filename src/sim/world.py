@@ -97,6 +97,7 @@ class SimWorld:
         self.client_config = client_config
         self.bookies: dict[str, _BookieNode] = {}
         self.clients: dict[str, _ClientNode] = {}
+        self.nodes: dict[str, _Node] = {}     # bookies and clients by name
         self.counts = WorldCounts()
         self.faults_enabled = True
         # Scenario tests drop chosen messages: filter(source, destination, message) -> deliver?
@@ -112,12 +113,14 @@ class SimWorld:
         disk_rng = random.Random(self._disk_seed ^ (len(self.bookies) + 1) * 0x9E3779B97F4A7C15)
         node = _BookieNode(name=bookie_id, disk=SimDisk(rng=disk_rng, options=self.scenario.disk))
         self.bookies[bookie_id] = node
+        self.nodes[bookie_id] = node
         self._start_bookie(node)
 
     def add_client(self, client_id: str, on_completed: Callable[[str, Completed, int], None]) -> Client:
         rng = random.Random(self._client_seed ^ (len(self.clients) + 1) * 0x9E3779B97F4A7C15)
         client = Client(client_id=client_id, rng=rng, config=self.client_config, layout=self.layout)
-        self.clients[client_id] = _ClientNode(name=client_id, core=client, on_completed=on_completed)
+        self.clients[client_id] = self.nodes[client_id] = _ClientNode(name=client_id, core=client,
+                                                                     on_completed=on_completed)
         return client
 
     def client_did_something(self, client_id: str) -> None:
@@ -193,7 +196,7 @@ class SimWorld:
         self._start_bookie(node)
 
     def pause_node(self, name: str, duration_ns: int) -> None:
-        node = self.bookies.get(name) or self.clients[name]
+        node = self.nodes[name]
         node.paused_until_ns = max(node.paused_until_ns, self.now_ns + duration_ns)
         self.counts.pauses += 1
         self.trace.record(self.now_ns, "pause", name, duration_ns)
@@ -212,34 +215,34 @@ class SimWorld:
     # -- inputs ---------------------------------------------------------------------------
 
     def _deliver(self, destination: str, source: str, message: object, incarnation: int) -> None:
-        node = self.bookies.get(destination) or self.clients.get(destination)
+        node = self.nodes.get(destination)
         if node is None or not node.is_up or node.incarnation != incarnation:
             # The connection to a dead or restarted process is refused or reset: a client hears
             # of it (TCP tells it); a bookie's answer to a client that is gone is just lost.
             self.counts.messages_dropped_down += 1
             sender = self.clients.get(source)
-            if sender is not None and sender.paused_until_ns <= self.now_ns:
-                self.trace.record(self.now_ns, "refused", source, destination)
-                sender.core.on_send_failed(message, destination=destination, now_ns=self.now_ns)
+            if sender is not None and sender.paused_until_ns <= self.loop.now_ns:
+                self.trace.record(self.loop.now_ns, "refused", source, destination)
+                sender.core.on_send_failed(message, destination=destination, now_ns=self.loop.now_ns)
                 self._pump(sender)
             return
-        if node.paused_until_ns > self.now_ns:
+        if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._deliver, destination, source, message, incarnation)
             return
-        self.trace.record(self.now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
-        node.core.receive(message, source=source, now_ns=self.now_ns)
+        self.trace.record(self.loop.now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
+        node.core.receive(message, source=source, now_ns=self.loop.now_ns)
         self._pump(node)
 
     def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
         node = self.bookies[bookie_id]
         if not node.is_up or node.incarnation != incarnation:
             return
-        if node.paused_until_ns > self.now_ns:
+        if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
             return
         node.disk.sync()
-        self.trace.record(self.now_ns, "synced", bookie_id, token)
-        node.core.on_persisted(token, self.now_ns)
+        self.trace.record(self.loop.now_ns, "synced", bookie_id, token)
+        node.core.on_persisted(token, self.loop.now_ns)
         self._pump(node)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
@@ -247,19 +250,19 @@ class SimWorld:
         node.timer_at_ns = None
         if not node.is_up or node.incarnation != incarnation:
             return
-        if node.paused_until_ns > self.now_ns:
+        if node.paused_until_ns > self.loop.now_ns:
             self._arm_timer_at(node, node.paused_until_ns)
             return
-        node.core.on_timer(self.now_ns)
+        node.core.on_timer(self.loop.now_ns)
         self._pump(node)
 
     def _metadata_result(self, client_id: str, token: int, result: MetaResult) -> None:
         node = self.clients[client_id]
-        if node.paused_until_ns > self.now_ns:
+        if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._metadata_result, client_id, token, result)
             return
-        self.trace.record(self.now_ns, "meta", client_id, token, int(result.code))
-        node.core.on_metadata_result(token, result, now_ns=self.now_ns)
+        self.trace.record(self.loop.now_ns, "meta", client_id, token, int(result.code))
+        node.core.on_metadata_result(token, result, now_ns=self.loop.now_ns)
         self._pump(node)
 
     # -- effects --------------------------------------------------------------------------
@@ -279,19 +282,20 @@ class SimWorld:
             self._arm_timer(node)
 
     def _perform(self, node: _Node, effect: object) -> None:
-        now_ns = self.now_ns
-        if isinstance(effect, Send):
+        now_ns = self.loop.now_ns
+        kind = type(effect)
+        if kind is Send:
             self.counts.messages_sent += 1
-            target = self.bookies.get(effect.destination) or self.clients.get(effect.destination)
+            target = self.nodes.get(effect.destination)
             if target is None:
                 return
             if self.message_filter is not None and not self.message_filter(node.name, effect.destination, effect.message):
                 return
             for delay_ns in self.network.delivery_delays_ns(source=node.name, destination=effect.destination,
                                                             now_ns=now_ns):
-                self.loop.call_at(now_ns + delay_ns, self._deliver, effect.destination, node.name,
+                self.loop.post_at(now_ns + delay_ns, self._deliver, effect.destination, node.name,
                                   effect.message, target.incarnation)
-        elif isinstance(effect, JournalWrite):
+        elif kind is JournalWrite:
             self.counts.journal_writes += 1
             try:
                 write_ns = node.disk.append(effect.data)
@@ -299,11 +303,11 @@ class SimWorld:
                 self.counts.disk_full_kills += 1
                 self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
                 return
-            self.loop.call_at(now_ns + write_ns + node.disk.sync_latency_ns(), self._on_persisted,
+            self.loop.post_at(now_ns + write_ns + node.disk.sync_latency_ns(), self._on_persisted,
                               node.name, effect.token, node.incarnation)
-        elif isinstance(effect, MetadataCall):
+        elif kind is MetadataCall:
             self._call_metastore(node.name, effect)
-        elif isinstance(effect, Completed):
+        elif kind is Completed:
             node.on_completed(node.name, effect, now_ns)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
@@ -315,14 +319,14 @@ class SimWorld:
 
     def _call_metastore(self, client_id: str, call: MetadataCall) -> None:
         self.counts.metadata_calls += 1
-        if self.metastore_down_until_ns > self.now_ns:
-            self._answer_lost(client_id, call.token, min(self.metastore_down_until_ns - self.now_ns,
+        if self.metastore_down_until_ns > self.loop.now_ns:
+            self._answer_lost(client_id, call.token, min(self.metastore_down_until_ns - self.loop.now_ns,
                                                          self.scenario.metastore.connection_timeout_ns))
             return
         self.loop.call_later(self._metastore_latency_ns(), self._apply_metadata, client_id, call)
 
     def _apply_metadata(self, client_id: str, call: MetadataCall) -> None:
-        if self.metastore_down_until_ns > self.now_ns:
+        if self.metastore_down_until_ns > self.loop.now_ns:
             self._answer_lost(client_id, call.token, 0)
             return
         result = self.metastore.apply(call.op)
