@@ -1,5 +1,6 @@
-"""SimNetwork: who hears whom, after how long. Latency, loss, duplication, reordering, and
-partitions (symmetric or one-way) that heal by themselves or when heal() is called."""
+"""SimNetwork: who hears whom, after how long. Latency (a minimum plus an exponential tail, scaled
+per link), loss, duplication, reordering, and partitions (symmetric or one-way) that heal by
+themselves or when heal() is called."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import random
 from dataclasses import dataclass
 
 from sim.options import NetworkOptions
+
+
+LINK_LATENCY_SCALES = (0.5, 1.0, 1.0, 2.0, 5.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +45,21 @@ class SimNetwork:
         self.rng = rng
         self.options = options
         self._partitions: list[_Partition] = []
+        # Each link gets its own latency scale, drawn from the rng when the link is first used
+        # (first use happens in a seed-determined order, so this stays deterministic).
+        self._link_scale: dict[tuple[str, str], float] = {}
         self._delivered = self._lost = self._duplicated = self._blocked = self._partition_count = 0
         extra = options.latency_mean_ns - options.latency_min_ns
         self._latency_rate = 1 / extra if extra > 0 else 0.0
 
-    def _latency_ns(self) -> int:
+    def _latency_ns(self, link: tuple[str, str]) -> int:
         options = self.options
+        scale = self._link_scale.get(link)
+        if scale is None:
+            scale = self._link_scale[link] = self.rng.choice(LINK_LATENCY_SCALES)
         latency = options.latency_min_ns
         if self._latency_rate:
-            latency += int(self.rng.expovariate(self._latency_rate))
+            latency += int(self.rng.expovariate(self._latency_rate) * scale)
         if options.reorder_probability and self.rng.random() < options.reorder_probability:
             latency += self.rng.randrange(options.reorder_delay_max_ns + 1)
         return latency
@@ -69,10 +79,11 @@ class SimNetwork:
             self._lost += 1
             return []
         self._delivered += 1
+        link = (source, destination)
         if options.duplicate_probability and self.rng.random() < options.duplicate_probability:
             self._duplicated += 1
-            return [self._latency_ns(), self._latency_ns()]
-        return [self._latency_ns()]
+            return [self._latency_ns(link), self._latency_ns(link)]
+        return [self._latency_ns(link)]
 
     def partition(self, side_a: set[str], side_b: set[str], *, is_one_way: bool = False,
                   until_ns: int | None = None) -> None:

@@ -7,7 +7,7 @@ import heapq
 from dataclasses import dataclass, field
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)   # identity: duplicated requests are distinct waiters
 class Waiter:
     request: object
     source: str
@@ -45,7 +45,8 @@ class LongPollWaiters:
             return []
         ready = [w for w in waiters if not w.is_done and (is_fenced or lac > w.request.previous_lac)]
         if ready:
-            kept = [w for w in waiters if not w.is_done and w not in ready]
+            ready_ids = {id(w) for w in ready}   # identity only, never ordering
+            kept = [w for w in waiters if not w.is_done and id(w) not in ready_ids]
             if kept:
                 self._by_ledger[ledger_id] = kept
             else:
