@@ -411,3 +411,25 @@ def test_delete_ledger():
     client = h.client()
     assert h.ok("client", lambda op: client.delete_ledger(op, writer.ledger_id, now_ns=h.now_ns)) == writer.ledger_id
     assert isinstance(h.open(writer.ledger_id).error, NoSuchLedger)
+
+
+def test_without_a_spare_the_writer_goes_on_while_the_ack_quorum_is_reachable():
+    # TestDelayEnsembleChange in spirit: with no bookie to replace a dead one, the writer keeps
+    # writing to the survivors as long as every write set still reaches Qa, and replaces the
+    # dead bookie once one registers.
+    h = Harness(bookie_count=4)
+    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+    spare = next(b for b in h.bookie_ids if b not in writer.metadata.last_ensemble)
+    h.crash(spare)
+    entries = payloads(20)
+    write_entries(h, writer, entries[:5])
+    victim = writer.metadata.last_ensemble[0]
+    h.crash(victim)
+    write_entries(h, writer, entries[5:15])
+    assert victim in writer.metadata.last_ensemble, "no spare: the ensemble cannot change yet"
+    h.restart(spare)
+    h.advance(3 * S)
+    write_entries(h, writer, entries[15:])
+    assert victim not in writer.metadata.last_ensemble and spare in writer.metadata.last_ensemble
+    h.close(writer)
+    assert read_all(h, h.open(writer.ledger_id).result) == entries
