@@ -27,6 +27,14 @@ class DiskStatistics:
     full_refusals: int
 
 
+def draw_sync_latency_ns(rng: random.Random, options: DiskOptions) -> int:
+    """How long one fsync takes: a minimum, an exponential tail, now and then a slow one."""
+    if options.slow_fsync_probability and rng.random() < options.slow_fsync_probability:
+        return options.slow_fsync_latency_ns
+    extra = options.fsync_latency_mean_ns - options.fsync_latency_min_ns
+    return options.fsync_latency_min_ns + (int(rng.expovariate(1 / extra)) if extra > 0 else 0)
+
+
 class SimDisk:
     def __init__(self, *, rng: random.Random, options: DiskOptions) -> None:
         self.rng = rng
@@ -58,11 +66,7 @@ class SimDisk:
         return options.write_latency_ns
 
     def sync_latency_ns(self) -> int:
-        options = self.options
-        if options.slow_fsync_probability and self.rng.random() < options.slow_fsync_probability:
-            return options.slow_fsync_latency_ns
-        extra = options.fsync_latency_mean_ns - options.fsync_latency_min_ns
-        return options.fsync_latency_min_ns + (int(self.rng.expovariate(1 / extra)) if extra > 0 else 0)
+        return draw_sync_latency_ns(self.rng, self.options)
 
     def sync(self) -> None:
         self._durable_size = len(self._data)

@@ -29,7 +29,7 @@ def test_empty_journal():
 
 
 def test_torn_length_header():
-    data = stream() + b"\x00\x00"
+    data = stream() + b"\x01\x02"
     result = scan_records(data)
     assert result.records == RECORDS and "header" in result.tail_problem
     assert result.valid_size == len(stream())
@@ -62,3 +62,20 @@ def test_any_truncation_replays_a_prefix(cut):
     result = scan_records(stream()[:cut])
     assert result.records == RECORDS[:len(result.records)]
     assert result.valid_size <= cut
+
+
+def test_zero_padding_is_the_end_of_data_not_a_problem():
+    result = scan_records(stream() + bytes(4096))
+    assert result.records == RECORDS and result.tail_problem is None
+    assert result.valid_size == len(stream())
+
+
+def test_torn_record_followed_by_padding_is_a_torn_tail():
+    torn = encode_record(EntryRecord(1, 2, b"x" * 100))[:30]
+    result = scan_records(stream() + torn + bytes(512))
+    assert result.records == RECORDS and result.tail_problem is not None
+
+
+def test_zero_length_followed_by_data_is_corruption():
+    with pytest.raises(JournalCorrupted):
+        scan_records(stream() + bytes(8) + stream())

@@ -7,7 +7,8 @@ Kinds: ENTRY (ledger, entry, packed body), MASTER_KEY (ledger, key), FENCE (ledg
 LAC (ledger, lac, packed LAC), FORCE (ledger).
 
 Scanning stops at a torn tail: a record whose length runs past the end, or a last record that
-fails its checksum (a crash in the middle of the final write). A bad record followed by more
+fails its checksum (a crash in the middle of the final write). Zero bytes to the end of the
+data are preallocated space. A bad record followed by more
 bytes is corruption, not a torn write: it raises JournalCorrupted naming the offset, and is
 never skipped silently.
 """
@@ -108,11 +109,19 @@ class ScanResult:
     tail_problem: str | None
 
 
+def _is_zero_from(data: bytes, offset: int) -> bool:
+    return data.count(0, offset) == len(data) - offset
+
+
 def scan_records(data: bytes, *, start_offset: int = 0) -> ScanResult:
+    """Records from start_offset on. Zero bytes to the end are preallocated space, not data;
+    a bad record followed only by zeros is a torn tail too."""
     records: list[JournalRecord] = []
     offset = start_offset
     end = len(data)
     while offset < end:
+        if _is_zero_from(data, offset):
+            return ScanResult(records, offset, None)
         if end - offset < RECORD_HEADER.size:
             return ScanResult(records, offset, f"torn record header at offset {offset} ({end - offset} bytes)")
         length, checksum = RECORD_HEADER.unpack_from(data, offset)
@@ -120,7 +129,7 @@ def scan_records(data: bytes, *, start_offset: int = 0) -> ScanResult:
         record_end = body_start + length
         if length > RECORD_SIZE_MAX:
             problem = f"record length {length} at offset {offset} exceeds {RECORD_SIZE_MAX}"
-            if record_end < end:
+            if record_end < end and not _is_zero_from(data, record_end):
                 raise JournalCorrupted(offset, problem)
             return ScanResult(records, offset, "torn tail: " + problem)
         if record_end > end:
@@ -132,7 +141,7 @@ def scan_records(data: bytes, *, start_offset: int = 0) -> ScanResult:
                 raise ValueError("checksum mismatch")
             record = _decode_payload(payload)
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            if record_end < end:
+            if record_end < end and not _is_zero_from(data, record_end):
                 raise JournalCorrupted(offset, str(exc)) from None
             return ScanResult(records, offset, f"torn last record at offset {offset}: {exc}")
         records.append(record)

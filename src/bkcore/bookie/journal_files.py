@@ -1,0 +1,199 @@
+"""Journal files: the bookie's write-ahead log on disk, its rolling, and the LastLogMark.
+
+Layout (after BookKeeper):
+  <journal dir>/<id hex>.txn   journal files; ids grow with time (the creation time in ms, or
+                               the previous id + 1 if the clock went back), so names sort by age
+  <ledger dir>/lastMark        LastLogMark = (journal id, position): everything journaled before
+                               it is in ledger storage; written atomically to every ledger dir
+
+Each journal file starts with a 16-byte header: magic b"BKJN", u32 format version, i64 id.
+Records follow (see journal.py). Zero bytes where a record length should be mean the end of
+written data (preallocated space), not corruption.
+
+On start the bookie replays from the smallest LastLogMark across ledger dirs: every journal file
+with an id >= the mark's, from the mark's position in the mark's own file. A torn tail at the
+end of a file is reported and tolerated (it was a crash in the middle of a write); a bad record
+followed by good data is corruption and stops the start with the file and offset. After replay
+the bookie writes into a new journal file, so a torn tail is never appended to.
+
+Journals older than the LastLogMark are deleted, keeping the newest journal_max_backups of them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from bkcore.bookie.fs import FileSystem, write_atomically
+from bkcore.bookie.journal import JournalCorrupted, JournalRecord, scan_records
+
+JOURNAL_MAGIC = b"BKJN"
+JOURNAL_FORMAT_VERSION = 1
+JOURNAL_HEADER = struct.Struct(">4sIq")
+LAST_MARK_NAME = "lastMark"
+LAST_MARK_FORMAT = struct.Struct(">qq")
+JOURNAL_SUFFIX = ".txn"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LogMark:
+    journal_id: int
+    position: int
+
+
+ZERO_MARK = LogMark(0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalConfig:
+    journal_dir: str = "journal"
+    ledger_dirs: tuple[str, ...] = ("ledgers",)
+    journal_max_size: int = 2048 * 1024 * 1024       # journalMaxSizeMB
+    journal_max_backups: int = 5                      # journalMaxBackups
+
+
+@dataclass(frozen=True, slots=True)
+class JournalReplay:
+    records: list[JournalRecord]
+    start_mark: LogMark
+    end_mark: LogMark
+    files_scanned: list[str]
+    tail_problems: list[str]
+
+
+class JournalStartError(Exception):
+    """The journal cannot be replayed; the message names the file, the offset and what to do."""
+
+
+def journal_name(journal_id: int) -> str:
+    return f"{journal_id:x}{JOURNAL_SUFFIX}"
+
+
+def journal_id_of(name: str) -> int | None:
+    if not name.endswith(JOURNAL_SUFFIX):
+        return None
+    try:
+        return int(name[:-len(JOURNAL_SUFFIX)], 16)
+    except ValueError:
+        return None
+
+
+class Journal:
+    """Synchronous journal over a FileSystem. The driver calls append() then sync() for each
+    group the Bookie emits (in a worker thread for real files) and checkpoints LastLogMarks."""
+
+    def __init__(self, *, fs: FileSystem, config: JournalConfig) -> None:
+        self.fs = fs
+        self.config = config
+        self.current_id: int | None = None
+        self.current_size = 0
+        self._unsynced_ids: list[int] = []
+
+    # -- paths ----------------------------------------------------------------------------
+
+    def _journal_path(self, journal_id: int) -> str:
+        return f"{self.config.journal_dir}/{journal_name(journal_id)}"
+
+    def journal_ids(self) -> list[int]:
+        ids = [journal_id_of(name) for name in self.fs.list_dir(self.config.journal_dir)]
+        return sorted(i for i in ids if i is not None)
+
+    # -- LastLogMark ----------------------------------------------------------------------
+
+    def read_last_marks(self) -> list[LogMark]:
+        marks = []
+        for ledger_dir in self.config.ledger_dirs:
+            path = f"{ledger_dir}/{LAST_MARK_NAME}"
+            if not self.fs.exists(path):
+                marks.append(ZERO_MARK)
+                continue
+            data = self.fs.read(path)
+            if len(data) != LAST_MARK_FORMAT.size:
+                raise JournalStartError(f"{path}: {len(data)} bytes, expected {LAST_MARK_FORMAT.size}; "
+                                        f"the mark is written atomically, so this file was damaged — "
+                                        f"delete it to replay every journal")
+            marks.append(LogMark(*LAST_MARK_FORMAT.unpack(data)))
+        return marks
+
+    def write_last_mark(self, mark: LogMark) -> None:
+        """Persist the mark in every ledger dir (temp, sync, rename, sync dir)."""
+        data = LAST_MARK_FORMAT.pack(mark.journal_id, mark.position)
+        for ledger_dir in self.config.ledger_dirs:
+            write_atomically(self.fs, f"{ledger_dir}/{LAST_MARK_NAME}", data)
+
+    # -- start ----------------------------------------------------------------------------
+
+    def open(self, *, now_ms: int) -> JournalReplay:
+        """Make the directories, replay from the smallest LastLogMark, start a new journal."""
+        self.fs.makedirs(self.config.journal_dir)
+        for ledger_dir in self.config.ledger_dirs:
+            self.fs.makedirs(ledger_dir)
+        start = min(self.read_last_marks())
+        records: list[JournalRecord] = []
+        scanned: list[str] = []
+        problems: list[str] = []
+        end = start
+        for journal_id in self.journal_ids():
+            if journal_id < start.journal_id:
+                continue
+            path = self._journal_path(journal_id)
+            scanned.append(path)
+            data = self.fs.read(path)
+            offset = JOURNAL_HEADER.size
+            if len(data) < JOURNAL_HEADER.size:
+                problems.append(f"{path}: header incomplete ({len(data)} bytes), treated as empty")
+                continue
+            magic, version, header_id = JOURNAL_HEADER.unpack_from(data)
+            if magic != JOURNAL_MAGIC or version != JOURNAL_FORMAT_VERSION or header_id != journal_id:
+                raise JournalStartError(f"{path}: not a journal of this format (magic {magic!r}, version "
+                                        f"{version}, id {header_id}); move it out of {self.config.journal_dir}")
+            if journal_id == start.journal_id:
+                offset = max(offset, start.position)
+            try:
+                scan = scan_records(data, start_offset=offset)
+            except JournalCorrupted as exc:
+                raise JournalStartError(f"{path}: {exc}") from None
+            records.extend(scan.records)
+            if scan.tail_problem is not None:
+                problems.append(f"{path}: {scan.tail_problem}")
+            end = LogMark(journal_id, scan.valid_size)
+        self._start_new_file(now_ms)
+        return JournalReplay(records, start, end, scanned, problems)
+
+    def _start_new_file(self, now_ms: int) -> None:
+        existing = self.journal_ids()
+        journal_id = max([now_ms] + [i + 1 for i in existing] + [(self.current_id or 0) + 1])
+        path = self._journal_path(journal_id)
+        self.fs.append(path, JOURNAL_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, journal_id))
+        self.fs.sync(path)
+        self.fs.sync_dir(self.config.journal_dir)
+        self.current_id = journal_id
+        self.current_size = JOURNAL_HEADER.size
+
+    # -- writing --------------------------------------------------------------------------
+
+    def append(self, data: bytes, *, now_ms: int) -> LogMark:
+        """Append one group; returns the mark just after it. Rolls to a new file first when
+        this group would take the current one past journal_max_size."""
+        assert self.current_id is not None, "open() the journal first"
+        if self.current_size > JOURNAL_HEADER.size and self.current_size + len(data) > self.config.journal_max_size:
+            self.sync()   # the old file must be durable before anyone depends on the new one
+            self._start_new_file(now_ms)
+        self.fs.append(self._journal_path(self.current_id), data)
+        self.current_size += len(data)
+        return LogMark(self.current_id, self.current_size)
+
+    def sync(self) -> None:
+        self.fs.sync(self._journal_path(self.current_id))
+
+    # -- garbage collection ---------------------------------------------------------------
+
+    def delete_old_journals(self, mark: LogMark) -> list[int]:
+        """Delete journals wholly before `mark`, keeping the newest journal_max_backups of them."""
+        older = [i for i in self.journal_ids() if i < mark.journal_id]
+        doomed = older[:max(0, len(older) - self.config.journal_max_backups)]
+        for journal_id in doomed:
+            self.fs.delete(self._journal_path(journal_id))
+        if doomed:
+            self.fs.sync_dir(self.config.journal_dir)
+        return doomed

@@ -1,0 +1,111 @@
+"""SimFileSystem: directories of SimDisk files with POSIX crash semantics.
+
+File contents follow SimDisk (unsynced bytes lost on a crash, maybe a torn last write, bit
+flips on reads, full disks). Names follow directories: creating, renaming or deleting a name
+is durable only after sync_dir() of its directory; a crash rolls every directory back to its
+last synced listing (a deleted file can come back, a renamed one can revert, a new one vanish).
+"""
+
+from __future__ import annotations
+
+import random
+
+from bkcore.bookie.fs import DiskFullError, FileSystemError, parent_of
+from sim.disk import DiskFull, SimDisk, draw_sync_latency_ns
+from sim.options import DiskOptions
+
+
+class SimFileSystem:
+    def __init__(self, *, rng: random.Random, options: DiskOptions) -> None:
+        self.rng = rng
+        self.options = options
+        # directory -> {name: file}; the durable listing is what survives a crash.
+        self._dirs: dict[str, dict[str, SimDisk]] = {".": {}}
+        self._durable_dirs: dict[str, dict[str, SimDisk]] = {".": {}}
+        self.is_full = False
+
+    def _split(self, path: str) -> tuple[str, str]:
+        return parent_of(path), path.rpartition("/")[2]
+
+    def _dir(self, path: str) -> dict[str, SimDisk]:
+        listing = self._dirs.get(path)
+        if listing is None:
+            raise FileSystemError(f"{path}: no such directory")
+        return listing
+
+    def _file(self, path: str) -> SimDisk:
+        directory, name = self._split(path)
+        disk = self._dir(directory).get(name)
+        if disk is None:
+            raise FileSystemError(f"{path}: no such file")
+        return disk
+
+    def makedirs(self, path: str) -> None:
+        # Directories themselves are treated as durable once made (mkdir -p at install time).
+        parts = path.split("/")
+        for index in range(1, len(parts) + 1):
+            prefix = "/".join(parts[:index])
+            self._dirs.setdefault(prefix, {})
+            self._durable_dirs.setdefault(prefix, {})
+
+    def list_dir(self, path: str) -> list[str]:
+        return sorted(self._dirs.get(path, {}))
+
+    def exists(self, path: str) -> bool:
+        if path in self._dirs:
+            return True
+        directory, name = self._split(path)
+        return name in self._dirs.get(directory, {})
+
+    def size(self, path: str) -> int:
+        return self._file(path).size
+
+    def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
+        data = self._file(path).read_all()
+        return data[offset:] if size < 0 else data[offset:offset + size]
+
+    def append(self, path: str, data: bytes) -> None:
+        directory, name = self._split(path)
+        listing = self._dir(directory)
+        disk = listing.get(name)
+        if disk is None:
+            disk = SimDisk(rng=self.rng, options=self.options)
+            listing[name] = disk
+        if self.is_full:
+            raise DiskFullError(f"{path}: no space left on device")
+        try:
+            disk.append(data)
+        except DiskFull:
+            raise DiskFullError(f"{path}: no space left on device") from None
+
+    def sync(self, path: str) -> None:
+        self._file(path).sync()
+
+    def sync_dir(self, path: str) -> None:
+        self._durable_dirs[path] = dict(self._dir(path))
+
+    def rename(self, source: str, destination: str) -> None:
+        disk = self._file(source)
+        source_dir, source_name = self._split(source)
+        target_dir, target_name = self._split(destination)
+        del self._dir(source_dir)[source_name]
+        self._dir(target_dir)[target_name] = disk
+
+    def delete(self, path: str) -> None:
+        self._file(path)
+        directory, name = self._split(path)
+        del self._dir(directory)[name]
+
+    def crash(self) -> None:
+        """Power loss: every directory reverts to its synced listing, every file to its synced bytes."""
+        self._dirs = {path: dict(listing) for path, listing in self._durable_dirs.items()}
+        seen: set[int] = set()
+        for path in sorted(self._dirs):
+            for name in sorted(self._dirs[path]):
+                disk = self._dirs[path][name]
+                if id(disk) not in seen:   # identity only: a file named twice crashes once
+                    seen.add(id(disk))
+                    disk.crash()
+
+    def sync_latency_ns(self) -> int:
+        return draw_sync_latency_ns(self.rng, self.options)
