@@ -8,6 +8,7 @@ last synced listing (a deleted file can come back, a renamed one can revert, a n
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from bkcore.bookie.fs import DiskFullError, FileSystemError, parent_of
@@ -95,6 +96,15 @@ class SimFileSystem:
         self._file(path)
         directory, name = self._split(path)
         del self._dir(directory)[name]
+
+    def heal(self) -> None:
+        """End disk faults (slow fsyncs, torn writes, bit flips, full disk); latencies stay."""
+        self.options = dataclasses.replace(self.options, slow_fsync_probability=0.0, torn_write_probability=0.0,
+                                           bit_flip_probability=0.0, full_probability_per_write=0.0)
+        self.is_full = False
+        for listing in (*self._dirs.values(), *self._durable_dirs.values()):
+            for disk in listing.values():
+                disk.options = self.options
 
     def crash(self) -> None:
         """Power loss: every directory reverts to its synced listing, every file to its synced bytes."""

@@ -104,8 +104,8 @@ class Harness:
         return self.run(client_name, lambda op: client.open_ledger(
             op, ledger_id, password=password, is_recovery=is_recovery, is_forced=is_forced, now_ns=self.now_ns))
 
-    def read(self, reader, first: int, last: int, client_name: str = "reader") -> Completed:
-        return self.run(client_name, lambda op: reader.read(op, first, last, now_ns=self.now_ns))
+    def read(self, reader, first: int, last: int) -> Completed:
+        return self.run(reader.ctx.client_id, lambda op: reader.read(op, first, last, now_ns=self.now_ns))
 
     # -- faults ---------------------------------------------------------------------------
 

@@ -1,112 +1,264 @@
-"""EventLoop and TraceHasher: virtual time and the fingerprint of a run.
+"""EventLoop and TraceHasher: the simulator's virtual clock and the fingerprint of a run.
 
-The loop is a heap of (time_ns, sequence_no, callback, args). Ties in time run in the order
-they were scheduled, so nothing depends on object identity. Cancellation is lazy: a cancelled
-entry stays in the heap and is skipped when popped.
+EventLoop owns virtual time and the one queue of pending events: a heap of
+(time_ns, sequence_no, handle, callback, args). sequence_no is unique and increasing, so ties
+in time run in the order they were scheduled and the heap never compares callbacks, handles or
+arguments: nothing depends on object identity or hash order. Time only moves forward.
 
-The trace hash folds a canonical encoding of recorded fields into blake2b (Python's hash() of
-strings changes between processes, so it is never used).
+Cancellation is lazy: a cancelled event stays in the heap and is skipped when popped. The heap
+is compacted (cancelled entries dropped) when they make up most of it or when it reaches
+pending_count_max; if it is still full, scheduling raises EventLoopFull (a runaway simulation is
+a bug to report, not something to drop silently).
+
+TraceHasher folds a canonical, type-tagged encoding of each recorded field into blake2b (never
+Python's hash(), which changes between processes). Two runs are the same history exactly when
+their digests match.
 """
 
 from __future__ import annotations
 
 import hashlib
 import heapq
+from dataclasses import dataclass
 from typing import Callable
 
+PENDING_COUNT_MAX_DEFAULT = 10_000_000
+# Compact the heap once cancelled entries are the majority of a heap at least this large.
+_COMPACT_SIZE_MIN = 4096
 
-class _Handle:
-    __slots__ = ("is_cancelled",)
 
-    def __init__(self) -> None:
+class EventLoopFull(Exception):
+    """More than pending_count_max events are pending even after dropping cancelled ones."""
+
+
+class TimerHandle:
+    """Returned by call_at/call_later; pass it to EventLoop.cancel()."""
+
+    __slots__ = ("at_ns", "is_cancelled", "is_done")
+
+    def __init__(self, at_ns: int) -> None:
+        self.at_ns = at_ns
         self.is_cancelled = False
+        self.is_done = False        # ran, or was cancelled and then dropped from the heap
+
+
+@dataclass(frozen=True, slots=True)
+class LoopStatistics:
+    now_ns: int
+    events_run_count: int
+    cancelled_count: int
+    pending_count: int
+    pending_count_peak: int
+    compaction_count: int
 
 
 class EventLoop:
-    def __init__(self) -> None:
-        self.now_ns = 0
-        self._heap: list = []
-        self._sequence_no = 0
-        self.events_run_count = 0
+    """Inputs: call_at / post_at / call_later / cancel schedule; run_until / run_until_idle run."""
 
-    def call_at(self, at_ns: int, callback: Callable, *args) -> _Handle:
+    def __init__(self, *, pending_count_max: int = PENDING_COUNT_MAX_DEFAULT) -> None:
+        assert pending_count_max >= 1
+        self.now_ns = 0
+        self.events_run_count = 0
+        self.pending_count_max = pending_count_max
+        # Invariant: (at_ns, sequence_no) keys are unique; every entry has at_ns >= now_ns
+        # while the loop is not inside a run.
+        self._heap: list[tuple] = []
+        self._sequence_no = 0
+        # Entries in the heap whose handle is cancelled but that have not been popped yet.
+        self._cancelled_pending_count = 0
+        self._cancelled_count = 0
+        self._pending_count_peak = 0
+        self._compaction_count = 0
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def call_at(self, at_ns: int, callback: Callable, *args) -> TimerHandle:
+        """Run callback(*args) at virtual time at_ns (>= now_ns); cancellable."""
         assert at_ns >= self.now_ns, f"cannot schedule in the past ({at_ns} < {self.now_ns})"
-        handle = _Handle()
-        self._sequence_no += 1
-        heapq.heappush(self._heap, (at_ns, self._sequence_no, handle, callback, args))
+        handle = TimerHandle(at_ns)
+        self._push((at_ns, self._next_sequence_no(), handle, callback, args))
         return handle
 
     def post_at(self, at_ns: int, callback: Callable, *args) -> None:
         """call_at for events nobody will cancel (most of them): no handle to allocate."""
-        self._sequence_no += 1
-        heapq.heappush(self._heap, (at_ns, self._sequence_no, None, callback, args))
+        assert at_ns >= self.now_ns, f"cannot schedule in the past ({at_ns} < {self.now_ns})"
+        self._push((at_ns, self._next_sequence_no(), None, callback, args))
 
-    def call_later(self, delay_ns: int, callback: Callable, *args) -> _Handle:
-        return self.call_at(self.now_ns + max(0, delay_ns), callback, *args)
+    def call_later(self, delay_ns: int, callback: Callable, *args) -> TimerHandle:
+        assert delay_ns >= 0, f"negative delay {delay_ns}"
+        return self.call_at(self.now_ns + delay_ns, callback, *args)
 
-    @staticmethod
-    def cancel(handle: _Handle) -> None:
+    def cancel(self, handle: TimerHandle) -> None:
+        """The event will not run. Cancelling twice, or after it ran, does nothing."""
+        if handle.is_cancelled or handle.is_done:
+            return
         handle.is_cancelled = True
+        self._cancelled_count += 1
+        self._cancelled_pending_count += 1
+        heap_size = len(self._heap)
+        if heap_size >= _COMPACT_SIZE_MIN and self._cancelled_pending_count * 2 > heap_size:
+            self._compact()
+
+    def _next_sequence_no(self) -> int:
+        self._sequence_no += 1
+        return self._sequence_no
+
+    def _push(self, entry: tuple) -> None:
+        heap = self._heap
+        if len(heap) >= self.pending_count_max:
+            self._compact()
+            if len(heap) >= self.pending_count_max:
+                raise EventLoopFull(f"{len(heap)} events pending (pending_count_max={self.pending_count_max})")
+        heapq.heappush(heap, entry)
+        if len(heap) > self._pending_count_peak:
+            self._pending_count_peak = len(heap)
+
+    def _compact(self) -> None:
+        if not self._cancelled_pending_count:
+            return
+        kept = []
+        for entry in self._heap:
+            handle = entry[2]
+            if handle is not None and handle.is_cancelled:
+                handle.is_done = True
+            else:
+                kept.append(entry)
+        # Keys are unique, so the pop order after heapify is the same as before.
+        heapq.heapify(kept)
+        self._heap[:] = kept
+        self._cancelled_pending_count = 0
+        self._compaction_count += 1
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _pop_runnable(self) -> tuple | None:
+        """Pop the next entry that is not cancelled (the caller checks its time first)."""
+        entry = heapq.heappop(self._heap)
+        handle = entry[2]
+        if handle is not None:
+            handle.is_done = True
+            if handle.is_cancelled:
+                self._cancelled_pending_count -= 1
+                return None
+        return entry
 
     def run_until(self, end_ns: int) -> int:
-        """Run every event due at or before end_ns; then the clock reads end_ns."""
+        """Run every event due at or before end_ns, in order; then the clock reads end_ns.
+        Events scheduled by callbacks run too if they are due by end_ns. Returns events run."""
+        assert end_ns >= self.now_ns, f"cannot run back to {end_ns} from {self.now_ns}"
         heap = self._heap
         count = 0
-        while heap and heap[0][0] <= end_ns:
-            at_ns, _, handle, callback, args = heapq.heappop(heap)
-            if handle is not None and handle.is_cancelled:
-                continue
-            self.now_ns = at_ns
-            callback(*args)
-            count += 1
-        self.now_ns = max(self.now_ns, end_ns)
-        self.events_run_count += count
+        try:
+            while heap and heap[0][0] <= end_ns:
+                entry = self._pop_runnable()
+                if entry is None:
+                    continue
+                self.now_ns = entry[0]
+                count += 1
+                entry[3](*entry[4])
+        finally:
+            self.events_run_count += count
+        self.now_ns = end_ns
         return count
 
-    def run_until_idle(self, *, event_count_max: int) -> int:
+    def run_until_idle(self, event_count_max: int) -> int:
+        """Run events until none is pending or event_count_max have run (then some may remain:
+        check pending_count). The clock stays at the last event run. Returns events run."""
+        assert event_count_max >= 0
         heap = self._heap
         count = 0
-        while heap and count < event_count_max:
-            at_ns, _, handle, callback, args = heapq.heappop(heap)
-            if handle is not None and handle.is_cancelled:
-                continue
-            self.now_ns = at_ns
-            callback(*args)
-            count += 1
-        self.events_run_count += count
+        try:
+            while heap and count < event_count_max:
+                entry = self._pop_runnable()
+                if entry is None:
+                    continue
+                self.now_ns = entry[0]
+                count += 1
+                entry[3](*entry[4])
+        finally:
+            self.events_run_count += count
         return count
+
+    # -- queries ----------------------------------------------------------------------------
 
     @property
     def pending_count(self) -> int:
-        return len(self._heap)
+        """Events still to run (cancelled ones not counted)."""
+        return len(self._heap) - self._cancelled_pending_count
+
+    def next_event_at_ns(self) -> int | None:
+        """When the next live event is due, or None if nothing is pending. Drops cancelled
+        entries from the top of the heap (no other effect)."""
+        heap = self._heap
+        while heap:
+            handle = heap[0][2]
+            if handle is None or not handle.is_cancelled:
+                return heap[0][0]
+            heapq.heappop(heap)
+            handle.is_done = True
+            self._cancelled_pending_count -= 1
+        return None
+
+    def statistics(self) -> LoopStatistics:
+        return LoopStatistics(now_ns=self.now_ns, events_run_count=self.events_run_count,
+                              cancelled_count=self._cancelled_count, pending_count=self.pending_count,
+                              pending_count_peak=self._pending_count_peak,
+                              compaction_count=self._compaction_count)
+
+    def invariants(self) -> None:
+        heap = self._heap
+        assert 0 <= self._cancelled_pending_count <= len(heap)
+        assert self._cancelled_pending_count == sum(
+            1 for entry in heap if entry[2] is not None and entry[2].is_cancelled)
+        assert all(entry[0] >= self.now_ns for entry in heap)
+        assert len(heap) <= self.pending_count_max
+
+
+def _encode_field(field: object) -> bytes:
+    """Type-tagged and self-delimiting, so distinct field sequences never encode alike."""
+    kind = type(field)
+    if kind is int or kind is bool:
+        return b"i%d;" % field
+    if kind is str:
+        data = field.encode("utf-8", "surrogatepass")
+        return b"s%d:%s" % (len(data), data)
+    if kind is bytes or kind is bytearray or kind is memoryview:
+        data = bytes(field)
+        return b"b%d:%s" % (len(data), data)
+    if field is None:
+        return b"n"
+    if isinstance(field, int):      # IntEnum and other int subclasses: their value
+        return b"i%d;" % int(field)
+    raise TypeError(f"trace fields are int, str, bytes or None; not {kind.__name__}")
 
 
 class TraceHasher:
-    """Accumulates fields in a buffer and folds it into blake2b in large chunks (cheap per event)."""
+    """Fingerprint of a run. record(*fields) takes ints, strs, bytes (and None); the digest is
+    blake2b over their canonical encoding, identical across processes and PYTHONHASHSEEDs."""
 
-    _FLUSH_SIZE = 1 << 16
+    _FLUSH_SIZE = 1 << 16     # bytes buffered before folding into the hash
 
     def __init__(self) -> None:
         self._hash = hashlib.blake2b(digest_size=16)
-        self._parts: list[str] = []
+        self._parts: list[bytes] = []
         self._size = 0
         self.record_count = 0
 
-    def record(self, *fields) -> None:
-        # repr of ints and strs is canonical and process-independent.
-        text = repr(fields)
-        self._parts.append(text)
-        self._size += len(text)
+    def record(self, *fields: int | str | bytes | None) -> None:
+        encoded = b"r%d;%s" % (len(fields), b"".join([_encode_field(field) for field in fields]))
+        self._parts.append(encoded)
+        self._size += len(encoded)
         self.record_count += 1
         if self._size >= self._FLUSH_SIZE:
             self._flush()
 
     def _flush(self) -> None:
-        self._hash.update("\n".join(self._parts).encode())
-        self._hash.update(b"\n")
-        self._parts.clear()
-        self._size = 0
+        if self._parts:
+            self._hash.update(b"".join(self._parts))
+            self._parts.clear()
+            self._size = 0
 
     def hexdigest(self) -> str:
+        """Digest of everything recorded so far; recording may go on afterwards."""
         self._flush()
         return self._hash.hexdigest()

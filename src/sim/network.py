@@ -1,6 +1,17 @@
-"""SimNetwork: who hears whom, after how long. Latency (a minimum plus an exponential tail, scaled
-per link), loss, duplication, reordering, and partitions (symmetric or one-way) that heal by
-themselves or when heal() is called."""
+"""SimNetwork: who hears whom, and after how long.
+
+Owns the fate of every message: latency (a minimum plus an exponential tail, scaled per link),
+loss, duplication, reordering (an extra random delay on some copies), and partitions, symmetric
+or one-way, that end at their until_ns or when heal() is called. It does not carry messages:
+the world asks delivery_delays_ns() and schedules one delivery per delay it gets back.
+
+Rules: every random choice comes from the rng passed in, drawn in an order that depends only on
+the calls made (nodes are strings; sets of them are only tested for membership, and any list of
+them is sorted before the rng touches it). A knob at zero draws nothing.
+
+At most partition_count_max partitions are in force at once; partition() beyond that raises
+TooManyPartitions, and a random partition that would exceed it is not started (and counted).
+"""
 
 from __future__ import annotations
 
@@ -10,16 +21,21 @@ from dataclasses import dataclass
 
 from sim.options import NetworkOptions
 
-
+# Each directed link gets one of these latency multipliers on first use: some links are slow.
 LINK_LATENCY_SCALES = (0.5, 1.0, 1.0, 2.0, 5.0)
+PARTITION_COUNT_MAX_DEFAULT = 64
+
+
+class TooManyPartitions(Exception):
+    """partition() would put more than partition_count_max partitions in force."""
 
 
 @dataclass(frozen=True, slots=True)
-class _Partition:
+class Partition:
     side_a: frozenset[str]
     side_b: frozenset[str]
     is_one_way: bool          # only side_a -> side_b is cut
-    until_ns: int | None
+    until_ns: int | None      # None: until heal()
 
     def blocks(self, source: str, destination: str) -> bool:
         if source in self.side_a and destination in self.side_b:
@@ -29,89 +45,146 @@ class _Partition:
 
 @dataclass(frozen=True, slots=True)
 class NetworkStatistics:
-    delivered: int
+    delivered: int            # messages that got through (a duplicated one counts once here)
     lost: int
     duplicated: int
-    blocked: int
-    partitions: int
+    blocked: int              # dropped by a partition
+    reordered: int            # copies given an extra delay
+    partitions: int           # partitions started, explicit and random
+    partitions_refused: int   # random partitions not started for want of room
+    partitions_active_peak: int
 
     def __str__(self) -> str:
         return (f"delivered={self.delivered} lost={self.lost} duplicated={self.duplicated} "
-                f"blocked={self.blocked} partitions={self.partitions}")
+                f"blocked={self.blocked} reordered={self.reordered} partitions={self.partitions}")
 
 
 class SimNetwork:
-    def __init__(self, *, rng: random.Random, options: NetworkOptions) -> None:
+    def __init__(self, *, rng: random.Random, options: NetworkOptions,
+                 partition_count_max: int = PARTITION_COUNT_MAX_DEFAULT) -> None:
+        assert partition_count_max >= 1
         self.rng = rng
         self.options = options
-        self._partitions: list[_Partition] = []
+        self.partition_count_max = partition_count_max
+        self._partitions: list[Partition] = []
+        # Earliest until_ns among _partitions (None if none expires): pruning waits for it.
+        self._next_expiry_at_ns: int | None = None
         # Each link gets its own latency scale, drawn from the rng when the link is first used
         # (first use happens in a seed-determined order, so this stays deterministic).
         self._link_scale: dict[tuple[str, str], float] = {}
-        self._delivered = self._lost = self._duplicated = self._blocked = self._partition_count = 0
-        extra = options.latency_mean_ns - options.latency_min_ns
-        self._latency_rate = 1 / extra if extra > 0 else 0.0
+        self._delivered = self._lost = self._duplicated = self._blocked = self._reordered = 0
+        self._partition_count = self._partitions_refused = self._partitions_active_peak = 0
+        self._set_latency_rate()
 
-    def _latency_ns(self, link: tuple[str, str]) -> int:
-        options = self.options
-        scale = self._link_scale.get(link)
-        if scale is None:
-            scale = self._link_scale[link] = self.rng.choice(LINK_LATENCY_SCALES)
-        latency = options.latency_min_ns
-        if self._latency_rate:
-            latency += int(self.rng.expovariate(self._latency_rate) * scale)
-        if options.reorder_probability and self.rng.random() < options.reorder_probability:
-            latency += self.rng.randrange(options.reorder_delay_max_ns + 1)
-        return latency
+    def _set_latency_rate(self) -> None:
+        extra_ns = self.options.latency_mean_ns - self.options.latency_min_ns
+        self._latency_rate = 1 / extra_ns if extra_ns > 0 else 0.0
 
-    def is_blocked(self, source: str, destination: str, now_ns: int) -> bool:
-        if not self._partitions:
-            return False
-        self._partitions = [p for p in self._partitions if p.until_ns is None or p.until_ns > now_ns]
-        return any(p.blocks(source, destination) for p in self._partitions)
+    # -- messages ---------------------------------------------------------------------------
 
     def delivery_delays_ns(self, *, source: str, destination: str, now_ns: int) -> list[int]:
+        """The fate of one message sent now: [] if blocked or lost, [delay] normally, and
+        [delay, delay] if duplicated (each copy has its own latency)."""
         if self.is_blocked(source, destination, now_ns):
             self._blocked += 1
             return []
         options = self.options
-        if options.loss_probability and self.rng.random() < options.loss_probability:
+        rng = self.rng
+        if options.loss_probability and rng.random() < options.loss_probability:
             self._lost += 1
             return []
         self._delivered += 1
         link = (source, destination)
-        if options.duplicate_probability and self.rng.random() < options.duplicate_probability:
+        if options.duplicate_probability and rng.random() < options.duplicate_probability:
             self._duplicated += 1
             return [self._latency_ns(link), self._latency_ns(link)]
         return [self._latency_ns(link)]
 
-    def partition(self, side_a: set[str], side_b: set[str], *, is_one_way: bool = False,
-                  until_ns: int | None = None) -> None:
-        self._partitions.append(_Partition(frozenset(side_a), frozenset(side_b), is_one_way, until_ns))
+    def _latency_ns(self, link: tuple[str, str]) -> int:
+        options = self.options
+        rng = self.rng
+        scale = self._link_scale.get(link)
+        if scale is None:
+            scale = self._link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
+        latency_ns = options.latency_min_ns
+        if self._latency_rate:
+            latency_ns += int(rng.expovariate(self._latency_rate) * scale)
+        if options.reorder_probability and rng.random() < options.reorder_probability:
+            latency_ns += rng.randrange(options.reorder_delay_max_ns + 1)
+            self._reordered += 1
+        return latency_ns
+
+    # -- partitions -------------------------------------------------------------------------
+
+    def is_blocked(self, source: str, destination: str, now_ns: int) -> bool:
+        """Whether a partition in force at now_ns cuts source -> destination."""
+        if not self._partitions:
+            return False
+        if self._next_expiry_at_ns is not None and now_ns >= self._next_expiry_at_ns:
+            self._prune(now_ns)
+        return any(partition.blocks(source, destination) for partition in self._partitions)
+
+    def _prune(self, now_ns: int) -> None:
+        self._partitions = [p for p in self._partitions if p.until_ns is None or p.until_ns > now_ns]
+        self._next_expiry_at_ns = min((p.until_ns for p in self._partitions if p.until_ns is not None),
+                                      default=None)
+
+    def partition(self, side_a: set[str] | frozenset[str], side_b: set[str] | frozenset[str], *,
+                  is_one_way: bool = False, until_ns: int | None = None) -> None:
+        """Cut side_a <-> side_b (only side_a -> side_b if one-way) until until_ns or heal().
+        Expired partitions are dropped lazily (by is_blocked and maybe_start_random_partition)."""
+        assert not (set(side_a) & set(side_b)), f"sides overlap: {sorted(set(side_a) & set(side_b))}"
+        if len(self._partitions) >= self.partition_count_max:
+            raise TooManyPartitions(f"{len(self._partitions)} partitions in force "
+                                    f"(partition_count_max={self.partition_count_max})")
+        self._partitions.append(Partition(frozenset(side_a), frozenset(side_b), is_one_way, until_ns))
+        if until_ns is not None and (self._next_expiry_at_ns is None or until_ns < self._next_expiry_at_ns):
+            self._next_expiry_at_ns = until_ns
         self._partition_count += 1
+        self._partitions_active_peak = max(self._partitions_active_peak, len(self._partitions))
 
     def heal(self, *, end_random_faults: bool = False) -> None:
         """End every partition; with end_random_faults also stop losing, duplicating and
         reordering messages and starting new partitions (latency stays)."""
         self._partitions.clear()
+        self._next_expiry_at_ns = None
         if end_random_faults:
             self.options = dataclasses.replace(self.options, loss_probability=0.0, duplicate_probability=0.0,
                                                reorder_probability=0.0, partition_probability_per_second=0.0)
+            self._set_latency_rate()
 
     def maybe_start_random_partition(self, *, nodes: list[str], now_ns: int, interval_ns: int) -> bool:
+        """Called every interval_ns: with partition_probability_per_second (scaled to the
+        interval) split the nodes at random into two sides, one-way with
+        one_way_partition_probability, for an exponential duration. Returns whether it did."""
         options = self.options
         if options.partition_probability_per_second <= 0 or len(nodes) < 2:
             return False
-        if self.rng.random() >= options.partition_probability_per_second * interval_ns / 1e9:
+        rng = self.rng
+        if rng.random() >= options.partition_probability_per_second * interval_ns / 1e9:
             return False
         shuffled = sorted(nodes)
-        self.rng.shuffle(shuffled)
-        cut = self.rng.randrange(1, len(shuffled))
-        duration_ns = int(self.rng.expovariate(1 / max(options.partition_duration_mean_ns, 1)))
-        is_one_way = self.rng.random() < options.one_way_partition_probability
+        rng.shuffle(shuffled)
+        cut = rng.randrange(1, len(shuffled))
+        duration_ns = int(rng.expovariate(1 / max(options.partition_duration_mean_ns, 1)))
+        is_one_way = rng.random() < options.one_way_partition_probability
+        if self._partitions:
+            self._prune(now_ns)
+        if len(self._partitions) >= self.partition_count_max:
+            self._partitions_refused += 1
+            return False
         self.partition(set(shuffled[:cut]), set(shuffled[cut:]), is_one_way=is_one_way,
-                       until_ns=now_ns + duration_ns)
+                       until_ns=now_ns + max(duration_ns, 1))
         return True
 
+    def partitions_in_force(self, now_ns: int) -> list[Partition]:
+        """A read-only view for checkers and traces."""
+        if self._partitions:
+            self._prune(now_ns)
+        return list(self._partitions)
+
     def statistics(self) -> NetworkStatistics:
-        return NetworkStatistics(self._delivered, self._lost, self._duplicated, self._blocked, self._partition_count)
+        return NetworkStatistics(
+            delivered=self._delivered, lost=self._lost, duplicated=self._duplicated, blocked=self._blocked,
+            reordered=self._reordered, partitions=self._partition_count,
+            partitions_refused=self._partitions_refused, partitions_active_peak=self._partitions_active_peak)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bkcore.bookie.bookie import Bookie, BookieConfig
-from bkcore.bookie.journal import JournalCorrupted
+from bkcore.bookie.fs import DiskFullError
+from bkcore.bookie.journal_files import Journal, JournalConfig, JournalStartError
 from bkcore.bookie.storage import MemoryLedgerStorage
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
@@ -27,12 +28,13 @@ from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Create, MetaCode, MetaResult
 from metastore.memory import MemoryMetastore
-from sim.disk import DiskFull, SimDisk
+from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
 from sim.network import SimNetwork
 from sim.scenario import Scenario
 
-JOURNAL_READ_ATTEMPT_COUNT_MAX = 64
+# Small journal files in the simulator, so rolling happens in every run.
+SIM_JOURNAL_MAX_SIZE = 64 * 1024
 PUMP_ROUND_COUNT_MAX = 1_000
 HEALED_RESTART_RETRY_NS = 100_000_000
 
@@ -50,7 +52,8 @@ class _Node:
 
 @dataclass(slots=True)
 class _BookieNode(_Node):
-    disk: SimDisk | None = None
+    fs: SimFileSystem | None = None
+    journal: Journal | None = None
     session_id: int | None = None
     crash_count: int = 0
     start_failure_count: int = 0
@@ -94,6 +97,7 @@ class SimWorld:
         self.metastore_down_until_ns = 0
         self.layout = layout
         self.bookie_config = bookie_config
+        self.journal_config = JournalConfig(journal_max_size=SIM_JOURNAL_MAX_SIZE)
         self.client_config = client_config
         self.bookies: dict[str, _BookieNode] = {}
         self.clients: dict[str, _ClientNode] = {}
@@ -111,7 +115,7 @@ class SimWorld:
 
     def add_bookie(self, bookie_id: str) -> None:
         disk_rng = random.Random(self._disk_seed ^ (len(self.bookies) + 1) * 0x9E3779B97F4A7C15)
-        node = _BookieNode(name=bookie_id, disk=SimDisk(rng=disk_rng, options=self.scenario.disk))
+        node = _BookieNode(name=bookie_id, fs=SimFileSystem(rng=disk_rng, options=self.scenario.disk))
         self.bookies[bookie_id] = node
         self.nodes[bookie_id] = node
         self._start_bookie(node)
@@ -129,41 +133,34 @@ class SimWorld:
 
     # -- bookie lifecycle -----------------------------------------------------------------
 
-    def _read_journal(self, node: _BookieNode) -> bytes:
-        """Read until two reads agree: a flipped bit is a read error, not what the disk holds."""
-        previous = node.disk.read_all()
-        for _ in range(JOURNAL_READ_ATTEMPT_COUNT_MAX):
-            current = node.disk.read_all()
-            if current == previous:
-                return current
-            previous = current
-        return previous
-
     def _start_bookie(self, node: _BookieNode) -> None:
         core = Bookie(bookie_id=node.name, config=self.bookie_config, storage=MemoryLedgerStorage())
+        journal = Journal(fs=node.fs, config=self.journal_config)
         try:
-            report = core.replay_journal(self._read_journal(node))
-        except JournalCorrupted:
-            # A bookie refuses to start on a corrupt journal; an operator would look. The sim
-            # retries later, as the corruption it models is a read error.
+            replay = journal.open(now_ms=self.loop.now_ns // 1_000_000)
+        except JournalStartError:
+            # A bookie refuses to start on a journal it cannot trust; an operator would look.
+            # The faults the sim injects are read errors, so it tries again later.
             self.counts.restart_refusals += 1
             node.start_failure_count += 1
             retry_ns = self.scenario.restart_delay_mean_ns if self.faults_enabled else HEALED_RESTART_RETRY_NS
             self.loop.call_later(retry_ns, self._restart_bookie, node.name)
             return
-        if report.tail_problem is not None:
-            # Cut the torn tail off before appending: records written after it would turn a
-            # torn tail into corruption in the middle (a real bookie starts a new journal file).
-            self.counts.journal_tails_repaired += 1
-            node.disk.truncate(report.valid_size)
+        except DiskFullError:
+            self.counts.disk_full_kills += 1
+            self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
+            return
+        core.replay_records(replay.records)
+        self.counts.journal_tails_repaired += len(replay.tail_problems)
         node.core = core
+        node.journal = journal
         node.is_up = True
         node.incarnation += 1
         if node.session_id is not None:
             self.metastore.expire_session(node.session_id)
         node.session_id = self.metastore.open_session()
         self.metastore.apply(Create(self.layout.bookie_path(node.name), is_ephemeral=True), session_id=node.session_id)
-        self.trace.record(self.now_ns, "start", node.name, node.incarnation)
+        self.trace.record(self.loop.now_ns, "start", node.name, node.incarnation)
 
     def crash_bookie(self, bookie_id: str, *, restart_after_ns: int | None) -> None:
         node = self.bookies[bookie_id]
@@ -175,7 +172,8 @@ class SimWorld:
         node.crash_count += 1
         self.counts.crashes += 1
         self._cancel_timer(node)
-        node.disk.crash()
+        node.journal = None
+        node.fs.crash()
         session_id = node.session_id
         self.loop.call_later(self.scenario.metastore.session_timeout_ns, self._expire_session, node.name, session_id)
         self.trace.record(self.now_ns, "crash", bookie_id)
@@ -202,12 +200,14 @@ class SimWorld:
         self.trace.record(self.now_ns, "pause", name, duration_ns)
 
     def heal(self) -> None:
-        """End every fault: partitions heal, the metastore comes back, dead bookies restart."""
+        """End every fault: partitions heal, the metastore comes back, disks stop misbehaving,
+        dead bookies restart."""
         self.faults_enabled = False
         self.network.heal(end_random_faults=True)
         self.metastore_down_until_ns = 0
         for name in sorted(self.bookies):
             node = self.bookies[name]
+            node.fs.heal()
             node.paused_until_ns = 0
             if not node.is_up:
                 self._restart_bookie(name)
@@ -240,7 +240,7 @@ class SimWorld:
         if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
             return
-        node.disk.sync()
+        node.journal.sync()
         self.trace.record(self.loop.now_ns, "synced", bookie_id, token)
         node.core.on_persisted(token, self.loop.now_ns)
         self._pump(node)
@@ -298,12 +298,13 @@ class SimWorld:
         elif kind is JournalWrite:
             self.counts.journal_writes += 1
             try:
-                write_ns = node.disk.append(effect.data)
-            except DiskFull:
+                node.journal.append(effect.data, now_ms=now_ns // 1_000_000)
+            except DiskFullError:
                 self.counts.disk_full_kills += 1
                 self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
                 return
-            self.loop.post_at(now_ns + write_ns + node.disk.sync_latency_ns(), self._on_persisted,
+            write_ns = self.scenario.disk.write_latency_ns
+            self.loop.post_at(now_ns + write_ns + node.fs.sync_latency_ns(), self._on_persisted,
                               node.name, effect.token, node.incarnation)
         elif kind is MetadataCall:
             self._call_metastore(node.name, effect)

@@ -389,18 +389,33 @@ def test_deferred_sync_lac_moves_only_with_force():
 
 
 def test_forced_recovery_when_bookies_are_lost_for_good():
-    # Two of three bookies are gone: the survivors cannot cover the ensemble, so a normal
-    # recovery must refuse; a forced one proceeds with what it can reach (spares take the
-    # rewritten entries).
-    h = Harness(bookie_count=5)
-    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+    # A bookie is gone for good: with Qa = 1 every write set must answer for coverage, so a
+    # normal recovery refuses; a forced one proceeds with the bookies it can reach.
+    h = Harness(bookie_count=3)
+    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=1)
     write_entries(h, writer, payloads(5))
     h.crash(writer.metadata.last_ensemble[0])
-    h.crash(writer.metadata.last_ensemble[1])
     assert h.open(writer.ledger_id, "r1").error is not None
     forced = h.open(writer.ledger_id, "r2", is_forced=True)
     assert forced.error is None, forced.error
     assert forced.result.metadata.last_entry_id == 4
+    assert read_all(h, forced.result) == payloads(5)
+
+
+def test_recovery_waits_for_bookies_rather_than_changing_ensembles():
+    # Qw = Qa = 3 and one bookie of the ensemble is down: recovery cannot rewrite safely, so it
+    # fails (retryable) instead of moving entries to a bookie that never received them.
+    h = Harness(bookie_count=4)
+    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=3)
+    write_entries(h, writer, payloads(5))
+    down = writer.metadata.last_ensemble[2]
+    h.crash(down)
+    first = h.open(writer.ledger_id, "r1")
+    assert first.error is not None
+    h.restart(down)
+    second = h.open(writer.ledger_id, "r2")
+    assert second.error is None and second.result.metadata.last_entry_id == 4
+    assert second.result.metadata.ensembles == writer.metadata.ensembles
 
 
 def test_delete_ledger():

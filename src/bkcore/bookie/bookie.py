@@ -203,13 +203,19 @@ class Bookie:
             self._learn_lac(record.ledger_id, record.lac)
 
     def replay_journal(self, data: bytes) -> ReplayReport:
-        """Rebuild storage from the durable journal after a restart (before serving)."""
+        """Rebuild storage from one journal's bytes after a restart (before serving)."""
         scan = scan_records(data)
+        entry_count = self.replay_records(scan.records)
+        return ReplayReport(len(scan.records), entry_count, scan.valid_size, scan.tail_problem)
+
+    def replay_records(self, records: list[JournalRecord]) -> int:
+        """Apply replayed journal records in order (see journal_files.Journal.open); returns
+        how many were entries."""
         entry_count = 0
-        for record in scan.records:
+        for record in records:
             self._apply(record)
             entry_count += type(record) is EntryRecord
-        return ReplayReport(len(scan.records), entry_count, scan.valid_size, scan.tail_problem)
+        return entry_count
 
     # -- ledger state ---------------------------------------------------------------------
 

@@ -33,6 +33,9 @@ JOURNAL_HEADER = struct.Struct(">4sIq")
 LAST_MARK_NAME = "lastMark"
 LAST_MARK_FORMAT = struct.Struct(">qq")
 JOURNAL_SUFFIX = ".txn"
+# Reading a journal at start: read each file until two reads agree (a failing disk can return
+# different bytes for the same file; a checksum cannot tell a flipped last record from a torn one).
+CONSISTENT_READ_ATTEMPT_COUNT_MAX = 8
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -138,7 +141,7 @@ class Journal:
                 continue
             path = self._journal_path(journal_id)
             scanned.append(path)
-            data = self.fs.read(path)
+            data = self._read_consistently(path)
             offset = JOURNAL_HEADER.size
             if len(data) < JOURNAL_HEADER.size:
                 problems.append(f"{path}: header incomplete ({len(data)} bytes), treated as empty")
@@ -159,6 +162,16 @@ class Journal:
             end = LogMark(journal_id, scan.valid_size)
         self._start_new_file(now_ms)
         return JournalReplay(records, start, end, scanned, problems)
+
+    def _read_consistently(self, path: str) -> bytes:
+        previous = self.fs.read(path)
+        for _ in range(CONSISTENT_READ_ATTEMPT_COUNT_MAX):
+            current = self.fs.read(path)
+            if current == previous:
+                return current
+            previous = current
+        raise JournalStartError(f"{path}: {CONSISTENT_READ_ATTEMPT_COUNT_MAX + 1} reads returned different "
+                                f"bytes; the disk is failing — replace it and rebuild this bookie")
 
     def _start_new_file(self, now_ms: int) -> None:
         existing = self.journal_ids()

@@ -11,6 +11,7 @@ Rules that never bend:
   ensemble starts at LAC + 1, then resend every pending add to the new bookies; no add completes
   while a change is in flight;
 - a FENCED answer means a reader is recovering the ledger: every pending and later add fails;
+- a recovery writer never changes ensembles (see _on_bookie_failed);
 - close waits for pending adds to resolve, then CASes OPEN -> CLOSED at the LAC.
 """
 
@@ -203,6 +204,18 @@ class LedgerWriter:
             return
         self._failed[position] = bookie
         self._unusable_bookies.add(bookie)
+        if self.is_recovery:
+            # A recovery never changes ensembles: its change would start at the *recovered* LAC + 1,
+            # which can lie below the entries the old writer had acknowledged, and an aborted
+            # recovery would leave those mapped to a bookie that never got them. It goes on while
+            # every write set still reaches Qa, and otherwise fails so it is retried later.
+            if self._can_write_without(set(self._failed)):
+                self._complete_ready(now_ns)
+            else:
+                self._fail(NotEnoughBookies(
+                    f"ledger {self.ledger_id}: recovery cannot reach the ack quorum without "
+                    f"{sorted(self._failed.values())}; retry when they are back"), now_ns)
+            return
         if not self._is_changing_ensemble:
             self._start_ensemble_change(now_ns, attempt_index=0)
 
