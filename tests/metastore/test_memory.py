@@ -282,10 +282,10 @@ class Model:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(op_strategy, max_size=40))
+@given(st.lists(op_strategy, min_size=1, max_size=60))
 def test_matches_a_dict_model(op_list):
     store, model = MemoryMetastore(), Model()
-    for op in op_list:
+    for op in [("open",), ("open",)] + op_list:      # two live sessions from the start
         kind = op[0]
         if kind == "open":
             session_id = store.open_session()
