@@ -1,0 +1,201 @@
+"""DurableLedgerStorage: entry logs + an index, with a write cache in front, and checkpoints.
+
+Entries arrive (already durable in the journal) into the write cache and are readable at once.
+A checkpoint moves them out: append them to the current entry log sorted by ledger and entry,
+flush the logs (fdatasync, directory fsync), then commit their locations and the dirty ledger
+state to the index in one batch. Only after that may the caller advance the LastLogMark
+(Journal.write_last_mark): a crash anywhere before leaves the journal to replay what was lost,
+and replaying an entry twice only writes it again.
+
+Reads: write cache, then a bounded read cache, then index + entry log (checksummed; corruption
+raises StorageIOError, never "no such entry").
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import msgpack
+
+from bkcore.bookie.entrylog import EntryLogger, Location
+from bkcore.bookie.fs import FileSystem
+from bkcore.bookie.index import (
+    IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
+    pack_location, unpack_location,
+)
+from bkcore.wire import INVALID_ENTRY_ID
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    ledger_dir: str = "ledgers"
+    entry_log_size_max: int = 1024 * 1024 * 1024       # logSizeLimit
+    read_cache_count_max: int = 4096                   # entries kept after a read
+
+
+@dataclass(slots=True)
+class _LedgerState:
+    master_key: bytes
+    is_fenced: bool = False
+    lac: int = INVALID_ENTRY_ID
+    lac_body: bytes = b""
+
+    def pack(self) -> bytes:
+        return msgpack.packb([self.master_key, self.is_fenced, self.lac, self.lac_body], use_bin_type=True)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> _LedgerState:
+        key, fenced, lac, lac_body = msgpack.unpackb(data, raw=False)
+        return cls(key, fenced, lac, lac_body)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    entries_flushed_count: int
+    ledgers_written_count: int
+
+
+class DurableLedgerStorage:
+    def __init__(self, *, fs: FileSystem, index: IndexStore, config: StorageConfig = StorageConfig()) -> None:
+        self.fs = fs
+        self.index = index
+        self.config = config
+        self.entry_logger = EntryLogger(fs=fs, ledger_dir=config.ledger_dir,
+                                        entry_log_size_max=config.entry_log_size_max)
+        self.entry_logger.open()
+        # Entries not yet in an entry log: (ledger, entry) -> body. Its size is bounded by the
+        # checkpoint interval times the add rate; the bookie checkpoints when it grows too big.
+        self._write_cache: dict[tuple[int, int], bytes] = {}
+        self._write_cache_size = 0
+        self._read_cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._ledgers: dict[int, _LedgerState] = {}      # loaded or changed ledger state
+        self._dirty_ledgers: set[int] = set()
+        self._deleted_ledgers: set[int] = set()
+        self._last_cached_entry: dict[int, int] = {}
+
+    # -- ledger state ---------------------------------------------------------------------
+
+    def _state(self, ledger_id: int) -> _LedgerState | None:
+        state = self._ledgers.get(ledger_id)
+        if state is None and ledger_id not in self._deleted_ledgers:
+            data = self.index.get(ledger_key(ledger_id))
+            if data is not None:
+                state = self._ledgers[ledger_id] = _LedgerState.unpack(data)
+        return state
+
+    def _change(self, ledger_id: int) -> _LedgerState:
+        state = self._state(ledger_id)
+        assert state is not None, f"ledger {ledger_id} has no state: set its master key first"
+        self._dirty_ledgers.add(ledger_id)
+        return state
+
+    def has_ledger(self, ledger_id: int) -> bool:
+        return self._state(ledger_id) is not None
+
+    def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
+        if self._state(ledger_id) is None:
+            self._deleted_ledgers.discard(ledger_id)
+            self._ledgers[ledger_id] = _LedgerState(master_key)
+            self._dirty_ledgers.add(ledger_id)
+
+    def master_key(self, ledger_id: int) -> bytes | None:
+        state = self._state(ledger_id)
+        return None if state is None else state.master_key
+
+    def set_fenced(self, ledger_id: int) -> None:
+        self._change(ledger_id).is_fenced = True
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        state = self._state(ledger_id)
+        return state is not None and state.is_fenced
+
+    def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None:
+        state = self._change(ledger_id)
+        if lac > state.lac:
+            state.lac, state.lac_body = lac, body
+
+    def explicit_lac(self, ledger_id: int) -> tuple[int, bytes] | None:
+        state = self._state(ledger_id)
+        return None if state is None or state.lac == INVALID_ENTRY_ID else (state.lac, state.lac_body)
+
+    # -- entries --------------------------------------------------------------------------
+
+    def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
+        assert self._state(ledger_id) is not None, f"ledger {ledger_id} has no state"
+        previous = self._write_cache.get((ledger_id, entry_id))
+        self._write_cache[ledger_id, entry_id] = body
+        self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
+        self._read_cache.pop((ledger_id, entry_id), None)
+        if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
+            self._last_cached_entry[ledger_id] = entry_id
+
+    @property
+    def write_cache_size(self) -> int:
+        return self._write_cache_size
+
+    def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
+        key = (ledger_id, entry_id)
+        body = self._write_cache.get(key)
+        if body is not None:
+            return body
+        if ledger_id in self._deleted_ledgers:
+            return None
+        body = self._read_cache.get(key)
+        if body is not None:
+            self._read_cache.move_to_end(key)
+            return body
+        value = self.index.get(entry_key(ledger_id, entry_id))
+        if value is None:
+            return None
+        body = self.entry_logger.read(Location(*unpack_location(value)), ledger_id=ledger_id, entry_id=entry_id)
+        self._read_cache[key] = body
+        if len(self._read_cache) > self.config.read_cache_count_max:
+            self._read_cache.popitem(last=False)   # evict the least recently read
+        return body
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        if self._state(ledger_id) is None:
+            return INVALID_ENTRY_ID
+        cached = self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID)
+        key = self.index.last_key_with_prefix(entry_prefix(ledger_id))
+        return max(cached, entry_id_of(key) if key is not None else INVALID_ENTRY_ID)
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self._ledgers.pop(ledger_id, None)
+        self._dirty_ledgers.discard(ledger_id)
+        self._deleted_ledgers.add(ledger_id)
+        self._last_cached_entry.pop(ledger_id, None)
+        for key in [k for k in self._write_cache if k[0] == ledger_id]:
+            self._write_cache_size -= len(self._write_cache.pop(key))
+        for key in [k for k in self._read_cache if k[0] == ledger_id]:
+            del self._read_cache[key]
+
+    def ledger_ids(self) -> list[int]:
+        stored = {ledger_id_of(k) for k in self.index.keys_with_prefix(LEDGER_PREFIX)}
+        return sorted((stored | set(self._ledgers)) - self._deleted_ledgers)
+
+    # -- checkpoint -----------------------------------------------------------------------
+
+    def checkpoint(self) -> CheckpointReport:
+        """Entry logs first (flushed), then the index in one committed batch."""
+        puts: dict[bytes, bytes] = {}
+        flushed = sorted(self._write_cache.items())
+        for (ledger_id, entry_id), body in flushed:
+            location = self.entry_logger.append(ledger_id, entry_id, body)
+            puts[entry_key(ledger_id, entry_id)] = pack_location(location.log_id, location.offset)
+        self.entry_logger.flush()
+        for ledger_id in sorted(self._dirty_ledgers):
+            puts[ledger_key(ledger_id)] = self._ledgers[ledger_id].pack()
+        deletes = []
+        for ledger_id in sorted(self._deleted_ledgers):
+            deletes.append(ledger_key(ledger_id))
+            deletes.extend(self.index.keys_with_prefix(entry_prefix(ledger_id)))
+        self.index.write(puts, deletes)
+        report = CheckpointReport(len(flushed), len(self._dirty_ledgers))
+        self._write_cache.clear()
+        self._write_cache_size = 0
+        self._last_cached_entry.clear()
+        self._dirty_ledgers.clear()
+        self._deleted_ledgers.clear()
+        return report

@@ -1,0 +1,109 @@
+"""Entry logs: where entries live once a checkpoint moves them out of the write cache.
+
+  <ledger dir>/<id hex>.log    header: magic b"BKLO", u32 format version, i64 id (16 bytes)
+  record                       u32 length | u32 crc32c(payload) | payload
+  payload                      i64 ledger id | i64 entry id | packed entry body
+
+A location is (log id, offset of the record). Logs roll at entry_log_size_max. Reads verify the
+checksum and that the record is the entry asked for; anything else raises StorageIOError,
+which a bookie answers with IO_ERROR, never "no such entry".
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+from bkcore.bookie.fs import FileSystem
+from bkcore.bookie.storage import StorageIOError
+
+ENTRY_LOG_MAGIC = b"BKLO"
+ENTRY_LOG_FORMAT_VERSION = 1
+ENTRY_LOG_HEADER = struct.Struct(">4sIq")
+RECORD_HEADER = struct.Struct(">II")
+ENTRY_KEY = struct.Struct(">qq")
+ENTRY_LOG_SUFFIX = ".log"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Location:
+    log_id: int
+    offset: int
+
+
+def entry_log_name(log_id: int) -> str:
+    return f"{log_id:x}{ENTRY_LOG_SUFFIX}"
+
+
+class EntryLogger:
+    def __init__(self, *, fs: FileSystem, ledger_dir: str, entry_log_size_max: int) -> None:
+        self.fs = fs
+        self.ledger_dir = ledger_dir
+        self.entry_log_size_max = entry_log_size_max
+        self.current_id: int | None = None
+        self.current_size = 0
+        self._unflushed_ids: list[int] = []
+
+    def _path(self, log_id: int) -> str:
+        return f"{self.ledger_dir}/{entry_log_name(log_id)}"
+
+    def log_ids(self) -> list[int]:
+        ids = []
+        for name in self.fs.list_dir(self.ledger_dir):
+            if name.endswith(ENTRY_LOG_SUFFIX):
+                try:
+                    ids.append(int(name[:-len(ENTRY_LOG_SUFFIX)], 16))
+                except ValueError:
+                    continue
+        return sorted(ids)
+
+    def open(self) -> None:
+        """Start writing into a new log after every existing one (a log written before a crash
+        may end torn; it is never appended to)."""
+        self.fs.makedirs(self.ledger_dir)
+        self._roll(max(self.log_ids(), default=0) + 1)
+
+    def _roll(self, log_id: int) -> None:
+        self.fs.append(self._path(log_id), ENTRY_LOG_HEADER.pack(ENTRY_LOG_MAGIC, ENTRY_LOG_FORMAT_VERSION, log_id))
+        self._unflushed_ids.append(log_id)
+        self.current_id = log_id
+        self.current_size = ENTRY_LOG_HEADER.size
+
+    def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
+        payload = ENTRY_KEY.pack(ledger_id, entry_id) + body
+        record = RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+        if self.current_size > ENTRY_LOG_HEADER.size and self.current_size + len(record) > self.entry_log_size_max:
+            self._roll(self.current_id + 1)
+        location = Location(self.current_id, self.current_size)
+        self.fs.append(self._path(self.current_id), record)
+        self.current_size += len(record)
+        return location
+
+    def flush(self) -> None:
+        """Make every log written since the last flush durable, names included."""
+        for log_id in self._unflushed_ids:
+            self.fs.sync(self._path(log_id))
+        if self._unflushed_ids:
+            self.fs.sync_dir(self.ledger_dir)
+        self._unflushed_ids = [self.current_id]
+
+    def read(self, location: Location, *, ledger_id: int, entry_id: int) -> bytes:
+        path = self._path(location.log_id)
+        what = f"ledger {ledger_id} entry {entry_id} at {path}:{location.offset}"
+        try:
+            header = self.fs.read(path, location.offset, RECORD_HEADER.size)
+            if len(header) != RECORD_HEADER.size:
+                raise StorageIOError(f"{what}: record header cut short")
+            length, checksum = RECORD_HEADER.unpack(header)
+            payload = self.fs.read(path, location.offset + RECORD_HEADER.size, length)
+        except StorageIOError:
+            raise
+        except Exception as exc:   # the FileSystem's own errors: missing file, I/O error
+            raise StorageIOError(f"{what}: {exc}") from None
+        if len(payload) != length or crc32c.crc32c(payload) != checksum:
+            raise StorageIOError(f"{what}: checksum mismatch")
+        if ENTRY_KEY.unpack_from(payload) != (ledger_id, entry_id):
+            raise StorageIOError(f"{what}: holds entry {ENTRY_KEY.unpack_from(payload)}")
+        return payload[ENTRY_KEY.size:]

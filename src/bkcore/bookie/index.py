@@ -1,0 +1,86 @@
+"""The entry index: (ledger, entry) -> entry log location, plus per-ledger state.
+
+Keys are bytes ordered like the tuples they encode (big-endian, non-negative ids):
+  b"E" + u64 ledger + u64 entry   -> u64 log id + u64 offset
+  b"L" + u64 ledger                -> msgpack {master_key, fenced, lac, lac_body}
+`IndexStore` is the durable key/value store under it: lmdb on real disks
+(transports/lmdb_index.py), MemoryIndexStore in tests and the simulator. write() applies one
+batch atomically and durably (a committed transaction).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator, Protocol
+
+from sortedcontainers import SortedDict
+
+ENTRY_PREFIX = b"E"
+LEDGER_PREFIX = b"L"
+_U64 = struct.Struct(">Q")
+_U64_PAIR = struct.Struct(">QQ")
+
+
+def entry_key(ledger_id: int, entry_id: int) -> bytes:
+    return ENTRY_PREFIX + _U64_PAIR.pack(ledger_id, entry_id)
+
+
+def entry_prefix(ledger_id: int) -> bytes:
+    return ENTRY_PREFIX + _U64.pack(ledger_id)
+
+
+def entry_id_of(key: bytes) -> int:
+    return _U64_PAIR.unpack_from(key, 1)[1]
+
+
+def ledger_key(ledger_id: int) -> bytes:
+    return LEDGER_PREFIX + _U64.pack(ledger_id)
+
+
+def ledger_id_of(key: bytes) -> int:
+    return _U64.unpack_from(key, 1)[0]
+
+
+def pack_location(log_id: int, offset: int) -> bytes:
+    return _U64_PAIR.pack(log_id, offset)
+
+
+def unpack_location(value: bytes) -> tuple[int, int]:
+    return _U64_PAIR.unpack(value)
+
+
+class IndexStore(Protocol):
+    def get(self, key: bytes) -> bytes | None: ...
+    def last_key_with_prefix(self, prefix: bytes) -> bytes | None: ...
+    def keys_with_prefix(self, prefix: bytes) -> Iterator[bytes]: ...
+    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None: ...
+
+
+class MemoryIndexStore:
+    """A committed-on-write sorted map: nothing is pending, so a crash loses nothing written."""
+
+    def __init__(self) -> None:
+        self._data: SortedDict = SortedDict()
+        self.write_count = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._data.get(key)
+
+    def last_key_with_prefix(self, prefix: bytes) -> bytes | None:
+        keys = self._data.keys()
+        index = self._data.bisect_left(prefix + b"\xff" * 17) - 1
+        if index >= 0 and keys[index].startswith(prefix):
+            return keys[index]
+        return None
+
+    def keys_with_prefix(self, prefix: bytes) -> Iterator[bytes]:
+        for key in self._data.irange(minimum=prefix):
+            if not key.startswith(prefix):
+                return
+            yield key
+
+    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+        for key in deletes:
+            self._data.pop(key, None)
+        self._data.update(puts)
+        self.write_count += 1

@@ -1,0 +1,62 @@
+"""LmdbIndexStore: the bookie's entry index in lmdb (one environment per ledger directory).
+
+Every write() is one write transaction, committed with lmdb's default durability (the commit
+syncs), so a crash leaves either the whole checkpoint batch or none of it. Blocking: call from a
+worker thread in async code.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import lmdb
+
+MAP_SIZE_DEFAULT = 1 << 34   # address space only; the file grows as needed
+
+
+def _after_prefix(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with prefix (None: no such key)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+class LmdbIndexStore:
+    def __init__(self, path: str, *, map_size: int = MAP_SIZE_DEFAULT) -> None:
+        self.env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=0, lock=True)
+
+    def get(self, key: bytes) -> bytes | None:
+        with self.env.begin() as txn:
+            return txn.get(key)
+
+    def last_key_with_prefix(self, prefix: bytes) -> bytes | None:
+        with self.env.begin() as txn:
+            cursor = txn.cursor()
+            upper = _after_prefix(prefix)
+            found = cursor.set_range(upper) if upper is not None else False
+            moved = cursor.prev() if found else cursor.last()
+            if moved and cursor.key().startswith(prefix):
+                return bytes(cursor.key())
+        return None
+
+    def keys_with_prefix(self, prefix: bytes) -> Iterator[bytes]:
+        with self.env.begin() as txn:
+            cursor = txn.cursor()
+            keys = []
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(keys=True, values=False):
+                    if not key.startswith(prefix):
+                        break
+                    keys.append(bytes(key))
+        return iter(keys)
+
+    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+        with self.env.begin(write=True) as txn:
+            for key in deletes:
+                txn.delete(key)
+            for key, value in puts.items():
+                txn.put(key, value)
+
+    def close(self) -> None:
+        self.env.close()
