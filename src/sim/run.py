@@ -92,6 +92,7 @@ def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunRe
     history = History()
     workload = LedgerWorkload(world=world, history=history)
     workload.start()
+    world.start_checkpoints()
     Nemesis(world=world, end_ns=scenario.duration_ns).start()
     apply_schedule(world, list(schedule))
     world.loop.run_until(scenario.duration_ns)
@@ -131,7 +132,8 @@ def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunRe
         f"reads: {len(history.reads)}; LAC observations: {len(history.lacs)}; closes seen: {len(history.closes)}",
         f"faults: crashes={counts.crashes} restarts={counts.restarts} pauses={counts.pauses} "
         f"disk_full_kills={counts.disk_full_kills} torn_tails={counts.journal_tails_repaired} "
-        f"refused_starts={counts.restart_refusals} metastore_losses={counts.metadata_connection_losses}",
+        f"refused_starts={counts.restart_refusals} metastore_losses={counts.metadata_connection_losses} "
+        f"checkpoints={counts.checkpoints}",
         f"network: {world.network.statistics()}",
         f"events: {result.events_count} in {result.simulated_ns / S:.1f} simulated s, "
         f"{result.wall_seconds:.2f} wall s",

@@ -20,8 +20,9 @@ from typing import Callable
 
 from bkcore.bookie.bookie import Bookie, BookieConfig
 from bkcore.bookie.fs import DiskFullError
-from bkcore.bookie.journal_files import Journal, JournalConfig, JournalStartError
-from bkcore.bookie.storage import MemoryLedgerStorage
+from bkcore.bookie.journal_files import Journal, JournalConfig, JournalStartError, LogMark
+from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
+from bkcore.bookie.index import MemoryIndexStore
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
@@ -33,8 +34,11 @@ from sim.loop import EventLoop, TraceHasher
 from sim.network import SimNetwork
 from sim.scenario import Scenario
 
-# Small journal files in the simulator, so rolling happens in every run.
+# Small journal files and entry logs, and frequent checkpoints, so rolling, LastLogMark moves
+# and journal deletion happen in every run.
 SIM_JOURNAL_MAX_SIZE = 64 * 1024
+SIM_STORAGE_CONFIG = StorageConfig(entry_log_size_max=128 * 1024)
+CHECKPOINT_INTERVAL_NS = 500_000_000
 PUMP_ROUND_COUNT_MAX = 1_000
 HEALED_RESTART_RETRY_NS = 100_000_000
 
@@ -54,6 +58,11 @@ class _Node:
 class _BookieNode(_Node):
     fs: SimFileSystem | None = None
     journal: Journal | None = None
+    index: MemoryIndexStore | None = None      # committed on write: survives crashes
+    storage: DurableLedgerStorage | None = None
+    # Journal position after the last group whose records the core has applied.
+    persisted_mark: LogMark | None = None
+    marks_by_token: dict | None = None
     session_id: int | None = None
     crash_count: int = 0
     start_failure_count: int = 0
@@ -77,6 +86,7 @@ class WorldCounts:
     disk_full_kills: int = 0
     journal_tails_repaired: int = 0
     restart_refusals: int = 0
+    checkpoints: int = 0
 
 
 class SimWorld:
@@ -115,7 +125,8 @@ class SimWorld:
 
     def add_bookie(self, bookie_id: str) -> None:
         disk_rng = random.Random(self._disk_seed ^ (len(self.bookies) + 1) * 0x9E3779B97F4A7C15)
-        node = _BookieNode(name=bookie_id, fs=SimFileSystem(rng=disk_rng, options=self.scenario.disk))
+        node = _BookieNode(name=bookie_id, fs=SimFileSystem(rng=disk_rng, options=self.scenario.disk),
+                           index=MemoryIndexStore())
         self.bookies[bookie_id] = node
         self.nodes[bookie_id] = node
         self._start_bookie(node)
@@ -134,9 +145,10 @@ class SimWorld:
     # -- bookie lifecycle -----------------------------------------------------------------
 
     def _start_bookie(self, node: _BookieNode) -> None:
-        core = Bookie(bookie_id=node.name, config=self.bookie_config, storage=MemoryLedgerStorage())
         journal = Journal(fs=node.fs, config=self.journal_config)
         try:
+            storage = DurableLedgerStorage(fs=node.fs, index=node.index, config=SIM_STORAGE_CONFIG)
+            core = Bookie(bookie_id=node.name, config=self.bookie_config, storage=storage)
             replay = journal.open(now_ms=self.loop.now_ns // 1_000_000)
         except JournalStartError:
             # A bookie refuses to start on a journal it cannot trust; an operator would look.
@@ -154,6 +166,9 @@ class SimWorld:
         self.counts.journal_tails_repaired += len(replay.tail_problems)
         node.core = core
         node.journal = journal
+        node.storage = storage
+        node.persisted_mark = replay.end_mark
+        node.marks_by_token = {}
         node.is_up = True
         node.incarnation += 1
         if node.session_id is not None:
@@ -161,6 +176,31 @@ class SimWorld:
         node.session_id = self.metastore.open_session()
         self.metastore.apply(Create(self.layout.bookie_path(node.name), is_ephemeral=True), session_id=node.session_id)
         self.trace.record(self.loop.now_ns, "start", node.name, node.incarnation)
+
+    def start_checkpoints(self) -> None:
+        self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
+
+    def _checkpoint_all(self) -> None:
+        for name in sorted(self.bookies):
+            node = self.bookies[name]
+            if node.is_up and node.core is not None and node.paused_until_ns <= self.loop.now_ns:
+                self.checkpoint(node)
+        self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
+
+    def checkpoint(self, node: _BookieNode) -> None:
+        """Storage first (entry logs flushed, index committed), then the LastLogMark, then the
+        journals it makes unnecessary: the order that lets a crash anywhere lose nothing."""
+        mark = node.persisted_mark
+        try:
+            node.storage.checkpoint()
+            node.journal.write_last_mark(mark)
+            node.journal.delete_old_journals(mark)
+        except DiskFullError:
+            self.counts.disk_full_kills += 1
+            self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
+            return
+        self.counts.checkpoints += 1
+        self.trace.record(self.loop.now_ns, "checkpoint", node.name, mark.journal_id, mark.position)
 
     def crash_bookie(self, bookie_id: str, *, restart_after_ns: int | None) -> None:
         node = self.bookies[bookie_id]
@@ -173,6 +213,7 @@ class SimWorld:
         self.counts.crashes += 1
         self._cancel_timer(node)
         node.journal = None
+        node.storage = None
         node.fs.crash()
         session_id = node.session_id
         self.loop.call_later(self.scenario.metastore.session_timeout_ns, self._expire_session, node.name, session_id)
@@ -241,6 +282,7 @@ class SimWorld:
             self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
             return
         node.journal.sync()
+        node.persisted_mark = node.marks_by_token.pop(token)
         self.trace.record(self.loop.now_ns, "synced", bookie_id, token)
         node.core.on_persisted(token, self.loop.now_ns)
         self._pump(node)
@@ -298,7 +340,7 @@ class SimWorld:
         elif kind is JournalWrite:
             self.counts.journal_writes += 1
             try:
-                node.journal.append(effect.data, now_ms=now_ns // 1_000_000)
+                node.marks_by_token[effect.token] = node.journal.append(effect.data, now_ms=now_ns // 1_000_000)
             except DiskFullError:
                 self.counts.disk_full_kills += 1
                 self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)

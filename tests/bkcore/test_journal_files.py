@@ -165,3 +165,14 @@ def test_last_mark_is_replaced_atomically():
     fs.sync("ledgers/lastMark.tmp")
     fs.crash()
     assert journal.read_last_marks() == [LogMark(5, 100)]
+
+
+def test_last_mark_checksum_catches_damage(fs):
+    journal, _ = reopen(fs)
+    journal.write_last_mark(LogMark(1, 100))
+    data = bytearray(fs.read("ledgers/lastMark"))
+    data[3] ^= 0x40
+    fs.delete("ledgers/lastMark")
+    fs.append("ledgers/lastMark", bytes(data))
+    with pytest.raises(JournalStartError, match="checksum"):
+        reopen(fs)

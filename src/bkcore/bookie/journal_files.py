@@ -3,8 +3,8 @@
 Layout (after BookKeeper):
   <journal dir>/<id hex>.txn   journal files; ids grow with time (the creation time in ms, or
                                the previous id + 1 if the clock went back), so names sort by age
-  <ledger dir>/lastMark        LastLogMark = (journal id, position): everything journaled before
-                               it is in ledger storage; written atomically to every ledger dir
+  <ledger dir>/lastMark        LastLogMark = (journal id, position) + crc32c: everything journaled
+                               before it is in ledger storage; written atomically to every ledger dir
 
 Each journal file starts with a 16-byte header: magic b"BKJN", u32 format version, i64 id.
 Records follow (see journal.py). Zero bytes where a record length should be mean the end of
@@ -24,6 +24,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import crc32c
+
 from bkcore.bookie.fs import FileSystem, write_atomically
 from bkcore.bookie.journal import JournalCorrupted, JournalRecord, scan_records
 
@@ -31,7 +33,7 @@ JOURNAL_MAGIC = b"BKJN"
 JOURNAL_FORMAT_VERSION = 1
 JOURNAL_HEADER = struct.Struct(">4sIq")
 LAST_MARK_NAME = "lastMark"
-LAST_MARK_FORMAT = struct.Struct(">qq")
+LAST_MARK_FORMAT = struct.Struct(">qqI")   # journal id, position, crc32c of the first 16 bytes
 JOURNAL_SUFFIX = ".txn"
 # Reading a journal at start: read each file until two reads agree (a failing disk can return
 # different bytes for the same file; a checksum cannot tell a flipped last record from a torn one).
@@ -110,17 +112,21 @@ class Journal:
             if not self.fs.exists(path):
                 marks.append(ZERO_MARK)
                 continue
-            data = self.fs.read(path)
+            data = self._read_consistently(path)
             if len(data) != LAST_MARK_FORMAT.size:
                 raise JournalStartError(f"{path}: {len(data)} bytes, expected {LAST_MARK_FORMAT.size}; "
                                         f"the mark is written atomically, so this file was damaged — "
                                         f"delete it to replay every journal")
-            marks.append(LogMark(*LAST_MARK_FORMAT.unpack(data)))
+            journal_id, position, checksum = LAST_MARK_FORMAT.unpack(data)
+            if crc32c.crc32c(data[:16]) != checksum:
+                raise JournalStartError(f"{path}: checksum mismatch; delete it to replay every journal")
+            marks.append(LogMark(journal_id, position))
         return marks
 
     def write_last_mark(self, mark: LogMark) -> None:
         """Persist the mark in every ledger dir (temp, sync, rename, sync dir)."""
-        data = LAST_MARK_FORMAT.pack(mark.journal_id, mark.position)
+        head = struct.pack(">qq", mark.journal_id, mark.position)
+        data = LAST_MARK_FORMAT.pack(mark.journal_id, mark.position, crc32c.crc32c(head))
         for ledger_dir in self.config.ledger_dirs:
             write_atomically(self.fs, f"{ledger_dir}/{LAST_MARK_NAME}", data)
 
