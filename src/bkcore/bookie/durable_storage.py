@@ -24,7 +24,10 @@ from bkcore.bookie.index import (
     IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
     pack_location, unpack_location,
 )
+from bkcore.bookie.storage import StorageIOError
 from bkcore.wire import INVALID_ENTRY_ID
+
+ENTRY_READ_ATTEMPT_COUNT_MAX = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +151,21 @@ class DurableLedgerStorage:
         value = self.index.get(entry_key(ledger_id, entry_id))
         if value is None:
             return None
-        body = self.entry_logger.read(Location(*unpack_location(value)), ledger_id=ledger_id, entry_id=entry_id)
+        body = self._read_from_log(Location(*unpack_location(value)), ledger_id, entry_id)
         self._read_cache[key] = body
         if len(self._read_cache) > self.config.read_cache_count_max:
             self._read_cache.popitem(last=False)   # evict the least recently read
         return body
+
+    def _read_from_log(self, location: Location, ledger_id: int, entry_id: int) -> bytes:
+        """Read again after a checksum failure (a disk may flip a bit once); report it if it stays."""
+        for attempt_index in range(ENTRY_READ_ATTEMPT_COUNT_MAX):
+            try:
+                return self.entry_logger.read(location, ledger_id=ledger_id, entry_id=entry_id)
+            except StorageIOError:
+                if attempt_index + 1 == ENTRY_READ_ATTEMPT_COUNT_MAX:
+                    raise
+        raise AssertionError("unreachable")
 
     def last_entry_id(self, ledger_id: int) -> int:
         if self._state(ledger_id) is None:

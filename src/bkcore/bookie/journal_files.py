@@ -35,9 +35,10 @@ JOURNAL_HEADER = struct.Struct(">4sIq")
 LAST_MARK_NAME = "lastMark"
 LAST_MARK_FORMAT = struct.Struct(">qqI")   # journal id, position, crc32c of the first 16 bytes
 JOURNAL_SUFFIX = ".txn"
-# Reading a journal at start: read each file until two reads agree (a failing disk can return
-# different bytes for the same file; a checksum cannot tell a flipped last record from a torn one).
-CONSISTENT_READ_ATTEMPT_COUNT_MAX = 8
+# A read that fails a checksum is read again before anything is concluded from it: a disk can
+# return a flipped bit once, and a checksum cannot tell a flipped last record from a torn one.
+# A flip only ever makes a checksummed scan stop sooner, so the read that gets furthest wins.
+REREAD_ATTEMPT_COUNT_MAX = 8
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -112,16 +113,21 @@ class Journal:
             if not self.fs.exists(path):
                 marks.append(ZERO_MARK)
                 continue
-            data = self._read_consistently(path)
+            marks.append(self._read_mark(path))
+        return marks
+
+    def _read_mark(self, path: str) -> LogMark:
+        for _ in range(REREAD_ATTEMPT_COUNT_MAX):
+            data = self.fs.read(path)
             if len(data) != LAST_MARK_FORMAT.size:
                 raise JournalStartError(f"{path}: {len(data)} bytes, expected {LAST_MARK_FORMAT.size}; "
                                         f"the mark is written atomically, so this file was damaged — "
                                         f"delete it to replay every journal")
             journal_id, position, checksum = LAST_MARK_FORMAT.unpack(data)
-            if crc32c.crc32c(data[:16]) != checksum:
-                raise JournalStartError(f"{path}: checksum mismatch; delete it to replay every journal")
-            marks.append(LogMark(journal_id, position))
-        return marks
+            if crc32c.crc32c(data[:16]) == checksum:
+                return LogMark(journal_id, position)
+        raise JournalStartError(f"{path}: checksum mismatch in {REREAD_ATTEMPT_COUNT_MAX} reads; "
+                                f"delete it to replay every journal")
 
     def write_last_mark(self, mark: LogMark) -> None:
         """Persist the mark in every ledger dir (temp, sync, rename, sync dir)."""
@@ -147,21 +153,10 @@ class Journal:
                 continue
             path = self._journal_path(journal_id)
             scanned.append(path)
-            data = self._read_consistently(path)
-            offset = JOURNAL_HEADER.size
-            if len(data) < JOURNAL_HEADER.size:
-                problems.append(f"{path}: header incomplete ({len(data)} bytes), treated as empty")
+            scan = self._scan_file(path, journal_id, start)
+            if scan is None:
+                problems.append(f"{path}: header incomplete, treated as empty")
                 continue
-            magic, version, header_id = JOURNAL_HEADER.unpack_from(data)
-            if magic != JOURNAL_MAGIC or version != JOURNAL_FORMAT_VERSION or header_id != journal_id:
-                raise JournalStartError(f"{path}: not a journal of this format (magic {magic!r}, version "
-                                        f"{version}, id {header_id}); move it out of {self.config.journal_dir}")
-            if journal_id == start.journal_id:
-                offset = max(offset, start.position)
-            try:
-                scan = scan_records(data, start_offset=offset)
-            except JournalCorrupted as exc:
-                raise JournalStartError(f"{path}: {exc}") from None
             records.extend(scan.records)
             if scan.tail_problem is not None:
                 problems.append(f"{path}: {scan.tail_problem}")
@@ -169,15 +164,33 @@ class Journal:
         self._start_new_file(now_ms)
         return JournalReplay(records, start, end, scanned, problems)
 
-    def _read_consistently(self, path: str) -> bytes:
-        previous = self.fs.read(path)
-        for _ in range(CONSISTENT_READ_ATTEMPT_COUNT_MAX):
-            current = self.fs.read(path)
-            if current == previous:
-                return current
-            previous = current
-        raise JournalStartError(f"{path}: {CONSISTENT_READ_ATTEMPT_COUNT_MAX + 1} reads returned different "
-                                f"bytes; the disk is failing — replace it and rebuild this bookie")
+    def _scan_file(self, path: str, journal_id: int, start: LogMark):
+        """Scan one journal file from its start (or the mark), re-reading while a scan ends in
+        a problem; None for a file whose header was never completely written."""
+        best = None
+        failure = None
+        for _ in range(REREAD_ATTEMPT_COUNT_MAX):
+            data = self.fs.read(path)
+            if len(data) < JOURNAL_HEADER.size:
+                return None
+            magic, version, header_id = JOURNAL_HEADER.unpack_from(data)
+            if magic != JOURNAL_MAGIC or version != JOURNAL_FORMAT_VERSION or header_id != journal_id:
+                failure = (f"{path}: not a journal of this format (magic {magic!r}, version {version}, "
+                           f"id {header_id}); move it out of {self.config.journal_dir}")
+                continue
+            offset = max(JOURNAL_HEADER.size, start.position) if journal_id == start.journal_id else JOURNAL_HEADER.size
+            try:
+                scan = scan_records(data, start_offset=offset)
+            except JournalCorrupted as exc:
+                failure = f"{path}: {exc}"
+                continue
+            if best is None or scan.valid_size > best.valid_size:
+                best = scan
+            if scan.tail_problem is None:
+                break
+        if best is None:
+            raise JournalStartError(failure)
+        return best
 
     def _start_new_file(self, now_ms: int) -> None:
         existing = self.journal_ids()
