@@ -16,6 +16,10 @@ from sim.disk import DiskFull, SimDisk, draw_sync_latency_ns
 from sim.options import DiskOptions
 
 
+class SimulatedCrash(Exception):
+    """Raised by a SimFileSystem armed with crash_at_operation_index, at that operation."""
+
+
 class SimFileSystem:
     def __init__(self, *, rng: random.Random, options: DiskOptions) -> None:
         self.rng = rng
@@ -24,6 +28,10 @@ class SimFileSystem:
         self._dirs: dict[str, dict[str, SimDisk]] = {".": {}}
         self._durable_dirs: dict[str, dict[str, SimDisk]] = {".": {}}
         self.is_full = False
+        # Crash-point testing: count every mutating operation; at index crash_at_operation_index
+        # the operation happens only partly (an append may land torn) and SimulatedCrash is raised.
+        self.operation_count = 0
+        self.crash_at_operation_index: int | None = None
 
     def _split(self, path: str) -> tuple[str, str]:
         return parent_of(path), path.rpartition("/")[2]
@@ -65,7 +73,14 @@ class SimFileSystem:
         data = self._file(path).read_all()
         return data[offset:] if size < 0 else data[offset:offset + size]
 
+    def _operation(self) -> bool:
+        """Count a mutating operation; True if the armed crash strikes now."""
+        index = self.operation_count
+        self.operation_count += 1
+        return index == self.crash_at_operation_index
+
     def append(self, path: str, data: bytes) -> None:
+        strikes = self._operation()
         directory, name = self._split(path)
         listing = self._dir(directory)
         disk = listing.get(name)
@@ -74,18 +89,28 @@ class SimFileSystem:
             listing[name] = disk
         if self.is_full:
             raise DiskFullError(f"{path}: no space left on device")
+        if strikes:
+            disk.append(data[:self.rng.randrange(len(data) + 1)])   # the write lands partly
+            raise SimulatedCrash(f"crash during append to {path}")
         try:
             disk.append(data)
         except DiskFull:
             raise DiskFullError(f"{path}: no space left on device") from None
 
+    def _crash_before(self, what: str) -> None:
+        if self._operation():
+            raise SimulatedCrash(f"crash before {what}")
+
     def sync(self, path: str) -> None:
+        self._crash_before(f"sync of {path}")
         self._file(path).sync()
 
     def sync_dir(self, path: str) -> None:
+        self._crash_before(f"sync of directory {path}")
         self._durable_dirs[path] = dict(self._dir(path))
 
     def rename(self, source: str, destination: str) -> None:
+        self._crash_before(f"rename of {source}")
         disk = self._file(source)
         source_dir, source_name = self._split(source)
         target_dir, target_name = self._split(destination)
@@ -93,6 +118,7 @@ class SimFileSystem:
         self._dir(target_dir)[target_name] = disk
 
     def delete(self, path: str) -> None:
+        self._crash_before(f"delete of {path}")
         self._file(path)
         directory, name = self._split(path)
         del self._dir(directory)[name]
