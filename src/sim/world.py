@@ -18,11 +18,12 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from bkcore.bookie.bookie import Bookie, BookieConfig
+from bkcore.bookie.bookie import BookieConfig
 from bkcore.bookie.fs import DiskFullError
-from bkcore.bookie.journal_files import Journal, JournalConfig, JournalStartError, LogMark
-from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
+from bkcore.bookie.journal_files import JournalConfig, JournalStartError
+from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
+from bkcore.bookie.stack import BookieStack
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
@@ -57,12 +58,8 @@ class _Node:
 @dataclass(slots=True)
 class _BookieNode(_Node):
     fs: SimFileSystem | None = None
-    journal: Journal | None = None
     index: MemoryIndexStore | None = None      # committed on write: survives crashes
-    storage: DurableLedgerStorage | None = None
-    # Journal position after the last group whose records the core has applied.
-    persisted_mark: LogMark | None = None
-    marks_by_token: dict | None = None
+    stack: BookieStack | None = None
     session_id: int | None = None
     crash_count: int = 0
     start_failure_count: int = 0
@@ -145,11 +142,11 @@ class SimWorld:
     # -- bookie lifecycle -----------------------------------------------------------------
 
     def _start_bookie(self, node: _BookieNode) -> None:
-        journal = Journal(fs=node.fs, config=self.journal_config)
         try:
-            storage = DurableLedgerStorage(fs=node.fs, index=node.index, config=SIM_STORAGE_CONFIG)
-            core = Bookie(bookie_id=node.name, config=self.bookie_config, storage=storage)
-            replay = journal.open(now_ms=self.loop.now_ns // 1_000_000)
+            stack = BookieStack(bookie_id=node.name, fs=node.fs, index=node.index,
+                                bookie_config=self.bookie_config, journal_config=self.journal_config,
+                                storage_config=SIM_STORAGE_CONFIG)
+            replay = stack.start(now_ms=self.loop.now_ns // 1_000_000)
         except JournalStartError:
             # A bookie refuses to start on a journal it cannot trust; an operator would look.
             # The faults the sim injects are read errors, so it tries again later.
@@ -162,13 +159,9 @@ class SimWorld:
             self.counts.disk_full_kills += 1
             self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
             return
-        core.replay_records(replay.records)
         self.counts.journal_tails_repaired += len(replay.tail_problems)
-        node.core = core
-        node.journal = journal
-        node.storage = storage
-        node.persisted_mark = replay.end_mark
-        node.marks_by_token = {}
+        node.core = stack.core
+        node.stack = stack
         node.is_up = True
         node.incarnation += 1
         if node.session_id is not None:
@@ -188,13 +181,8 @@ class SimWorld:
         self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
 
     def checkpoint(self, node: _BookieNode) -> None:
-        """Storage first (entry logs flushed, index committed), then the LastLogMark, then the
-        journals it makes unnecessary: the order that lets a crash anywhere lose nothing."""
-        mark = node.persisted_mark
         try:
-            node.storage.checkpoint()
-            node.journal.write_last_mark(mark)
-            node.journal.delete_old_journals(mark)
+            mark = node.stack.checkpoint()
         except DiskFullError:
             self.counts.disk_full_kills += 1
             self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
@@ -212,8 +200,7 @@ class SimWorld:
         node.crash_count += 1
         self.counts.crashes += 1
         self._cancel_timer(node)
-        node.journal = None
-        node.storage = None
+        node.stack = None
         node.fs.crash()
         session_id = node.session_id
         self.loop.call_later(self.scenario.metastore.session_timeout_ns, self._expire_session, node.name, session_id)
@@ -281,8 +268,7 @@ class SimWorld:
         if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
             return
-        node.journal.sync()
-        node.persisted_mark = node.marks_by_token.pop(token)
+        node.stack.sync_journal(token)
         self.trace.record(self.loop.now_ns, "synced", bookie_id, token)
         node.core.on_persisted(token, self.loop.now_ns)
         self._pump(node)
@@ -340,7 +326,7 @@ class SimWorld:
         elif kind is JournalWrite:
             self.counts.journal_writes += 1
             try:
-                node.marks_by_token[effect.token] = node.journal.append(effect.data, now_ms=now_ns // 1_000_000)
+                node.stack.write_journal(effect, now_ms=now_ns // 1_000_000)
             except DiskFullError:
                 self.counts.disk_full_kills += 1
                 self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)

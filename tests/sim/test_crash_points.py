@@ -8,10 +8,11 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from bkcore.bookie.bookie import Bookie, BookieConfig
-from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
+from bkcore.bookie.bookie import BookieConfig
+from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
-from bkcore.bookie.journal_files import Journal, JournalConfig
+from bkcore.bookie.journal_files import JournalConfig
+from bkcore.bookie.stack import BookieStack
 from bkcore.digest import Digester, DigestType
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
@@ -25,44 +26,33 @@ STORAGE_CONFIG = StorageConfig(entry_log_size_max=600)
 
 
 class BookieProcess:
-    """One bookie over a SimFileSystem and an index that outlive it (its disk)."""
+    """A BookieStack over a SimFileSystem and an index that outlive it (its disk), driven
+    synchronously: every group is written and synced at once."""
 
     def __init__(self, fs: SimFileSystem, index: MemoryIndexStore, now_ms: int) -> None:
-        self.fs = fs
-        self.journal = Journal(fs=fs, config=JOURNAL_CONFIG)
-        self.storage = DurableLedgerStorage(fs=fs, index=index, config=STORAGE_CONFIG)
-        self.bookie = Bookie(bookie_id="b", config=BookieConfig(journal_flush_when_queue_empty=True),
-                             storage=self.storage)
-        replay = self.journal.open(now_ms=now_ms)
-        self.bookie.replay_records(replay.records)
-        self.mark = replay.end_mark
+        self.stack = BookieStack(bookie_id="b", fs=fs, index=index,
+                                 bookie_config=BookieConfig(journal_flush_when_queue_empty=True),
+                                 journal_config=JOURNAL_CONFIG, storage_config=STORAGE_CONFIG)
+        self.stack.start(now_ms=now_ms)
+        self.storage = self.stack.storage
         self.now_ms = now_ms
         self.answers: list = []
 
     def send(self, message) -> None:
-        self.bookie.receive(message, source="client", now_ns=self.now_ms * 1_000_000)
-        self._perform()
-
-    def _perform(self) -> None:
-        while True:
-            effects = self.bookie.take_effects()
-            if not effects:
-                return
+        core = self.stack.core
+        core.receive(message, source="client", now_ns=self.now_ms * 1_000_000)
+        while effects := core.take_effects():
             for effect in effects:
                 if isinstance(effect, JournalWrite):
-                    mark = self.journal.append(effect.data, now_ms=self.now_ms)
-                    self.journal.sync()
-                    self.mark = mark
-                    self.bookie.on_persisted(effect.token, self.now_ms * 1_000_000)
+                    self.stack.write_journal(effect, now_ms=self.now_ms)
+                    self.stack.sync_journal(effect.token)
+                    core.on_persisted(effect.token, self.now_ms * 1_000_000)
                 else:
                     assert isinstance(effect, Send)
                     self.answers.append(effect.message)
 
     def checkpoint(self) -> None:
-        mark = self.mark
-        self.storage.checkpoint()
-        self.journal.write_last_mark(mark)
-        self.journal.delete_old_journals(mark)
+        self.stack.checkpoint()
 
 
 def body(ledger_id: int, entry_id: int) -> bytes:

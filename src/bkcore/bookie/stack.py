@@ -1,0 +1,54 @@
+"""BookieStack: one bookie with its journal and ledger storage over a FileSystem and an IndexStore.
+
+The pieces a driver needs to run a durable bookie, composed once so that the simulator, tests
+and real processes run the same sequence:
+  start()          replay the journal from the LastLogMark into storage, then serve;
+  write_journal()  append a JournalWrite's group (remembering where it ends);
+  sync_journal()   make it durable; the driver then calls core.on_persisted(token);
+  checkpoint()     storage first (entry logs flushed, index committed), then the LastLogMark,
+                   then delete journals it made unnecessary — the order that loses nothing.
+Calls block on I/O: real drivers run them in a worker thread.
+"""
+
+from __future__ import annotations
+
+from bkcore.bookie.bookie import Bookie, BookieConfig
+from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
+from bkcore.bookie.fs import FileSystem
+from bkcore.bookie.index import IndexStore
+from bkcore.bookie.journal_files import Journal, JournalConfig, JournalReplay, LogMark
+from bkcore.effects import JournalWrite
+
+
+class BookieStack:
+    def __init__(self, *, bookie_id: str, fs: FileSystem, index: IndexStore,
+                 bookie_config: BookieConfig = BookieConfig(),
+                 journal_config: JournalConfig = JournalConfig(),
+                 storage_config: StorageConfig = StorageConfig()) -> None:
+        self.fs = fs
+        self.journal = Journal(fs=fs, config=journal_config)
+        self.storage = DurableLedgerStorage(fs=fs, index=index, config=storage_config)
+        self.core = Bookie(bookie_id=bookie_id, config=bookie_config, storage=self.storage)
+        # Journal position after the last group the core has been told is durable.
+        self.persisted_mark: LogMark | None = None
+        self._marks_by_token: dict[int, LogMark] = {}
+
+    def start(self, *, now_ms: int) -> JournalReplay:
+        replay = self.journal.open(now_ms=now_ms)
+        self.core.replay_records(replay.records)
+        self.persisted_mark = replay.end_mark
+        return replay
+
+    def write_journal(self, effect: JournalWrite, *, now_ms: int) -> None:
+        self._marks_by_token[effect.token] = self.journal.append(effect.data, now_ms=now_ms)
+
+    def sync_journal(self, token: int) -> None:
+        self.journal.sync()
+        self.persisted_mark = self._marks_by_token.pop(token)
+
+    def checkpoint(self) -> LogMark:
+        mark = self.persisted_mark
+        self.storage.checkpoint()
+        self.journal.write_last_mark(mark)
+        self.journal.delete_old_journals(mark)
+        return mark
