@@ -1,0 +1,144 @@
+"""`bk bench journal`: the bookie's journal path on real files, beside the raw disk limits
+measured in the same run (a write+fdatasync loop, sequential write bandwidth with fdatasync).
+
+The journal path is the real one — Bookie core, group commit, journal records, Journal files,
+fdatasync — driven in-process without a network: adds are handed to the core in batches (as a
+bookie handles a whole receive buffer at once), each batch becomes one journal group. Figures:
+entries/s, MB/s, and per-add latency from receive to acknowledgement (p50/p99).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from bkcore.bookie.bookie import BookieConfig
+from bkcore.bookie.durable_storage import StorageConfig
+from bkcore.bookie.journal_files import JournalConfig
+from bkcore.bookie.stack import BookieStack
+from bkcore.bookie.index import MemoryIndexStore
+from bkcore.effects import JournalWrite
+from bkcore.digest import Digester, DigestType
+from bkcore.wire import AddRequest
+from transports.filesystem import OsFileSystem
+
+MIB = 1024 * 1024
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def raw_fdatasync(directory: str, seconds: float) -> dict:
+    path = os.path.join(directory, "raw-fsync")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    block = b"x" * 4096
+    latencies = []
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            started = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            latencies.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {"fdatasyncs_per_second": round(len(latencies) / seconds),
+            "p50_ms": round(percentile(latencies, 0.5) * 1e3, 3)}
+
+
+def raw_sequential(directory: str, seconds: float) -> dict:
+    path = os.path.join(directory, "raw-seq")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    chunk = os.urandom(MIB)
+    written = 0
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            os.write(fd, chunk)
+            os.fdatasync(fd)
+            written += len(chunk)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {"mib_per_second": round(written / MIB / (time.perf_counter() - started), 1)}
+
+
+def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: int) -> dict:
+    root = tempfile.mkdtemp(dir=directory)
+    fs = OsFileSystem(root)
+    stack = BookieStack(bookie_id="bench", fs=fs, index=MemoryIndexStore(),
+                        bookie_config=BookieConfig(pending_adds_count_max=1_000_000,
+                                                   journal_buffered_writes_threshold_size=batch_bytes),
+                        journal_config=JournalConfig(journal_max_size=256 * MIB),
+                        storage_config=StorageConfig())
+    stack.start(now_ms=1)
+    core = stack.core
+    payload = os.urandom(entry_size)
+    batch_count = max(1, batch_bytes // (entry_size + 64))
+    key = b"k" * 32
+    # Entries are packed by clients, not bookies: build one group's bodies up front and send
+    # them again for every group (the ledger is dropped in between), so the timed loop is the
+    # bookie's work alone.
+    bodies = [Digester(ledger_id=0, digest_type=DigestType.CRC32C, password=b"").pack_entry(
+        entry_id=i, lac=i - 1, length=0, payload=payload) for i in range(batch_count)]
+    ledger_id = 0
+    entry_id = 0
+    acked = 0
+    latencies = []
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < seconds:
+            batch_started = time.perf_counter()
+            for index, body in enumerate(bodies):
+                core.receive(AddRequest(request_id=entry_id, ledger_id=ledger_id, entry_id=index, master_key=key,
+                                        body=body), source="c", now_ns=0)
+                entry_id += 1
+            core.on_timer(10**18)   # the group-wait deadline: write what the batch collected
+            answer_count = 0
+            while effects := core.take_effects():
+                for effect in effects:
+                    if isinstance(effect, JournalWrite):
+                        stack.write_journal(effect, now_ms=1)
+                        stack.sync_journal(effect.token)
+                        core.on_persisted(effect.token, 0)
+                    else:
+                        answer_count += 1
+            acked += answer_count
+            latencies.extend([time.perf_counter() - batch_started] * answer_count)
+            # This measures the journal: drop what a checkpoint would have moved out.
+            stack.storage.delete_ledger(ledger_id)
+    finally:
+        elapsed = time.perf_counter() - started
+        fs.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return {"entry_size": entry_size, "entries_per_group": batch_count,
+            "entries_per_second": round(acked / elapsed), "mib_per_second": round(acked * entry_size / MIB / elapsed, 1),
+            "add_latency_p50_ms": round(percentile(latencies, 0.5) * 1e3, 3),
+            "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3)}
+
+
+def add_parser(sub) -> None:
+    journal = sub.add_parser("journal", help="journal path on real files vs raw fdatasync and bandwidth (JSON)")
+    journal.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
+    journal.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    journal.add_argument("--group-bytes", type=int, default=512 * 1024,
+                         help="bytes of adds handed to the bookie per group (journalBufferedWritesThreshold)")
+    journal.set_defaults(run=cmd_bench_journal)
+
+
+def cmd_bench_journal(args) -> int:
+    raw_sync = raw_fdatasync(args.dir, args.seconds)
+    raw_bandwidth = raw_sequential(args.dir, args.seconds)
+    runs = [journal_run(args.dir, size, args.seconds, args.group_bytes) for size in (100, 1024, 65536)]
+    for run in runs:
+        run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
+    one_at_a_time = journal_run(args.dir, 1024, args.seconds, 1)
+    print(json.dumps({"benchmark": "journal", "raw_fdatasync": raw_sync, "raw_sequential": raw_bandwidth,
+                      "journal": runs, "journal_one_add_per_group": one_at_a_time}, indent=2))
+    return 0
