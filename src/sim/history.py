@@ -64,6 +64,8 @@ class History:
     lacs: list[LacRecord] = field(default_factory=list)
     closes: list[CloseRecord] = field(default_factory=list)
     replicas: list[ReplicaRecord] = field(default_factory=list)
+    # Ledgers someone asked to delete: their entries may vanish at any later time (GC).
+    deletions: set[int] = field(default_factory=set)
 
     def add_invoked(self, *, process: str, ledger_id: int, entry_id: int, payload: bytes, now_ns: int) -> int:
         self.adds.append(AddRecord(process, ledger_id, entry_id, payload, now_ns))
@@ -88,6 +90,9 @@ class History:
 
     def closed_seen(self, *, process: str, ledger_id: int, last_entry_id: int, length: int, now_ns: int) -> None:
         self.closes.append(CloseRecord(process, ledger_id, last_entry_id, length, now_ns))
+
+    def delete_invoked(self, *, ledger_id: int) -> None:
+        self.deletions.add(ledger_id)
 
     def replicas_seen(self, *, ledger_id: int, entry_id: int, ack_quorum_size: int,
                       copies: tuple[tuple[str, bytes | None], ...]) -> None:

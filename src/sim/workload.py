@@ -188,6 +188,7 @@ class _Writer:
             info.is_closed_seen = True
             if self.w.rng.random() < self.w.scenario.delete_probability:
                 client = self.w.client(self.name)
+                self.w.history.delete_invoked(ledger_id=writer.ledger_id)
                 self.w.call(self.name, lambda op: client.delete_ledger(op, writer.ledger_id, now_ns=self.w.now_ns),
                             lambda c, now: self._on_deleted(info, c))
                 return

@@ -23,12 +23,13 @@ from bkcore.bookie.fs import DiskFullError
 from bkcore.bookie.journal_files import JournalConfig, JournalStartError
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
+from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
-from bkcore.metaops import Create, MetaCode, MetaResult
+from bkcore.metaops import Children, Create, MetaCode, MetaResult
 from metastore.memory import MemoryMetastore
 from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
@@ -40,6 +41,7 @@ from sim.scenario import Scenario
 SIM_JOURNAL_MAX_SIZE = 64 * 1024
 SIM_STORAGE_CONFIG = StorageConfig(entry_log_size_max=128 * 1024)
 CHECKPOINT_INTERVAL_NS = 500_000_000
+GC_EVERY_CHECKPOINTS = 4
 PUMP_ROUND_COUNT_MAX = 1_000
 HEALED_RESTART_RETRY_NS = 100_000_000
 
@@ -84,6 +86,7 @@ class WorldCounts:
     journal_tails_repaired: int = 0
     restart_refusals: int = 0
     checkpoints: int = 0
+    ledgers_collected: int = 0
 
 
 class SimWorld:
@@ -111,6 +114,7 @@ class SimWorld:
         self.nodes: dict[str, _Node] = {}     # bookies and clients by name
         self.counts = WorldCounts()
         self.faults_enabled = True
+        self._checkpoint_round = 0
         # Scenario tests drop chosen messages: filter(source, destination, message) -> deliver?
         self.message_filter: Callable[[str, str, object], bool] | None = None
 
@@ -174,11 +178,26 @@ class SimWorld:
         self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
 
     def _checkpoint_all(self) -> None:
+        self._checkpoint_round += 1
         for name in sorted(self.bookies):
             node = self.bookies[name]
             if node.is_up and node.core is not None and node.paused_until_ns <= self.loop.now_ns:
+                if self._checkpoint_round % GC_EVERY_CHECKPOINTS == 0:
+                    self.collect_garbage(node)
                 self.checkpoint(node)
         self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
+
+    def collect_garbage(self, node: _BookieNode) -> None:
+        """One GC round on a bookie. (The simulated bookie reads the metastore directly here;
+        the real one goes through its metastore client.)"""
+        def list_children(path: str):
+            result = self.metastore.apply(Children(path))
+            return list(result.children) if result.code is MetaCode.OK else None
+
+        report = collect_garbage(node.stack.storage, self.layout, list_children)
+        self.counts.ledgers_collected += len(report.deleted_ledger_ids)
+        if report.deleted_ledger_ids:
+            self.trace.record(self.loop.now_ns, "gc", node.name, *report.deleted_ledger_ids)
 
     def checkpoint(self, node: _BookieNode) -> None:
         try:

@@ -76,6 +76,7 @@ class DurableLedgerStorage:
         self._dirty_ledgers: set[int] = set()
         self._deleted_ledgers: set[int] = set()
         self._last_cached_entry: dict[int, int] = {}
+        self.dropped_entries_count = 0
 
     # -- ledger state ---------------------------------------------------------------------
 
@@ -87,10 +88,12 @@ class DurableLedgerStorage:
                 state = self._ledgers[ledger_id] = _LedgerState.unpack(data)
         return state
 
-    def _change(self, ledger_id: int) -> _LedgerState:
+    def _change(self, ledger_id: int) -> _LedgerState | None:
+        """State to modify, or None for a ledger that is gone (deleted by GC while a record for
+        it was in flight, or replayed after its deletion): changes to it are dropped."""
         state = self._state(ledger_id)
-        assert state is not None, f"ledger {ledger_id} has no state: set its master key first"
-        self._dirty_ledgers.add(ledger_id)
+        if state is not None:
+            self._dirty_ledgers.add(ledger_id)
         return state
 
     def has_ledger(self, ledger_id: int) -> bool:
@@ -107,7 +110,9 @@ class DurableLedgerStorage:
         return None if state is None else state.master_key
 
     def set_fenced(self, ledger_id: int) -> None:
-        self._change(ledger_id).is_fenced = True
+        state = self._change(ledger_id)
+        if state is not None:
+            state.is_fenced = True
 
     def is_fenced(self, ledger_id: int) -> bool:
         state = self._state(ledger_id)
@@ -115,7 +120,7 @@ class DurableLedgerStorage:
 
     def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None:
         state = self._change(ledger_id)
-        if lac > state.lac:
+        if state is not None and lac > state.lac:
             state.lac, state.lac_body = lac, body
 
     def explicit_lac(self, ledger_id: int) -> tuple[int, bytes] | None:
@@ -125,7 +130,9 @@ class DurableLedgerStorage:
     # -- entries --------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
-        assert self._state(ledger_id) is not None, f"ledger {ledger_id} has no state"
+        if self._state(ledger_id) is None:
+            self.dropped_entries_count += 1   # the ledger is gone (see _change)
+            return
         previous = self._write_cache.get((ledger_id, entry_id))
         self._write_cache[ledger_id, entry_id] = body
         self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)

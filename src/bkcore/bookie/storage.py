@@ -50,9 +50,10 @@ class MemoryLedgerStorage:
         self.corrupt_entries: set[tuple[int, int]] = set()
 
     def _state(self, ledger_id: int) -> _LedgerState:
+        """State of a ledger; a deleted one gets a throwaway state, so records in flight for it
+        are dropped (see DurableLedgerStorage._change)."""
         state = self._ledgers.get(ledger_id)
-        assert state is not None, f"ledger {ledger_id} has no state: set its master key first"
-        return state
+        return state if state is not None else _LedgerState(b"")
 
     def has_ledger(self, ledger_id: int) -> bool:
         return ledger_id in self._ledgers
