@@ -23,6 +23,7 @@ from bkcore.bookie.fs import DiskFullError
 from bkcore.bookie.journal_files import JournalConfig, JournalStartError
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
+from bkcore.bookie.cookie import CookieError
 from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
 from bkcore.client.client import Client
@@ -150,8 +151,9 @@ class SimWorld:
             stack = BookieStack(bookie_id=node.name, fs=node.fs, index=node.index,
                                 bookie_config=self.bookie_config, journal_config=self.journal_config,
                                 storage_config=SIM_STORAGE_CONFIG)
-            replay = stack.start(now_ms=self.loop.now_ns // 1_000_000)
-        except JournalStartError:
+            replay = stack.start(now_ms=self.loop.now_ns // 1_000_000,
+                                 new_instance_id=f"{node.name}-{self.rng.getrandbits(32):08x}")
+        except (JournalStartError, CookieError):
             # A bookie refuses to start on a journal it cannot trust; an operator would look.
             # The faults the sim injects are read errors, so it tries again later.
             self.counts.restart_refusals += 1

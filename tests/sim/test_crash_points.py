@@ -33,7 +33,7 @@ class BookieProcess:
         self.stack = BookieStack(bookie_id="b", fs=fs, index=index,
                                  bookie_config=BookieConfig(journal_flush_when_queue_empty=True),
                                  journal_config=JOURNAL_CONFIG, storage_config=STORAGE_CONFIG)
-        self.stack.start(now_ms=now_ms)
+        self.stack.start(now_ms=now_ms, new_instance_id="i")
         self.storage = self.stack.storage
         self.now_ms = now_ms
         self.answers: list = []

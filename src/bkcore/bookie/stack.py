@@ -2,7 +2,7 @@
 
 The pieces a driver needs to run a durable bookie, composed once so that the simulator, tests
 and real processes run the same sequence:
-  start()          replay the journal from the LastLogMark into storage, then serve;
+  start()          check the cookies, replay the journal from the LastLogMark into storage;
   write_journal()  append a JournalWrite's group (remembering where it ends);
   sync_journal()   make it durable; the driver then calls core.on_persisted(token);
   checkpoint()     storage first (entry logs flushed, index committed), then the LastLogMark,
@@ -13,6 +13,7 @@ Calls block on I/O: real drivers run them in a worker thread.
 from __future__ import annotations
 
 from bkcore.bookie.bookie import Bookie, BookieConfig
+from bkcore.bookie.cookie import Cookie, check_cookies
 from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import IndexStore
@@ -26,14 +27,27 @@ class BookieStack:
                  journal_config: JournalConfig = JournalConfig(),
                  storage_config: StorageConfig = StorageConfig()) -> None:
         self.fs = fs
+        self.bookie_id = bookie_id
+        self.cookie: Cookie | None = None
         self.journal = Journal(fs=fs, config=journal_config)
-        self.storage = DurableLedgerStorage(fs=fs, index=index, config=storage_config)
-        self.core = Bookie(bookie_id=bookie_id, config=bookie_config, storage=self.storage)
+        self._index = index
+        self._bookie_config = bookie_config
+        self._storage_config = storage_config
+        # Made by start(), after the cookies say these directories are this bookie's.
+        self.storage: DurableLedgerStorage | None = None
+        self.core: Bookie | None = None
         # Journal position after the last group the core has been told is durable.
         self.persisted_mark: LogMark | None = None
         self._marks_by_token: dict[int, LogMark] = {}
 
-    def start(self, *, now_ms: int) -> JournalReplay:
+    def start(self, *, now_ms: int, new_instance_id: str = "") -> JournalReplay:
+        """Check the cookies (stamping a brand-new bookie with new_instance_id), then replay.
+        Raises CookieError or JournalStartError with what to do."""
+        self.cookie = check_cookies(self.fs, bookie_id=self.bookie_id, journal_dir=self.journal.config.journal_dir,
+                                    ledger_dirs=self.journal.config.ledger_dirs,
+                                    new_instance_id=new_instance_id or f"{self.bookie_id}-{now_ms:x}")
+        self.storage = DurableLedgerStorage(fs=self.fs, index=self._index, config=self._storage_config)
+        self.core = Bookie(bookie_id=self.bookie_id, config=self._bookie_config, storage=self.storage)
         replay = self.journal.open(now_ms=now_ms)
         self.core.replay_records(replay.records)
         self.persisted_mark = replay.end_mark

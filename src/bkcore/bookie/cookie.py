@@ -1,0 +1,114 @@
+"""Cookies: the identity stamp in every bookie directory (BookKeeper's Cookie).
+
+Each of the journal dir and the ledger dirs holds a small text file COOKIE:
+
+    format: 1
+    bookie_id: bookie-3
+    instance_id: 5f0c...
+    journal_dir: journal
+    ledger_dirs: ledgers0,ledgers1
+
+On start every directory must carry the same cookie, naming this bookie and exactly the
+configured directories. A brand-new bookie (no data anywhere) writes them, and so does a first
+start that crashed half way through writing them.
+Anything else stops the start with a message that says what happened and what to do:
+a directory without a cookie beside ones with it (wiped, or newly added), a cookie of another
+bookie or instance (a swapped disk), a changed directory set, data without any cookie.
+(BookKeeper also keeps the cookie in the metastore, which catches every directory being wiped
+at once; that check arrives with the real metastore clients.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bkcore.bookie.fs import FileSystem, write_atomically
+
+COOKIE_NAME = "COOKIE"
+COOKIE_FORMAT = 1
+
+
+class CookieError(Exception):
+    """The bookie's directories do not belong together; the message says why and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cookie:
+    bookie_id: str
+    instance_id: str
+    journal_dir: str
+    ledger_dirs: tuple[str, ...]
+
+    def to_text(self) -> str:
+        return (f"format: {COOKIE_FORMAT}\nbookie_id: {self.bookie_id}\ninstance_id: {self.instance_id}\n"
+                f"journal_dir: {self.journal_dir}\nledger_dirs: {','.join(self.ledger_dirs)}\n")
+
+    @classmethod
+    def from_text(cls, text: str, *, path: str) -> Cookie:
+        fields = {}
+        for line in text.splitlines():
+            key, separator, value = line.partition(": ")
+            if separator:
+                fields[key] = value
+        try:
+            if int(fields["format"]) != COOKIE_FORMAT:
+                raise CookieError(f"{path}: cookie format {fields['format']} is not {COOKIE_FORMAT}")
+            return cls(fields["bookie_id"], fields["instance_id"], fields["journal_dir"],
+                       tuple(d for d in fields["ledger_dirs"].split(",") if d))
+        except (KeyError, ValueError):
+            raise CookieError(f"{path}: unreadable cookie; restore it from another directory of this "
+                              f"bookie or rebuild the bookie") from None
+
+
+def _read(fs: FileSystem, directory: str) -> Cookie | None:
+    path = f"{directory}/{COOKIE_NAME}"
+    if not fs.exists(path):
+        return None
+    return Cookie.from_text(fs.read(path).decode("utf-8", "replace"), path=path)
+
+
+def _has_data(fs: FileSystem, directory: str) -> bool:
+    return any(name != COOKIE_NAME and not name.endswith(".tmp") for name in fs.list_dir(directory))
+
+
+def check_cookies(fs: FileSystem, *, bookie_id: str, journal_dir: str, ledger_dirs: tuple[str, ...],
+                  new_instance_id: str) -> Cookie:
+    """Verify the cookies of every directory, or stamp a brand-new bookie. Raises CookieError."""
+    directories = (journal_dir, *ledger_dirs)
+    for directory in directories:
+        fs.makedirs(directory)
+    found = {directory: _read(fs, directory) for directory in directories}
+    present = {d: c for d, c in found.items() if c is not None}
+    with_data = [d for d in directories if _has_data(fs, d)]
+    if not with_data and len(present) < len(directories):
+        # A brand-new bookie, or a first start that crashed while stamping (no data is written
+        # before every directory has its cookie, so nothing can have been lost): stamp them all.
+        instance_id = next(iter(present.values())).instance_id if present else new_instance_id
+        cookie = Cookie(bookie_id, instance_id, journal_dir, tuple(ledger_dirs))
+        if all(c == cookie for c in present.values()):
+            for directory in directories:
+                if found[directory] is None:
+                    write_atomically(fs, f"{directory}/{COOKIE_NAME}", cookie.to_text().encode())
+            return cookie
+    if not present:
+        raise CookieError(f"{', '.join(with_data)} hold bookie data but no cookie: these directories "
+                          f"were not made by this bookie or lost their cookies; move the data away or "
+                          f"restore the cookies")
+    reference_dir, reference = next(iter(present.items()))
+    for directory, cookie in found.items():
+        if cookie is None:
+            raise CookieError(f"{directory} has no cookie but {reference_dir} does: it was wiped, or added to "
+                              f"the configuration; a wiped directory lost its data — decommission and "
+                              f"rebuild this bookie (or remove the new directory from the configuration)")
+    for directory, cookie in found.items():
+        if cookie.bookie_id != bookie_id:
+            raise CookieError(f"{directory} belongs to bookie {cookie.bookie_id}, this is {bookie_id}: "
+                              f"a disk from another bookie was mounted here")
+        if cookie.instance_id != reference.instance_id:
+            raise CookieError(f"{directory} belongs to another instance of {bookie_id} ({cookie.instance_id}, "
+                              f"{reference_dir} has {reference.instance_id}): directories were swapped")
+        if (cookie.journal_dir, cookie.ledger_dirs) != (journal_dir, tuple(ledger_dirs)):
+            raise CookieError(f"the directory set changed: {directory}'s cookie lists journal "
+                              f"{cookie.journal_dir} and ledgers {','.join(cookie.ledger_dirs)}, the "
+                              f"configuration lists {journal_dir} and {','.join(ledger_dirs)}")
+    return reference
