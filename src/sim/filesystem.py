@@ -21,9 +21,11 @@ class SimulatedCrash(Exception):
 
 
 class SimFileSystem:
-    def __init__(self, *, rng: random.Random, options: DiskOptions) -> None:
+    def __init__(self, *, rng: random.Random, options: DiskOptions, capacity_size: int = 1 << 40) -> None:
         self.rng = rng
         self.options = options
+        # The device's size: appends that would pass it fail whole (DiskFullError).
+        self.capacity_size = capacity_size
         # directory -> {name: file}; the durable listing is what survives a crash.
         self._dirs: dict[str, dict[str, SimDisk]] = {".": {}}
         self._durable_dirs: dict[str, dict[str, SimDisk]] = {".": {}}
@@ -87,7 +89,7 @@ class SimFileSystem:
         if disk is None:
             disk = SimDisk(rng=self.rng, options=self.options)
             listing[name] = disk
-        if self.is_full:
+        if self.is_full or self.used_size() + len(data) > self.capacity_size:
             raise DiskFullError(f"{path}: no space left on device")
         if strikes:
             disk.append(data[:self.rng.randrange(len(data) + 1)])   # the write lands partly
@@ -122,6 +124,14 @@ class SimFileSystem:
         self._file(path)
         directory, name = self._split(path)
         del self._dir(directory)[name]
+
+    def used_size(self) -> int:
+        """Bytes in files that have a name (deleted files free their space at once)."""
+        files = {id(disk): disk for listing in self._dirs.values() for disk in listing.values()}
+        return sum(disk.size for disk in files.values())
+
+    def usage(self) -> tuple[int, int]:
+        return self.used_size(), self.capacity_size
 
     def heal(self) -> None:
         """End disk faults (slow fsyncs, torn writes, bit flips, full disk); latencies stay."""

@@ -39,6 +39,7 @@ class Harness:
         self.bookie_ids = [f"bookie-{i}" for i in range(bookie_count)]
         for bookie_id in self.bookie_ids:
             self.world.add_bookie(bookie_id)
+        self.world.start_checkpoints()   # checkpoints, GC and the disk monitor, as in a real bookie
         self.clients: dict[str, Client] = {}
 
     # -- operations -----------------------------------------------------------------------

@@ -69,6 +69,8 @@ class Scenario:
     restart_delay_mean_ns: int = 1 * S
     # Client timeouts are a deployment's choice; seeds draw them so short ones get exercised.
     request_timeout_ns: int = 1 * S
+    # Size of each bookie's disk: small ones fill up and turn bookies readonly.
+    disk_capacity_size: int = 1 << 40
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(add_entry_timeout_ns=self.request_timeout_ns,
@@ -116,6 +118,7 @@ class Scenario:
         pause = rng.choice([0.0, 0.05, 0.2])
         restart_delay = rng.choice([200 * MS, 1 * S, 4 * S])
         request_timeout = rng.choice([250 * MS, 1 * S, 1 * S, 5 * S])
+        disk_capacity = rng.choice([1 << 40, 1 << 40, 48 << 10, 160 << 10])
         if "net" not in faults:
             network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
                                           reorder_probability=0.0)
@@ -128,7 +131,8 @@ class Scenario:
             metastore=metastore if "metastore" in faults else MetastoreOptions(),
             crash_probability_per_second=crash if "crash" in faults else 0.0,
             pause_probability_per_second=pause if "pause" in faults else 0.0,
-            restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout)
+            restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout,
+            disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40)
 
     def describe(self) -> list[str]:
         return [
@@ -140,7 +144,7 @@ class Scenario:
             f"recoverers={self.recoverer_count} adds_in_flight_max={self.adds_in_flight_max} "
             f"add_interval_mean={self.add_interval_mean_ns / MS:g}ms entries_per_ledger_max={self.entries_per_ledger_max}",
             f"network: {self.network}",
-            f"disk: {self.disk}",
+            f"disk: {self.disk} capacity={self.disk_capacity_size}",
             f"metastore: {self.metastore}",
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
             f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "

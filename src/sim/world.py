@@ -24,13 +24,14 @@ from bkcore.bookie.journal_files import JournalConfig, JournalStartError
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
 from bkcore.bookie.cookie import CookieError
+from bkcore.bookie.diskmonitor import DiskUsageMonitor
 from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
-from bkcore.metaops import Children, Create, MetaCode, MetaResult
+from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
 from metastore.memory import MemoryMetastore
 from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
@@ -63,6 +64,7 @@ class _BookieNode(_Node):
     fs: SimFileSystem | None = None
     index: MemoryIndexStore | None = None      # committed on write: survives crashes
     stack: BookieStack | None = None
+    monitor: DiskUsageMonitor | None = None    # like the disk, it outlives a crash
     session_id: int | None = None
     crash_count: int = 0
     start_failure_count: int = 0
@@ -88,6 +90,8 @@ class WorldCounts:
     restart_refusals: int = 0
     checkpoints: int = 0
     ledgers_collected: int = 0
+    readonly_transitions: int = 0
+    checkpoints_refused_full: int = 0
 
 
 class SimWorld:
@@ -127,8 +131,9 @@ class SimWorld:
 
     def add_bookie(self, bookie_id: str) -> None:
         disk_rng = random.Random(self._disk_seed ^ (len(self.bookies) + 1) * 0x9E3779B97F4A7C15)
-        node = _BookieNode(name=bookie_id, fs=SimFileSystem(rng=disk_rng, options=self.scenario.disk),
-                           index=MemoryIndexStore())
+        node = _BookieNode(name=bookie_id, fs=SimFileSystem(rng=disk_rng, options=self.scenario.disk,
+                                                            capacity_size=self.scenario.disk_capacity_size),
+                           index=MemoryIndexStore(), monitor=DiskUsageMonitor())
         self.bookies[bookie_id] = node
         self.nodes[bookie_id] = node
         self._start_bookie(node)
@@ -173,8 +178,27 @@ class SimWorld:
         if node.session_id is not None:
             self.metastore.expire_session(node.session_id)
         node.session_id = self.metastore.open_session()
-        self.metastore.apply(Create(self.layout.bookie_path(node.name), is_ephemeral=True), session_id=node.session_id)
+        stack.core.set_readonly(node.monitor.is_readonly)
+        self._register(node)
         self.trace.record(self.loop.now_ns, "start", node.name, node.incarnation)
+
+    def _register(self, node: _BookieNode) -> None:
+        """Register the bookie as writable or readonly (ephemeral, tied to its session)."""
+        is_readonly = node.monitor.is_readonly
+        stale = self.layout.bookie_path(node.name, is_readonly=not is_readonly)
+        if self.metastore.apply(Get(stale)).code is MetaCode.OK:
+            self.metastore.apply(Delete(stale))
+        self.metastore.apply(Create(self.layout.bookie_path(node.name, is_readonly=is_readonly), is_ephemeral=True),
+                             session_id=node.session_id)
+
+    def _monitor_disk(self, node: _BookieNode) -> None:
+        used_size, total_size = node.fs.usage()
+        change = node.monitor.observe(used_size=used_size, total_size=total_size)
+        if change is not None:
+            node.core.set_readonly(change)
+            self._register(node)
+            self.counts.readonly_transitions += 1
+            self.trace.record(self.loop.now_ns, "readonly" if change else "writable", node.name)
 
     def start_checkpoints(self) -> None:
         self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
@@ -187,6 +211,8 @@ class SimWorld:
                 if self._checkpoint_round % GC_EVERY_CHECKPOINTS == 0:
                     self.collect_garbage(node)
                 self.checkpoint(node)
+                if node.core is not None:
+                    self._monitor_disk(node)
         self.loop.call_later(CHECKPOINT_INTERVAL_NS, self._checkpoint_all)
 
     def collect_garbage(self, node: _BookieNode) -> None:
@@ -205,8 +231,13 @@ class SimWorld:
         try:
             mark = node.stack.checkpoint()
         except DiskFullError:
-            self.counts.disk_full_kills += 1
-            self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
+            # A full ledger disk turns the bookie readonly (the entries stay in the write cache and
+            # the journal, the next checkpoint tries again); only the journal failing is fatal.
+            self.counts.checkpoints_refused_full += 1
+            if node.monitor.on_disk_full():
+                node.core.set_readonly(True)
+                self._register(node)
+                self.counts.readonly_transitions += 1
             return
         self.counts.checkpoints += 1
         self.trace.record(self.loop.now_ns, "checkpoint", node.name, mark.journal_id, mark.position)
@@ -257,6 +288,8 @@ class SimWorld:
         for name in sorted(self.bookies):
             node = self.bookies[name]
             node.fs.heal()
+            # An operator adds space to a full disk; the monitor notices at its next reading.
+            node.fs.capacity_size = max(node.fs.capacity_size, 4 * node.fs.used_size())
             node.paused_until_ns = 0
             if not node.is_up:
                 self._restart_bookie(name)

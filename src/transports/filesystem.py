@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 
 from bkcore.bookie.fs import DiskFullError, FileSystemError
 
@@ -94,6 +95,10 @@ class OsFileSystem:
     def delete(self, path: str) -> None:
         self._close(path)
         os.unlink(self._path(path))
+
+    def usage(self) -> tuple[int, int]:
+        total, used, _ = shutil.disk_usage(self.root)
+        return used, total
 
     def close(self) -> None:
         for path in list(self._handles):

@@ -448,3 +448,31 @@ def test_without_a_spare_the_writer_goes_on_while_the_ack_quorum_is_reachable():
     assert victim not in writer.metadata.last_ensemble and spare in writer.metadata.last_ensemble
     h.close(writer)
     assert read_all(h, h.open(writer.ledger_id).result) == entries
+
+
+# -- ReadOnlyBookieTest: a filling disk turns a bookie readonly, and back -------------------
+
+def test_a_full_disk_turns_a_bookie_readonly_and_back():
+    from bkcore.metaops import Children
+    h = Harness(bookie_count=4)
+    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+    entries = payloads(10)
+    write_entries(h, writer, entries[:5])
+    victim = writer.metadata.last_ensemble[0]
+    disk = h.world.bookies[victim].fs
+    disk.capacity_size = int(disk.used_size() / 0.96) + 1          # 96% used: past the 95% threshold
+    h.advance(1 * S)
+    assert h.bookie(victim).is_readonly
+    layout = h.world.layout
+    assert victim in h.world.metastore.apply(Children(layout.readonly_path)).children
+    assert victim not in h.world.metastore.apply(Children(layout.available_path)).children
+    write_entries(h, writer, entries[5:])                          # READONLY answers: ensemble change
+    assert victim not in writer.metadata.last_ensemble
+    reader = h.open(writer.ledger_id).result                       # fencing + recovery adds still work
+    assert read_all(h, reader) == entries
+    # Space is added (a journal that filled up meanwhile may have stopped the bookie; it restarts):
+    # below the low-water mark it is writable again.
+    disk.capacity_size = 1 << 40
+    h.advance(4 * S)
+    assert not h.bookie(victim).is_readonly
+    assert victim in h.world.metastore.apply(Children(layout.available_path)).children

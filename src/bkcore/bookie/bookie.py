@@ -1,34 +1,44 @@
 """Bookie: answers clients' adds, reads, fences and LAC requests; owns durability ordering.
 
 Inputs: receive(message), on_persisted(token) when a JournalWrite is durable, on_timer(now)
-when next_deadline_ns() is due. Outputs: Send (responses) and JournalWrite effects.
+when next_deadline_ns() is due. Outputs: Send (responses) and JournalWrite effects. After a
+restart, replay_journal() (or replay_records()) rebuilds storage before anything is served.
 
 Rules that never bend:
 - an add is acknowledged only after its journal record is durable (except deferred-sync adds,
-  which are acknowledged once received and made durable by a later force);
+  which are acknowledged once received and made durable by a later force or group);
 - fencing is durable before the fence read is answered; from the moment a fence arrives, normal
   adds are refused with FENCED, recovery adds still accepted;
 - a wrong master key is refused (UNAUTHORIZED) and changes nothing;
-- records are applied to storage in journal order, the same code path as crash replay, so a
-  restarted bookie is exactly the one that acknowledged.
+- records are applied to storage in journal order, by the same code as crash replay, so a
+  restarted bookie is exactly the one that acknowledged;
+- a stored entry that cannot be read is IO_ERROR, never NO_SUCH_ENTRY.
 
-Group commit: records collect in a group; one JournalWrite is in flight at a time; the group is
-written when no write is in flight and its oldest record waited journal_max_group_wait_ns, or it
-holds journal_buffered_writes_threshold_size bytes, or journal_flush_when_queue_empty is set.
+Group commit (BookKeeper's journal): records collect in a group; one JournalWrite is in flight
+at a time; the group is written when no write is in flight and its oldest record has waited
+journal_max_group_wait_ns, or it holds journal_buffered_writes_threshold_size bytes, or
+journal_flush_when_queue_empty is set. on_persisted() applies the group's records, answers
+everything that waited on it, then writes the next group if it is due.
+
+Limits: pending_adds_count_max (adds waiting for the journal), pending_syncs_count_max (fences,
+explicit LACs and forces waiting for it), journal_queue_size_max (bytes collected for the next
+write), long_poll_waiters_count_max. Past any of them the request is refused with
+TOO_MANY_REQUESTS and counted. Ill-typed input is counted as malformed and dropped.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 from dataclasses import dataclass
-from typing import Callable
 
 from bkcore.bookie.journal import (
-    EntryRecord, FenceRecord, ForceRecord, JournalRecord, LacRecord, MasterKeyRecord, encode_record,
-    scan_records,
+    RECORD_OVERHEAD_SIZE_MAX, RECORD_SIZE_MAX, EntryRecord, FenceRecord, ForceRecord, JournalRecord,
+    LacRecord, MasterKeyRecord, encode_record, scan_records,
 )
 from bkcore.bookie.longpoll import LongPollWaiters
 from bkcore.bookie.storage import LedgerStorage, StorageIOError
-from bkcore.digest import ENTRY_HEADER, peek_entry_header
+from bkcore.digest import peek_entry_header
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import (
@@ -38,22 +48,51 @@ from bkcore.wire import (
 )
 
 MS = 1_000_000
+KIB = 1024
+MIB = 1024 * KIB
+
+
+class BookieUsageError(Exception):
+    """The driver misused the bookie (unknown persisted token, replay after serving); nothing
+    was changed."""
 
 
 @dataclass(frozen=True, slots=True)
 class BookieConfig:
     journal_max_group_wait_ns: int = 2 * MS                        # journalMaxGroupWaitMSec
-    journal_buffered_writes_threshold_size: int = 512 * 1024       # journalBufferedWritesThreshold
+    journal_buffered_writes_threshold_size: int = 512 * KIB        # journalBufferedWritesThreshold
     journal_flush_when_queue_empty: bool = False                   # journalFlushWhenQueueEmpty
-    pending_adds_count_max: int = 10_000
-    long_poll_waiters_count_max: int = 10_000
-    entry_size_max: int = 5 * 1024 * 1024 + 4096
+    journal_queue_size_max: int = 64 * MIB       # bytes collected for the next write; over: refuse
+    pending_adds_count_max: int = 10_000         # maxAddsInProgressLimit; over: refuse
+    pending_syncs_count_max: int = 10_000        # fences, LAC writes, forces waiting; over: refuse
+    long_poll_waiters_count_max: int = 10_000    # over: refuse
+    entry_size_max: int = 5 * MIB + 4096         # nettyMaxFrameSizeBytes-ish; also explicit LAC bodies
+    master_key_size_max: int = 256               # keys are 32-byte digests; anything huge is bad input
+
+    def __post_init__(self) -> None:
+        for name in ("journal_max_group_wait_ns", "journal_buffered_writes_threshold_size",
+                     "pending_adds_count_max", "pending_syncs_count_max", "long_poll_waiters_count_max"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"BookieConfig.{name} must be >= 0, not {getattr(self, name)}")
+        if not 0 < self.entry_size_max <= RECORD_SIZE_MAX - self.master_key_size_max - RECORD_OVERHEAD_SIZE_MAX:
+            raise ValueError(f"BookieConfig.entry_size_max {self.entry_size_max} must be positive and fit one "
+                             f"journal record ({RECORD_SIZE_MAX} bytes)")
+        if self.master_key_size_max <= 0:
+            raise ValueError("BookieConfig.master_key_size_max must be positive")
+        # The largest request (a MASTER_KEY record and its ENTRY) must fit an empty queue.
+        request_size_max = self.entry_size_max + self.master_key_size_max + 2 * RECORD_OVERHEAD_SIZE_MAX
+        if self.journal_queue_size_max < request_size_max:
+            raise ValueError(f"BookieConfig.journal_queue_size_max {self.journal_queue_size_max} must hold the "
+                             f"largest request's records ({request_size_max} bytes)")
 
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
     record_count: int
     entry_count: int
+    master_key_count: int
+    fence_count: int
+    lac_count: int
     valid_size: int
     tail_problem: str | None
 
@@ -61,42 +100,93 @@ class ReplayReport:
 @dataclass(frozen=True, slots=True)
 class BookieStatistics:
     adds_ok_count: int
+    deferred_adds_count: int
     reads_count: int
     fences_count: int
-    rejected_by_code: tuple[tuple[str, int], ...]
+    lac_writes_count: int
+    forces_count: int
+    long_polls_parked_count: int
+    long_polls_timed_out_count: int
+    rejected_by_code: tuple[tuple[str, int], ...]   # (code name, count), sorted by name
     malformed_count: int
     journal_writes_count: int
-    journal_bytes: int
+    journal_records_count: int
+    journal_written_size: int
+    journal_group_size_peak: int
     pending_adds_peak: int
+    pending_syncs_peak: int
     long_poll_waiters_peak: int
 
 
+@dataclass(slots=True)
+class _Group:
+    """Records collected for one JournalWrite and what waits on them."""
+    started_at_ns: int
+    chunks: list[bytes] = dataclasses.field(default_factory=list)         # encoded records
+    size: int = 0                                                          # == sum of chunk sizes
+    # Records to apply to storage once durable (deferred-sync adds were applied already).
+    records: list[JournalRecord] = dataclasses.field(default_factory=list)
+    # Requests answered once durable: (request, source).
+    waiters: list[tuple[object, str]] = dataclasses.field(default_factory=list)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_PY_TYPES = {"int": int, "bytes": bytes, "bool": bool, "str": str}
+
+
+def _schema(cls: type) -> tuple:
+    fields = dataclasses.fields(cls)
+    types = tuple(_PY_TYPES[str(f.type)] for f in fields)
+    int_indexes = [i for i, t in enumerate(types) if t is int]
+    return operator.attrgetter(*(f.name for f in fields)), types, int_indexes
+
+
+_REQUEST_SCHEMAS = {cls: _schema(cls) for cls in (AddRequest, ReadRequest, ReadLacRequest, WriteLacRequest,
+                                                   ForceLedgerRequest)}
+
+
+def _is_well_typed(message: object) -> bool:
+    """A request class we serve, every field of its exact declared type, ints within int64."""
+    schema = _REQUEST_SCHEMAS.get(type(message))
+    if schema is None:
+        return False
+    getter, types, int_indexes = schema
+    values = getter(message)
+    if tuple(map(type, values)) != types:
+        return False
+    return all(_INT64_MIN <= values[i] <= _INT64_MAX for i in int_indexes)
+
+
 class Bookie:
+    """Owns the journal group commit, fencing state, the known LAC per ledger and parked long
+    polls; ledger contents live in `storage`."""
+
     def __init__(self, *, bookie_id: str, config: BookieConfig, storage: LedgerStorage) -> None:
         self.bookie_id = bookie_id
         self.config = config
         self.storage = storage
         self._effects: list = []
         self._is_readonly = False
-        # Ledgers fenced in memory; a ledger is durably fenced once storage.is_fenced() says so.
+        self._has_served = False   # replay is refused once anything was received
+        # Ledgers fenced in memory whose FENCE record is not applied yet (then storage says so).
         self._fenced: set[int] = set()
-        # Master keys received but whose MASTER_KEY record is not yet applied.
+        # Master keys of ledgers first seen now, until their MASTER_KEY record is applied.
         self._pending_master_keys: dict[int, bytes] = {}
-        # Highest LAC known per ledger: from stored entries' headers and explicit LACs.
+        # Known LAC per ledger: max of the LACs piggybacked on stored entries and the explicit
+        # LAC. Loaded lazily from storage (the last entry's header) on first use, so it is right
+        # after a restart from checkpointed storage too; pruned of deleted ledgers as it grows.
         self._known_lac: dict[int, int] = {}
-        # The group being collected: records, their encoded bytes, and what to do once durable.
-        self._group_records: list[JournalRecord] = []
-        self._group_data: list[bytes] = []
-        self._group_size = 0
-        self._group_started_at_ns = 0
-        self._group_waiters: list[Callable[[], None]] = []
-        # The one group in flight: (token, records, waiters), or None.
-        self._in_flight: tuple[int, list[JournalRecord], list[Callable[[], None]]] | None = None
+        self._known_lac_prune_at_count = 1024
+        self._collecting: _Group | None = None
+        self._in_flight: tuple[int, _Group] | None = None   # at most one JournalWrite in flight
         self._next_token = 1
         self._pending_adds_count = 0
+        self._pending_syncs_count = 0
         self._long_polls = LongPollWaiters(count_max=config.long_poll_waiters_count_max)
-        self._adds_ok = self._reads = self._fences = self._malformed = 0
-        self._journal_writes = self._journal_bytes = self._pending_adds_peak = 0
+        self._counts = dict.fromkeys(
+            ("adds_ok", "deferred_adds", "reads", "fences", "lac_writes", "forces", "long_polls_parked",
+             "long_polls_timed_out", "malformed", "journal_writes", "journal_records", "journal_written_size",
+             "journal_group_size_peak", "pending_adds_peak", "pending_syncs_peak"), 0)
         self._rejected: dict[str, int] = {}
 
     # -- driver interface -----------------------------------------------------------------
@@ -114,8 +204,8 @@ class Bookie:
 
     def next_deadline_ns(self) -> int | None:
         deadlines = []
-        if self._group_records and self._in_flight is None:
-            deadlines.append(self._group_started_at_ns + self.config.journal_max_group_wait_ns)
+        if self._collecting is not None and self._in_flight is None:
+            deadlines.append(self._collecting.started_at_ns + self.config.journal_max_group_wait_ns)
         poll_deadline = self._long_polls.next_deadline_ns()
         if poll_deadline is not None:
             deadlines.append(poll_deadline)
@@ -123,99 +213,153 @@ class Bookie:
 
     def on_timer(self, now_ns: int) -> None:
         for waiter in self._long_polls.pop_expired(now_ns):
+            self._counts["long_polls_timed_out"] += 1
             self._answer_read(waiter.request, waiter.source)
         self._maybe_flush(now_ns)
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
-        kind = type(message)
-        if kind is AddRequest:
-            self._on_add(message, source, now_ns)
-        elif kind is ReadRequest:
-            self._on_read(message, source, now_ns)
-        elif kind is ReadLacRequest:
-            self._on_read_lac(message, source)
-        elif kind is WriteLacRequest:
-            self._on_write_lac(message, source, now_ns)
-        elif kind is ForceLedgerRequest:
-            self._on_force(message, source, now_ns)
-        else:
-            self._malformed += 1
+        self._has_served = True
+        if not _is_well_typed(message):
+            self._counts["malformed"] += 1
+            return
+        match message:
+            case AddRequest():
+                self._on_add(message, source, now_ns)
+            case ReadRequest(is_fencing=True):
+                self._on_fence(message, source, now_ns)
+            case ReadRequest():
+                self._on_read(message, source, now_ns)
+            case ReadLacRequest():
+                self._on_read_lac(message, source)
+            case WriteLacRequest():
+                self._on_write_lac(message, source, now_ns)
+            case ForceLedgerRequest():
+                self._on_force(message, source, now_ns)
         self._maybe_flush(now_ns)
 
     def on_persisted(self, token: int, now_ns: int) -> None:
-        assert self._in_flight is not None and self._in_flight[0] == token, f"unexpected journal token {token}"
-        _, records, waiters = self._in_flight
+        if self._in_flight is None or self._in_flight[0] != token:
+            raise BookieUsageError(f"journal token {token} is not the write in flight "
+                                   f"({self._in_flight[0] if self._in_flight else 'none'})")
+        group = self._in_flight[1]
         self._in_flight = None
+        for record in group.records:
+            self._apply(record)
+        for request, source in group.waiters:
+            self._complete(request, source)
+        self._maybe_flush(now_ns)
+
+    # -- crash replay ---------------------------------------------------------------------
+
+    def replay_journal(self, data: bytes) -> ReplayReport:
+        """Rebuild storage from one journal's bytes after a restart, before serving. A torn
+        tail is tolerated and reported; corruption in the middle raises JournalCorrupted."""
+        self._check_may_replay()
+        scan = scan_records(data)
+        counts = self._replay(scan.records)
+        return ReplayReport(len(scan.records), counts[EntryRecord], counts[MasterKeyRecord], counts[FenceRecord],
+                            counts[LacRecord], scan.valid_size, scan.tail_problem)
+
+    def replay_records(self, records: list[JournalRecord]) -> int:
+        """Apply already-scanned journal records in order (see journal_files.Journal.open);
+        returns how many were entries."""
+        self._check_may_replay()
+        return self._replay(records)[EntryRecord]
+
+    def _check_may_replay(self) -> None:
+        if self._has_served:
+            raise BookieUsageError("replay the journal before serving: this bookie has received requests")
+
+    def _replay(self, records: list[JournalRecord]) -> dict[type, int]:
+        counts = dict.fromkeys((EntryRecord, MasterKeyRecord, FenceRecord, LacRecord, ForceRecord), 0)
         for record in records:
             self._apply(record)
-        for waiter in waiters:
-            waiter()
-        self._maybe_flush(now_ns)
+            counts[type(record)] += 1
+        return counts
 
     # -- journal --------------------------------------------------------------------------
 
-    def _journal(self, record: JournalRecord, now_ns: int, waiter: Callable[[], None] | None = None) -> None:
-        if not self._group_records:
-            self._group_started_at_ns = now_ns
+    def _has_room(self, size: int) -> bool:
+        collected = 0 if self._collecting is None else self._collecting.size
+        return collected + size <= self.config.journal_queue_size_max
+
+    def _journal(self, record: JournalRecord, now_ns: int, *, should_apply: bool = True) -> None:
+        group = self._collecting
+        if group is None:
+            group = self._collecting = _Group(started_at_ns=now_ns)
         data = encode_record(record)
-        self._group_records.append(record)
-        self._group_data.append(data)
-        self._group_size += len(data)
-        if waiter is not None:
-            self._group_waiters.append(waiter)
+        group.chunks.append(data)
+        group.size += len(data)
+        if should_apply:
+            group.records.append(record)
+        self._counts["journal_records"] += 1
+
+    def _wait_for_journal(self, request: object, source: str) -> None:
+        assert self._collecting is not None, "journal the record before waiting on it"
+        self._collecting.waiters.append((request, source))
+        if type(request) is AddRequest:
+            self._pending_adds_count += 1
+            self._counts["pending_adds_peak"] = max(self._counts["pending_adds_peak"], self._pending_adds_count)
+        else:
+            self._pending_syncs_count += 1
+            self._counts["pending_syncs_peak"] = max(self._counts["pending_syncs_peak"], self._pending_syncs_count)
 
     def _maybe_flush(self, now_ns: int) -> None:
-        if self._in_flight is not None or not self._group_records:
+        group = self._collecting
+        if self._in_flight is not None or group is None:
             return
         config = self.config
         if not (config.journal_flush_when_queue_empty
-                or self._group_size >= config.journal_buffered_writes_threshold_size
-                or now_ns - self._group_started_at_ns >= config.journal_max_group_wait_ns):
+                or group.size >= config.journal_buffered_writes_threshold_size
+                or now_ns - group.started_at_ns >= config.journal_max_group_wait_ns):
             return
         token = self._next_token
         self._next_token += 1
-        data = b"".join(self._group_data)
-        self._in_flight = (token, self._group_records, self._group_waiters)
-        self._group_records, self._group_data, self._group_waiters = [], [], []
-        self._group_size = 0
-        self._journal_writes += 1
-        self._journal_bytes += len(data)
-        self._effects.append(JournalWrite(token=token, data=data))
+        self._collecting = None
+        self._in_flight = (token, group)
+        self._counts["journal_writes"] += 1
+        self._counts["journal_written_size"] += group.size
+        self._counts["journal_group_size_peak"] = max(self._counts["journal_group_size_peak"], group.size)
+        self._effects.append(JournalWrite(token=token, data=b"".join(group.chunks)))
 
     def _apply(self, record: JournalRecord) -> None:
         """Apply one durable record to storage; crash replay and live persistence share this."""
-        kind = type(record)
-        if kind is EntryRecord:
-            self.storage.add_entry(record.ledger_id, record.entry_id, record.body)
-            header = peek_entry_header(record.body)
-            if header is not None:
-                self._learn_lac(record.ledger_id, header[2])
-        elif kind is MasterKeyRecord:
-            self.storage.set_master_key(record.ledger_id, record.master_key)
-            if self._pending_master_keys.get(record.ledger_id) == record.master_key:
-                del self._pending_master_keys[record.ledger_id]
-        elif kind is FenceRecord:
-            self.storage.set_fenced(record.ledger_id)
-            self._fenced.discard(record.ledger_id)
-            self._wake_long_polls(record.ledger_id)
-        elif kind is LacRecord:
-            self.storage.set_explicit_lac(record.ledger_id, record.lac, record.body)
-            self._learn_lac(record.ledger_id, record.lac)
+        storage = self.storage
+        match record:
+            case EntryRecord(ledger_id=ledger_id, entry_id=entry_id, body=body):
+                storage.add_entry(ledger_id, entry_id, body)
+                header = peek_entry_header(body)
+                if header is not None:
+                    self._learn_lac(ledger_id, header[2])
+            case MasterKeyRecord(ledger_id=ledger_id, master_key=master_key):
+                storage.set_master_key(ledger_id, master_key)
+                if self._pending_master_keys.get(ledger_id) == master_key:
+                    del self._pending_master_keys[ledger_id]
+            case FenceRecord(ledger_id=ledger_id):
+                storage.set_fenced(ledger_id)
+                self._fenced.discard(ledger_id)
+                self._wake_long_polls(ledger_id)
+            case LacRecord(ledger_id=ledger_id, lac=lac, body=body):
+                storage.set_explicit_lac(ledger_id, lac, body)
+                self._learn_lac(ledger_id, lac)
+            case ForceRecord():
+                pass
 
-    def replay_journal(self, data: bytes) -> ReplayReport:
-        """Rebuild storage from one journal's bytes after a restart (before serving)."""
-        scan = scan_records(data)
-        entry_count = self.replay_records(scan.records)
-        return ReplayReport(len(scan.records), entry_count, scan.valid_size, scan.tail_problem)
-
-    def replay_records(self, records: list[JournalRecord]) -> int:
-        """Apply replayed journal records in order (see journal_files.Journal.open); returns
-        how many were entries."""
-        entry_count = 0
-        for record in records:
-            self._apply(record)
-            entry_count += type(record) is EntryRecord
-        return entry_count
+    def _complete(self, request: object, source: str) -> None:
+        """Answer a request whose records are now durable."""
+        if type(request) is AddRequest:
+            self._pending_adds_count -= 1
+            self._counts["adds_ok"] += 1
+            self._send(source, AddResponse(request.request_id, Code.OK, request.ledger_id, request.entry_id))
+            return
+        self._pending_syncs_count -= 1
+        match request:
+            case ReadRequest():
+                self._answer_read(request, source)
+            case WriteLacRequest():
+                self._send(source, WriteLacResponse(request.request_id, Code.OK, request.ledger_id))
+            case ForceLedgerRequest():
+                self._send(source, ForceLedgerResponse(request.request_id, Code.OK, request.ledger_id))
 
     # -- ledger state ---------------------------------------------------------------------
 
@@ -223,58 +367,96 @@ class Bookie:
         key = self.storage.master_key(ledger_id)
         return key if key is not None else self._pending_master_keys.get(ledger_id)
 
+    def _journal_key_if_new(self, ledger_id: int, master_key: bytes, now_ns: int) -> None:
+        if self._known_key(ledger_id) is None:
+            self._pending_master_keys[ledger_id] = master_key
+            self._journal(MasterKeyRecord(ledger_id, master_key), now_ns)
+
     def _is_fenced(self, ledger_id: int) -> bool:
         return ledger_id in self._fenced or self.storage.is_fenced(ledger_id)
 
-    def _claim_key(self, ledger_id: int, master_key: bytes, now_ns: int) -> bool:
-        """True if the key may act on the ledger; journals the key of a ledger seen first now."""
-        known = self._known_key(ledger_id)
-        if known is None:
-            self._pending_master_keys[ledger_id] = master_key
-            self._journal(MasterKeyRecord(ledger_id, master_key), now_ns)
-            return True
-        return known == master_key
+    def _lac_of(self, ledger_id: int) -> int:
+        lac = self._known_lac.get(ledger_id)
+        if lac is not None:
+            return lac
+        if not self.storage.has_ledger(ledger_id):
+            return INVALID_ENTRY_ID
+        lac = INVALID_ENTRY_ID
+        explicit = self.storage.explicit_lac(ledger_id)
+        if explicit is not None:
+            lac = explicit[0]
+        last_entry_id = self.storage.last_entry_id(ledger_id)
+        if last_entry_id >= 0:
+            try:
+                header = peek_entry_header(self.storage.get_entry(ledger_id, last_entry_id) or b"")
+            except StorageIOError:
+                return lac   # not cached: the next query tries storage again
+            if header is not None:
+                lac = max(lac, header[2])
+        self._cache_lac(ledger_id, lac)
+        return lac
+
+    def _cache_lac(self, ledger_id: int, lac: int) -> None:
+        self._known_lac[ledger_id] = lac
+        if len(self._known_lac) > self._known_lac_prune_at_count:
+            # Amortized: drop ledgers storage no longer has (deleted by GC).
+            self._known_lac = {i: v for i, v in self._known_lac.items() if self.storage.has_ledger(i)}
+            self._known_lac_prune_at_count = max(1024, 2 * len(self._known_lac))
 
     def _learn_lac(self, ledger_id: int, lac: int) -> None:
-        if lac > self._known_lac.get(ledger_id, INVALID_ENTRY_ID):
+        """A stored entry or explicit LAC carries `lac` (already applied to storage)."""
+        known = self._known_lac.get(ledger_id)
+        if known is None:
+            # Not loaded: the next _lac_of() reads storage, which already holds this. Only
+            # waiters parked on a ledger unknown at the time need waking now.
+            if self._long_polls.has_waiters(ledger_id):
+                self._wake_long_polls(ledger_id)
+        elif lac > known:
             self._known_lac[ledger_id] = lac
             self._wake_long_polls(ledger_id)
 
     def _wake_long_polls(self, ledger_id: int) -> None:
-        lac = self._known_lac.get(ledger_id, INVALID_ENTRY_ID)
-        is_fenced = self._is_fenced(ledger_id)
-        for waiter in self._long_polls.pop_ready(ledger_id, lac=lac, is_fenced=is_fenced):
+        if not self._long_polls.has_waiters(ledger_id):
+            return
+        ready = self._long_polls.pop_ready(ledger_id, lac=self._lac_of(ledger_id), is_fenced=self._is_fenced(ledger_id))
+        for waiter in ready:
             self._answer_read(waiter.request, waiter.source)
 
-    def _reject(self, code: Code) -> int:
+    def _reject(self, code: Code) -> Code:
         self._rejected[code.name] = self._rejected.get(code.name, 0) + 1
         return code
+
+    def _send(self, destination: str, message: object) -> None:
+        self._effects.append(Send(destination, message))
 
     # -- handlers -------------------------------------------------------------------------
 
     def _on_add(self, request: AddRequest, source: str, now_ns: int) -> None:
         code = self._check_add(request)
-        if code == Code.OK and not self._claim_key(request.ledger_id, request.master_key, now_ns):
-            code = self._reject(Code.UNAUTHORIZED)
         if code != Code.OK:
-            self._effects.append(Send(source, AddResponse(request.request_id, code, request.ledger_id, request.entry_id)))
+            self._send(source, AddResponse(request.request_id, code, request.ledger_id, request.entry_id))
             return
-        record = EntryRecord(request.ledger_id, request.entry_id, request.body)
-        respond = self._add_responder(request, source)
+        ledger_id = request.ledger_id
+        record = EntryRecord(ledger_id, request.entry_id, request.body)
         if request.is_deferred_sync:
-            self.storage.set_master_key(request.ledger_id, request.master_key)
+            # Applied and answered now; journaled for durability by a later group or force.
+            self._journal_key_if_new(ledger_id, request.master_key, now_ns)
+            self.storage.set_master_key(ledger_id, request.master_key)
             self._apply(record)
-            self._journal(record, now_ns)
-            respond()
+            self._journal(record, now_ns, should_apply=False)
+            self._counts["adds_ok"] += 1
+            self._counts["deferred_adds"] += 1
+            self._send(source, AddResponse(request.request_id, Code.OK, ledger_id, request.entry_id))
             return
-        self._pending_adds_count += 1
-        self._pending_adds_peak = max(self._pending_adds_peak, self._pending_adds_count)
-        self._journal(record, now_ns, respond)
+        self._journal_key_if_new(ledger_id, request.master_key, now_ns)
+        self._journal(record, now_ns)
+        self._wait_for_journal(request, source)
 
     def _check_add(self, request: AddRequest) -> Code:
+        config = self.config
         header = peek_entry_header(request.body)
-        if (len(request.body) > self.config.entry_size_max or header is None
-                or header[:2] != (request.ledger_id, request.entry_id) or request.entry_id < 0):
+        if (len(request.body) > config.entry_size_max or len(request.master_key) > config.master_key_size_max
+                or header is None or header[:2] != (request.ledger_id, request.entry_id) or request.entry_id < 0):
             return self._reject(Code.BAD_REQUEST)
         if self._is_readonly and not request.is_recovery:
             return self._reject(Code.READONLY)
@@ -283,46 +465,65 @@ class Bookie:
             return self._reject(Code.UNAUTHORIZED)
         if self._is_fenced(request.ledger_id) and not request.is_recovery:
             return self._reject(Code.FENCED)
-        if self._pending_adds_count >= self.config.pending_adds_count_max:
+        if ((not request.is_deferred_sync and self._pending_adds_count >= config.pending_adds_count_max)
+                or not self._has_room(len(request.body) + len(request.master_key) + 2 * RECORD_OVERHEAD_SIZE_MAX)):
             return self._reject(Code.TOO_MANY_REQUESTS)
         return Code.OK
 
-    def _add_responder(self, request: AddRequest, source: str) -> Callable[[], None]:
-        def respond() -> None:
-            if not request.is_deferred_sync:
-                self._pending_adds_count -= 1
-            self._adds_ok += 1
-            self._effects.append(Send(source, AddResponse(request.request_id, Code.OK, request.ledger_id,
-                                                          request.entry_id)))
-        return respond
+    def _check_key(self, ledger_id: int, master_key: bytes, *, may_create: bool) -> Code:
+        """Key check of fences, LAC writes and forces (adds check in _check_add)."""
+        if len(master_key) > self.config.master_key_size_max:
+            return self._reject(Code.BAD_REQUEST)
+        known = self._known_key(ledger_id)
+        if known is None and not may_create:
+            return self._reject(Code.NO_SUCH_LEDGER)
+        if known is not None and known != master_key:
+            return self._reject(Code.UNAUTHORIZED)
+        return Code.OK
+
+    def _check_sync_room(self, size: int) -> Code:
+        """Room for one more request waiting on the journal with `size` bytes of records."""
+        if self._pending_syncs_count >= self.config.pending_syncs_count_max or not self._has_room(size):
+            return self._reject(Code.TOO_MANY_REQUESTS)
+        return Code.OK
+
+    def _on_fence(self, request: ReadRequest, source: str, now_ns: int) -> None:
+        """A recovery read: fence the ledger durably, then answer the read."""
+        self._counts["reads"] += 1
+        ledger_id = request.ledger_id
+        code = self._check_key(ledger_id, request.master_key, may_create=True)
+        if code == Code.OK and self.storage.is_fenced(ledger_id):
+            self._counts["fences"] += 1
+            self._answer_read(request, source)          # durably fenced already
+            return
+        if code == Code.OK:
+            code = self._check_sync_room(len(request.master_key) + 2 * RECORD_OVERHEAD_SIZE_MAX)
+        if code != Code.OK:
+            self._send_read(source, request, code)
+            return
+        self._counts["fences"] += 1
+        self._journal_key_if_new(ledger_id, request.master_key, now_ns)
+        self._fenced.add(ledger_id)
+        self._journal(FenceRecord(ledger_id), now_ns)
+        self._wait_for_journal(request, source)
 
     def _on_read(self, request: ReadRequest, source: str, now_ns: int) -> None:
-        self._reads += 1
+        self._counts["reads"] += 1
         ledger_id = request.ledger_id
-        if request.is_fencing:
-            self._fences += 1
-            if not self._claim_key(ledger_id, request.master_key, now_ns):
-                self._send_read(source, request, self._reject(Code.UNAUTHORIZED))
-                return
-            if self.storage.is_fenced(ledger_id):
-                self._answer_read(request, source)
-                return
-            self._fenced.add(ledger_id)
-            self._journal(FenceRecord(ledger_id), now_ns, lambda: self._answer_read(request, source))
+        if (request.long_poll_timeout_ns > 0 and self._lac_of(ledger_id) <= request.previous_lac
+                and not self._is_fenced(ledger_id)):
+            if self._long_polls.park(request, source, deadline_ns=now_ns + request.long_poll_timeout_ns):
+                self._counts["long_polls_parked"] += 1
+            else:
+                self._send_read(source, request, self._reject(Code.TOO_MANY_REQUESTS))
             return
-        if request.long_poll_timeout_ns > 0:
-            lac = self._known_lac.get(ledger_id, INVALID_ENTRY_ID)
-            if lac <= request.previous_lac and not self._is_fenced(ledger_id):
-                if not self._long_polls.park(request, source, deadline_ns=now_ns + request.long_poll_timeout_ns):
-                    self._send_read(source, request, self._reject(Code.TOO_MANY_REQUESTS))
-                return
         self._answer_read(request, source)
 
     def _answer_read(self, request: ReadRequest, source: str) -> None:
         ledger_id = request.ledger_id
         if not self.storage.has_ledger(ledger_id):
-            self._send_read(source, request, Code.NO_SUCH_ENTRY if request.is_fencing or request.long_poll_timeout_ns
-                            else Code.NO_SUCH_LEDGER)
+            is_waited = request.is_fencing or request.long_poll_timeout_ns > 0
+            self._send_read(source, request, Code.NO_SUCH_ENTRY if is_waited else Code.NO_SUCH_LEDGER)
             return
         entry_id = request.entry_id
         if entry_id == LAST_ENTRY_ID:
@@ -339,63 +540,85 @@ class Bookie:
 
     def _send_read(self, source: str, request: ReadRequest, code: Code, *, entry_id: int | None = None,
                    body: bytes = b"") -> None:
-        self._effects.append(Send(source, ReadResponse(
-            request.request_id, code, request.ledger_id, request.entry_id if entry_id is None else entry_id,
-            body, self._known_lac.get(request.ledger_id, INVALID_ENTRY_ID))))
+        self._send(source, ReadResponse(request.request_id, code, request.ledger_id,
+                                        request.entry_id if entry_id is None else entry_id, body,
+                                        self._lac_of(request.ledger_id)))
 
     def _on_read_lac(self, request: ReadLacRequest, source: str) -> None:
         ledger_id = request.ledger_id
         if not self.storage.has_ledger(ledger_id):
-            self._effects.append(Send(source, ReadLacResponse(request.request_id, Code.NO_SUCH_LEDGER, ledger_id)))
+            self._send(source, ReadLacResponse(request.request_id, Code.NO_SUCH_LEDGER, ledger_id))
             return
         explicit = self.storage.explicit_lac(ledger_id)
         last_entry_id = self.storage.last_entry_id(ledger_id)
         try:
             last_body = self.storage.get_entry(ledger_id, last_entry_id) if last_entry_id >= 0 else None
         except StorageIOError:
-            self._effects.append(Send(source, ReadLacResponse(request.request_id, self._reject(Code.IO_ERROR), ledger_id)))
+            self._send(source, ReadLacResponse(request.request_id, self._reject(Code.IO_ERROR), ledger_id))
             return
-        self._effects.append(Send(source, ReadLacResponse(
-            request.request_id, Code.OK, ledger_id, explicit[1] if explicit else b"", last_body or b"")))
+        self._send(source, ReadLacResponse(request.request_id, Code.OK, ledger_id,
+                                           explicit[1] if explicit else b"", last_body or b""))
 
     def _on_write_lac(self, request: WriteLacRequest, source: str, now_ns: int) -> None:
-        code = Code.OK
-        known = self._known_key(request.ledger_id)
-        if known is None:
-            code = Code.NO_SUCH_LEDGER
-        elif known != request.master_key:
-            code = self._reject(Code.UNAUTHORIZED)
-        respond = lambda c=code: self._effects.append(Send(source, WriteLacResponse(request.request_id, c, request.ledger_id)))
+        if len(request.body) > self.config.entry_size_max or request.lac < INVALID_ENTRY_ID:
+            code = self._reject(Code.BAD_REQUEST)
+        else:
+            code = self._check_key(request.ledger_id, request.master_key, may_create=False)
+        if code == Code.OK:
+            code = self._check_sync_room(len(request.body) + RECORD_OVERHEAD_SIZE_MAX)
         if code != Code.OK:
-            respond()
+            self._send(source, WriteLacResponse(request.request_id, code, request.ledger_id))
             return
-        self._journal(LacRecord(request.ledger_id, request.lac, request.body), now_ns, respond)
+        self._counts["lac_writes"] += 1
+        self._journal(LacRecord(request.ledger_id, request.lac, request.body), now_ns)
+        self._wait_for_journal(request, source)
 
     def _on_force(self, request: ForceLedgerRequest, source: str, now_ns: int) -> None:
-        known = self._known_key(request.ledger_id)
-        code = Code.OK if known == request.master_key else (
-            Code.NO_SUCH_LEDGER if known is None else self._reject(Code.UNAUTHORIZED))
-        respond = lambda c=code: self._effects.append(Send(source, ForceLedgerResponse(request.request_id, c, request.ledger_id)))
+        """Durable once a group holding a FORCE record is: every earlier group was written first."""
+        code = self._check_key(request.ledger_id, request.master_key, may_create=False)
+        if code == Code.OK:
+            code = self._check_sync_room(RECORD_OVERHEAD_SIZE_MAX)
         if code != Code.OK:
-            respond()
+            self._send(source, ForceLedgerResponse(request.request_id, code, request.ledger_id))
             return
-        self._journal(ForceRecord(request.ledger_id), now_ns, respond)
+        self._counts["forces"] += 1
+        self._journal(ForceRecord(request.ledger_id), now_ns)
+        self._wait_for_journal(request, source)
 
     # -- checks ---------------------------------------------------------------------------
 
+    def _groups(self) -> list[_Group]:
+        groups = [] if self._in_flight is None else [self._in_flight[1]]
+        return groups + ([] if self._collecting is None else [self._collecting])
+
     def invariants(self) -> None:
-        assert self._pending_adds_count >= 0
-        assert self._pending_adds_count <= self.config.pending_adds_count_max
-        assert len(self._group_records) == len(self._group_data)
-        assert self._group_size == sum(len(d) for d in self._group_data)
-        assert len(self._long_polls) <= self.config.long_poll_waiters_count_max
+        config = self.config
+        groups = self._groups()
+        waiters = [request for group in groups for request, _ in group.waiters]
+        add_count = sum(type(r) is AddRequest for r in waiters)
+        assert add_count == self._pending_adds_count <= config.pending_adds_count_max
+        assert len(waiters) - add_count == self._pending_syncs_count <= config.pending_syncs_count_max
+        for group in groups:
+            assert group.size == sum(map(len, group.chunks)) > 0
+            assert group.size <= config.journal_queue_size_max
+        pending_records = [record for group in groups for record in group.records]
+        fenced_pending = {r.ledger_id for r in pending_records if type(r) is FenceRecord}
+        assert self._fenced <= fenced_pending, "an in-memory fence without its FENCE record"
+        keys_pending = {r.ledger_id for r in pending_records if type(r) is MasterKeyRecord}
+        assert set(self._pending_master_keys) <= keys_pending, "a pending key without its MASTER_KEY record"
         for ledger_id in self._fenced:
             assert self._known_key(ledger_id) is not None
+        assert all(lac >= INVALID_ENTRY_ID for lac in self._known_lac.values())
+        self._long_polls.invariants()
 
     def statistics(self) -> BookieStatistics:
-        return BookieStatistics(self._adds_ok, self._reads, self._fences, tuple(sorted(self._rejected.items())),
-                                self._malformed, self._journal_writes, self._journal_bytes,
-                                self._pending_adds_peak, self._long_polls.peak_count)
-
-
-assert ENTRY_HEADER.size == 32
+        c = self._counts
+        return BookieStatistics(
+            adds_ok_count=c["adds_ok"], deferred_adds_count=c["deferred_adds"], reads_count=c["reads"],
+            fences_count=c["fences"], lac_writes_count=c["lac_writes"], forces_count=c["forces"],
+            long_polls_parked_count=c["long_polls_parked"], long_polls_timed_out_count=c["long_polls_timed_out"],
+            rejected_by_code=tuple(sorted(self._rejected.items())), malformed_count=c["malformed"],
+            journal_writes_count=c["journal_writes"], journal_records_count=c["journal_records"],
+            journal_written_size=c["journal_written_size"], journal_group_size_peak=c["journal_group_size_peak"],
+            pending_adds_peak=c["pending_adds_peak"], pending_syncs_peak=c["pending_syncs_peak"],
+            long_poll_waiters_peak=self._long_polls.peak_count)

@@ -34,6 +34,7 @@ class FileSystem(Protocol):
     def sync_dir(self, path: str) -> None: ...
     def rename(self, source: str, destination: str) -> None: ...   # replaces destination
     def delete(self, path: str) -> None: ...
+    def usage(self) -> tuple[int, int]: ...                # (used bytes, total bytes) of the device
 
 
 def parent_of(path: str) -> str:

@@ -1,16 +1,20 @@
 """Journal records: the bookie's write-ahead log format, and the scan that replays it.
 
-    record  = u32 length (of payload) | u32 crc32c(payload) | payload
+    record  = u32 length (big endian, of the payload) | u32 crc32c(payload) | payload
     payload = msgpack [kind, fields...]
 
 Kinds: ENTRY (ledger, entry, packed body), MASTER_KEY (ledger, key), FENCE (ledger),
 LAC (ledger, lac, packed LAC), FORCE (ledger).
 
-Scanning stops at a torn tail: a record whose length runs past the end, or a last record that
-fails its checksum (a crash in the middle of the final write). Zero bytes to the end of the
-data are preallocated space. A bad record followed by more
-bytes is corruption, not a torn write: it raises JournalCorrupted naming the offset, and is
-never skipped silently.
+Scanning rules:
+- a record whose declared length runs past the end of the data, or a last record that fails
+  its checksum or decoding, is a torn tail (a crash in the middle of the final write): the scan
+  stops there and reports it in `tail_problem`;
+- a bad record followed by more (non-zero) bytes is corruption, not a torn write: it raises
+  JournalCorrupted naming the offset, and is never skipped silently;
+- a declared length above record_size_max is a bad record under the same two rules;
+- zero bytes to the end of the data are preallocated space, not a problem (a real record never
+  has length 0: its payload is at least a msgpack array header).
 """
 
 from __future__ import annotations
@@ -23,7 +27,12 @@ import crc32c
 import msgpack
 
 RECORD_HEADER = struct.Struct(">II")
+# An entry is bounded well below this by the bookie (entry_size_max); the slack covers the
+# msgpack framing of the record around it.
 RECORD_SIZE_MAX = 16 * 1024 * 1024 + 4096
+# Bytes a record adds around its variable fields (header, msgpack array, kind, ids): used by
+# the bookie to check that its entry_size_max fits in one record.
+RECORD_OVERHEAD_SIZE_MAX = RECORD_HEADER.size + 64
 
 
 class JournalRecordKind(IntEnum):
@@ -69,12 +78,14 @@ JournalRecord = EntryRecord | MasterKeyRecord | FenceRecord | LacRecord | ForceR
 _KIND_OF = {EntryRecord: JournalRecordKind.ENTRY, MasterKeyRecord: JournalRecordKind.MASTER_KEY,
             FenceRecord: JournalRecordKind.FENCE, LacRecord: JournalRecordKind.LAC,
             ForceRecord: JournalRecordKind.FORCE}
-_CLASS_OF = {kind: cls for cls, kind in _KIND_OF.items()}
+_CLASS_OF = {int(kind): cls for cls, kind in _KIND_OF.items()}
 _FIELD_TYPES = {EntryRecord: (int, int, bytes), MasterKeyRecord: (int, bytes), FenceRecord: (int,),
                 LacRecord: (int, int, bytes), ForceRecord: (int,)}
 
 
 class JournalCorrupted(Exception):
+    """A record in the middle of a journal fails its checksum or decoding."""
+
     def __init__(self, offset: int, reason: str) -> None:
         super().__init__(f"journal corrupted at offset {offset}: {reason}; the records after it "
                          f"cannot be trusted — restore this bookie's journal or rebuild the bookie")
@@ -83,13 +94,14 @@ class JournalCorrupted(Exception):
 
 
 def encode_record(record: JournalRecord) -> bytes:
-    payload = msgpack.packb([_KIND_OF[type(record)], *(getattr(record, f) for f in record.__slots__)],
-                            use_bin_type=True)
+    kind = _KIND_OF[type(record)]
+    payload = msgpack.packb([kind, *(getattr(record, name) for name in record.__slots__)], use_bin_type=True)
+    assert len(payload) <= RECORD_SIZE_MAX, f"{type(record).__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
     return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
-def _decode_payload(payload: bytes) -> JournalRecord:
-    items = msgpack.unpackb(payload, raw=False)
+def _decode_payload(payload: memoryview) -> JournalRecord:
+    items = msgpack.unpackb(payload, raw=False, use_list=True)
     if not isinstance(items, list) or not items or type(items[0]) is not int:
         raise ValueError("not a tagged array")
     cls = _CLASS_OF.get(items[0])
@@ -105,37 +117,42 @@ def _decode_payload(payload: bytes) -> JournalRecord:
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     records: list[JournalRecord]
-    valid_size: int
-    tail_problem: str | None
+    valid_size: int               # offset just past the last good record (or start_offset)
+    tail_problem: str | None      # why the scan stopped before the end of the data, if it did
 
 
 def _is_zero_from(data: bytes, offset: int) -> bool:
     return data.count(0, offset) == len(data) - offset
 
 
-def scan_records(data: bytes, *, start_offset: int = 0) -> ScanResult:
-    """Records from start_offset on. Zero bytes to the end are preallocated space, not data;
-    a bad record followed only by zeros is a torn tail too."""
+def scan_records(data: bytes, *, start_offset: int = 0, record_size_max: int = RECORD_SIZE_MAX) -> ScanResult:
+    """Decode the records of `data` from start_offset on. Raises JournalCorrupted for a bad
+    record that is followed by more data; see the module docstring for the rules."""
+    assert 0 <= start_offset <= len(data)
     records: list[JournalRecord] = []
+    view = memoryview(data)
     offset = start_offset
     end = len(data)
+    # The loop advances by at least RECORD_HEADER.size + 1 per record, so it is bounded by len(data).
     while offset < end:
-        if _is_zero_from(data, offset):
-            return ScanResult(records, offset, None)
         if end - offset < RECORD_HEADER.size:
+            if _is_zero_from(data, offset):
+                break
             return ScanResult(records, offset, f"torn record header at offset {offset} ({end - offset} bytes)")
         length, checksum = RECORD_HEADER.unpack_from(data, offset)
+        if length == 0 and _is_zero_from(data, offset):
+            break                                            # preallocated space
         body_start = offset + RECORD_HEADER.size
         record_end = body_start + length
-        if length > RECORD_SIZE_MAX:
-            problem = f"record length {length} at offset {offset} exceeds {RECORD_SIZE_MAX}"
+        if length > record_size_max:
+            problem = f"record length {length} at offset {offset} exceeds {record_size_max}"
             if record_end < end and not _is_zero_from(data, record_end):
                 raise JournalCorrupted(offset, problem)
-            return ScanResult(records, offset, "torn tail: " + problem)
+            return ScanResult(records, offset, f"torn record at offset {offset}: {problem}")
         if record_end > end:
             return ScanResult(records, offset, f"torn record at offset {offset}: {length} bytes declared, "
                                                f"{end - body_start} present")
-        payload = data[body_start:record_end]
+        payload = view[body_start:record_end]
         try:
             if crc32c.crc32c(payload) != checksum:
                 raise ValueError("checksum mismatch")
@@ -143,7 +160,7 @@ def scan_records(data: bytes, *, start_offset: int = 0) -> ScanResult:
         except (ValueError, TypeError, msgpack.UnpackException) as exc:
             if record_end < end and not _is_zero_from(data, record_end):
                 raise JournalCorrupted(offset, str(exc)) from None
-            return ScanResult(records, offset, f"torn last record at offset {offset}: {exc}")
+            return ScanResult(records, offset, f"torn record at offset {offset}: last record unreadable ({exc})")
         records.append(record)
         offset = record_end
     return ScanResult(records, offset, None)

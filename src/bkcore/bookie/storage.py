@@ -1,15 +1,23 @@
 """Ledger storage: where a bookie keeps entries and per-ledger state once they are journaled.
 
 The Bookie only talks to the `LedgerStorage` protocol. `MemoryLedgerStorage` is the in-memory
-implementation (the simulator rebuilds it from the journal after a crash); the entry-log + lmdb
-implementation comes with issue 3. A record that cannot be read raises StorageIOError, which the
-bookie answers with IO_ERROR, never "no such entry".
+implementation (tests, and simulated bookies that rebuild it from the journal after a crash);
+`durable_storage.DurableLedgerStorage` is the entry-log + index one.
+
+Contract, for every implementation:
+- set_master_key() creates a ledger's state; the first key stays (a later call is a no-op);
+- changes to a ledger that does not exist (never created, or deleted by GC while a record for
+  it was in flight) are dropped: the bookie applies journal records in order, so a ledger's
+  MASTER_KEY record always comes before its other records;
+- every change is idempotent, because crash replay applies records again;
+- a stored record that cannot be read back intact raises StorageIOError, which the bookie
+  answers with IO_ERROR, never "no such entry".
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Iterable, Protocol
 
 from sortedcontainers import SortedDict
 
@@ -27,40 +35,38 @@ class LedgerStorage(Protocol):
     def set_fenced(self, ledger_id: int) -> None: ...
     def is_fenced(self, ledger_id: int) -> bool: ...
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None: ...
-    def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None: ...
-    def last_entry_id(self, ledger_id: int) -> int: ...
-    def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None: ...
+    def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None: ...      # None: no such entry
+    def last_entry_id(self, ledger_id: int) -> int: ...                          # INVALID_ENTRY_ID if none
+    def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None: ...  # keeps the max lac
     def explicit_lac(self, ledger_id: int) -> tuple[int, bytes] | None: ...
     def delete_ledger(self, ledger_id: int) -> None: ...
-    def ledger_ids(self) -> list[int]: ...
+    def ledger_ids(self) -> list[int]: ...                                       # ascending
 
 
 @dataclass(slots=True)
 class _LedgerState:
     master_key: bytes
     is_fenced: bool = False
-    entries: SortedDict = field(default_factory=SortedDict)
+    entries: SortedDict = field(default_factory=SortedDict)      # entry_id -> packed body
     explicit_lac: tuple[int, bytes] | None = None
 
 
 class MemoryLedgerStorage:
-    def __init__(self) -> None:
-        self._ledgers: dict[int, _LedgerState] = {}
-        # Entries a test marked unreadable: (ledger, entry).
-        self.corrupt_entries: set[tuple[int, int]] = set()
+    """Everything in dicts. `corrupt_entries` holds (ledger_id, entry_id) pairs that a test
+    declared unreadable: get_entry() raises StorageIOError for them while they are stored."""
 
-    def _state(self, ledger_id: int) -> _LedgerState:
-        """State of a ledger; a deleted one gets a throwaway state, so records in flight for it
-        are dropped (see DurableLedgerStorage._change)."""
-        state = self._ledgers.get(ledger_id)
-        return state if state is not None else _LedgerState(b"")
+    def __init__(self, *, corrupt_entries: Iterable[tuple[int, int]] = ()) -> None:
+        self._ledgers: dict[int, _LedgerState] = {}
+        self.corrupt_entries: set[tuple[int, int]] = set(corrupt_entries)
+
+    def mark_corrupt(self, *, ledger_id: int, entry_id: int) -> None:
+        self.corrupt_entries.add((ledger_id, entry_id))
 
     def has_ledger(self, ledger_id: int) -> bool:
         return ledger_id in self._ledgers
 
     def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
-        state = self._ledgers.get(ledger_id)
-        if state is None:
+        if ledger_id not in self._ledgers:
             self._ledgers[ledger_id] = _LedgerState(master_key)
 
     def master_key(self, ledger_id: int) -> bytes | None:
@@ -68,14 +74,18 @@ class MemoryLedgerStorage:
         return None if state is None else state.master_key
 
     def set_fenced(self, ledger_id: int) -> None:
-        self._state(ledger_id).is_fenced = True
+        state = self._ledgers.get(ledger_id)
+        if state is not None:
+            state.is_fenced = True
 
     def is_fenced(self, ledger_id: int) -> bool:
         state = self._ledgers.get(ledger_id)
         return state is not None and state.is_fenced
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
-        self._state(ledger_id).entries[entry_id] = body
+        state = self._ledgers.get(ledger_id)
+        if state is not None:
+            state.entries[entry_id] = body
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
         state = self._ledgers.get(ledger_id)
@@ -90,11 +100,11 @@ class MemoryLedgerStorage:
         state = self._ledgers.get(ledger_id)
         if state is None or not state.entries:
             return INVALID_ENTRY_ID
-        return state.entries.keys()[-1]
+        return state.entries.peekitem(-1)[0]
 
     def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None:
-        state = self._state(ledger_id)
-        if state.explicit_lac is None or lac > state.explicit_lac[0]:
+        state = self._ledgers.get(ledger_id)
+        if state is not None and (state.explicit_lac is None or lac > state.explicit_lac[0]):
             state.explicit_lac = (lac, body)
 
     def explicit_lac(self, ledger_id: int) -> tuple[int, bytes] | None:
