@@ -79,3 +79,55 @@ def test_torn_record_followed_by_padding_is_a_torn_tail():
 def test_zero_length_followed_by_data_is_corruption():
     with pytest.raises(JournalCorrupted):
         scan_records(stream() + bytes(8) + stream())
+
+
+def test_oversized_length_in_the_middle_is_corruption_and_at_the_end_a_torn_tail():
+    big = encode_record(EntryRecord(1, 2, b"x" * 200))
+    with pytest.raises(JournalCorrupted, match="exceeds 100"):
+        scan_records(stream() + big + stream(), record_size_max=100)
+    result = scan_records(stream() + big, record_size_max=100)
+    assert result.records == RECORDS and "exceeds 100" in result.tail_problem
+    result = scan_records(stream() + RECORD_HEADER.pack(2**32 - 1, 0) + b"\x01" * 10)
+    assert result.records == RECORDS and "torn record" in result.tail_problem
+
+
+def test_undecodable_records_follow_the_same_rule():
+    import crc32c
+    import msgpack
+    for payload in (msgpack.packb([99, 1]), msgpack.packb([1, "not an int", 0, b""]), msgpack.packb({"a": 1}), b"\xc1"):
+        bad = RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+        bad_offset = len(stream())
+        with pytest.raises(JournalCorrupted) as excinfo:
+            scan_records(stream() + bad + stream())
+        assert excinfo.value.offset == bad_offset
+        result = scan_records(stream() + bad)
+        assert result.records == RECORDS and result.valid_size == bad_offset and result.tail_problem
+
+
+def test_scan_from_an_offset():
+    first = len(encode_record(RECORDS[0]))
+    result = scan_records(stream(), start_offset=first)
+    assert result.records == RECORDS[1:] and result.valid_size == len(stream())
+
+
+def test_a_long_stream_scans_in_linear_time():
+    # A quadratic scan (checking for trailing zeros at every record) takes minutes here.
+    records = [EntryRecord(1, i, b"e") for i in range(100_000)]
+    result = scan_records(b"".join(map(encode_record, records)))
+    assert len(result.records) == 100_000 and result.tail_problem is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=0, max_value=len(stream()) * 8 - 1), st.booleans())
+def test_a_flipped_bit_is_never_returned_as_data(bit_index, should_truncate):
+    data = bytearray(stream() + stream())
+    data[bit_index // 8] ^= 1 << (bit_index % 8)
+    if should_truncate:
+        data = data[:len(data) - 3]
+    try:
+        result = scan_records(bytes(data))
+    except JournalCorrupted as exc:
+        assert 0 <= exc.offset < len(data)
+        return
+    assert result.records == (RECORDS + RECORDS)[:len(result.records)]
+    assert result.tail_problem is not None

@@ -1,2 +1,3 @@
-"""The bookie: request handling, fencing, long polls, the journal's record format and group
-commit, and the ledger storage interface (memory today; entry logs + lmdb in issue 3)."""
+"""The bookie: request handling, fencing and long polls (bookie, longpoll), the journal's record
+format (journal) and files (journal_files), and ledger storage (storage: the interface and the
+in-memory implementation; durable_storage: entry logs + index)."""
