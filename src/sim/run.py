@@ -134,7 +134,8 @@ def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunRe
         f"disk_full_kills={counts.disk_full_kills} torn_tails={counts.journal_tails_repaired} "
         f"refused_starts={counts.restart_refusals} metastore_losses={counts.metadata_connection_losses} "
         f"checkpoints={counts.checkpoints} ledgers_collected={counts.ledgers_collected} "
-        f"readonly_transitions={counts.readonly_transitions}",
+        f"readonly_transitions={counts.readonly_transitions} compacted_entries={counts.entries_compacted} "
+        f"reclaimed_log_bytes={counts.log_bytes_reclaimed}",
         f"network: {world.network.statistics()}",
         f"events: {result.events_count} in {result.simulated_ns / S:.1f} simulated s, "
         f"{result.wall_seconds:.2f} wall s",

@@ -23,6 +23,7 @@ from bkcore.bookie.fs import DiskFullError
 from bkcore.bookie.journal_files import JournalConfig, JournalStartError
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
+from bkcore.bookie.compaction import CompactionConfig, Compactor
 from bkcore.bookie.cookie import CookieError
 from bkcore.bookie.diskmonitor import DiskUsageMonitor
 from bkcore.bookie.gc import collect_garbage
@@ -41,9 +42,10 @@ from sim.scenario import Scenario
 # Small journal files and entry logs, and frequent checkpoints, so rolling, LastLogMark moves
 # and journal deletion happen in every run.
 SIM_JOURNAL_MAX_SIZE = 64 * 1024
-SIM_STORAGE_CONFIG = StorageConfig(entry_log_size_max=128 * 1024)
+SIM_STORAGE_CONFIG = StorageConfig(entry_log_size_max=4 * 1024)
 CHECKPOINT_INTERVAL_NS = 500_000_000
 GC_EVERY_CHECKPOINTS = 4
+MAJOR_EVERY_GC_ROUNDS = 4
 PUMP_ROUND_COUNT_MAX = 1_000
 HEALED_RESTART_RETRY_NS = 100_000_000
 
@@ -92,6 +94,8 @@ class WorldCounts:
     ledgers_collected: int = 0
     readonly_transitions: int = 0
     checkpoints_refused_full: int = 0
+    log_bytes_reclaimed: int = 0
+    entries_compacted: int = 0
 
 
 class SimWorld:
@@ -226,21 +230,37 @@ class SimWorld:
         self.counts.ledgers_collected += len(report.deleted_ledger_ids)
         if report.deleted_ledger_ids:
             self.trace.record(self.loop.now_ns, "gc", node.name, *report.deleted_ledger_ids)
+            self.checkpoint(node)   # make the deletions durable before compacting around them
+        config = CompactionConfig()
+        is_major = self._checkpoint_round % (GC_EVERY_CHECKPOINTS * MAJOR_EVERY_GC_ROUNDS) == 0
+        threshold = config.major_compaction_threshold if is_major else config.minor_compaction_threshold
+        try:
+            compaction = Compactor(storage=node.stack.storage, config=config).run(threshold=threshold)
+        except DiskFullError:
+            self._on_ledger_disk_full(node)
+            return
+        self.counts.log_bytes_reclaimed += compaction.bytes_reclaimed
+        self.counts.entries_compacted += compaction.entries_moved_count
+        if compaction.bytes_reclaimed:
+            self.trace.record(self.loop.now_ns, "compacted", node.name, compaction.bytes_reclaimed)
 
     def checkpoint(self, node: _BookieNode) -> None:
         try:
             mark = node.stack.checkpoint()
         except DiskFullError:
-            # A full ledger disk turns the bookie readonly (the entries stay in the write cache and
-            # the journal, the next checkpoint tries again); only the journal failing is fatal.
-            self.counts.checkpoints_refused_full += 1
-            if node.monitor.on_disk_full():
-                node.core.set_readonly(True)
-                self._register(node)
-                self.counts.readonly_transitions += 1
+            self._on_ledger_disk_full(node)
             return
         self.counts.checkpoints += 1
         self.trace.record(self.loop.now_ns, "checkpoint", node.name, mark.journal_id, mark.position)
+
+    def _on_ledger_disk_full(self, node: _BookieNode) -> None:
+        """A full ledger disk turns the bookie readonly (entries stay in the write cache and the
+        journal; the next checkpoint tries again); only the journal failing is fatal."""
+        self.counts.checkpoints_refused_full += 1
+        if node.monitor.on_disk_full():
+            node.core.set_readonly(True)
+            self._register(node)
+            self.counts.readonly_transitions += 1
 
     def crash_bookie(self, bookie_id: str, *, restart_after_ns: int | None) -> None:
         node = self.bookies[bookie_id]

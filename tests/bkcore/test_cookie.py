@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bkcore.bookie.cookie import COOKIE_NAME, CookieError, check_cookies
+from bkcore.bookie.cookie import COOKIE_NAME, Cookie, CookieError, check_cookies
 from sim.filesystem import SimFileSystem
 from sim.options import DiskOptions
 from transports.filesystem import OsFileSystem
@@ -74,7 +74,8 @@ def test_a_directory_from_another_bookie_is_refused(fs):
 def test_directories_of_another_instance_are_refused(fs):
     establish(fs)
     fs.delete(f"ledgers1/{COOKIE_NAME}")
-    fs.append(f"ledgers1/{COOKIE_NAME}", fs.read(f"ledgers0/{COOKIE_NAME}").replace(b"i-1", b"i-9"))
+    other = Cookie("bookie-1", "i-9", "journal", LEDGER_DIRS)
+    fs.append(f"ledgers1/{COOKIE_NAME}", other.to_text().encode())
     with pytest.raises(CookieError, match="another instance"):
         check(fs)
 

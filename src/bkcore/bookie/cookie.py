@@ -7,6 +7,7 @@ Each of the journal dir and the ledger dirs holds a small text file COOKIE:
     instance_id: 5f0c...
     journal_dir: journal
     ledger_dirs: ledgers0,ledgers1
+    checksum: 1a2b3c4d
 
 On start every directory must carry the same cookie, naming this bookie and exactly the
 configured directories. A brand-new bookie (no data anywhere) writes them, and so does a first
@@ -22,10 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import crc32c
+
 from bkcore.bookie.fs import FileSystem, write_atomically
 
 COOKIE_NAME = "COOKIE"
 COOKIE_FORMAT = 1
+COOKIE_READ_ATTEMPT_COUNT_MAX = 8
 
 
 class CookieError(Exception):
@@ -40,11 +44,23 @@ class Cookie:
     ledger_dirs: tuple[str, ...]
 
     def to_text(self) -> str:
-        return (f"format: {COOKIE_FORMAT}\nbookie_id: {self.bookie_id}\ninstance_id: {self.instance_id}\n"
+        body = (f"format: {COOKIE_FORMAT}\nbookie_id: {self.bookie_id}\ninstance_id: {self.instance_id}\n"
                 f"journal_dir: {self.journal_dir}\nledger_dirs: {','.join(self.ledger_dirs)}\n")
+        return body + f"checksum: {crc32c.crc32c(body.encode()):08x}\n"
+
+    @staticmethod
+    def is_intact(data: bytes) -> bool:
+        body, separator, last = data.rstrip(b"\n").rpartition(b"\nchecksum: ")
+        try:
+            return bool(separator) and int(last, 16) == crc32c.crc32c(body + b"\n")
+        except ValueError:
+            return False
 
     @classmethod
     def from_text(cls, text: str, *, path: str) -> Cookie:
+        if not Cookie.is_intact(text.encode("utf-8", "replace")):
+            raise CookieError(f"{path}: unreadable cookie (checksum mismatch); restore it from another "
+                              f"directory of this bookie or rebuild the bookie")
         fields = {}
         for line in text.splitlines():
             key, separator, value = line.partition(": ")
@@ -64,7 +80,11 @@ def _read(fs: FileSystem, directory: str) -> Cookie | None:
     path = f"{directory}/{COOKIE_NAME}"
     if not fs.exists(path):
         return None
-    return Cookie.from_text(fs.read(path).decode("utf-8", "replace"), path=path)
+    for _ in range(COOKIE_READ_ATTEMPT_COUNT_MAX):   # a read that fails its checksum is read again
+        data = fs.read(path)
+        if Cookie.is_intact(data):
+            break
+    return Cookie.from_text(data.decode("utf-8", "replace"), path=path)
 
 
 def _has_data(fs: FileSystem, directory: str) -> bool:

@@ -18,16 +18,17 @@ from dataclasses import dataclass
 
 import msgpack
 
-from bkcore.bookie.entrylog import EntryLogger, Location
+from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger, Location
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import (
     IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
-    pack_location, unpack_location,
+    log_meta_key, pack_location, unpack_location,
 )
 from bkcore.bookie.storage import StorageIOError
 from bkcore.wire import INVALID_ENTRY_ID
 
 ENTRY_READ_ATTEMPT_COUNT_MAX = 3
+RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,13 +198,35 @@ class DurableLedgerStorage:
 
     # -- checkpoint -----------------------------------------------------------------------
 
+    def append_to_logs(self, records, puts: dict[bytes, bytes]) -> None:
+        """Append (ledger, entry, body) records to the entry logs, adding their index locations
+        and the per-log usage they add (merged with what the index has) to `puts`."""
+        added: dict[int, dict[int, int]] = {}
+        for ledger_id, entry_id, body in records:
+            location = self.entry_logger.append(ledger_id, entry_id, body)
+            puts[entry_key(ledger_id, entry_id)] = pack_location(location.log_id, location.offset)
+            per_ledger = added.setdefault(location.log_id, {})
+            per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + len(body) + RECORD_OVERHEAD_SIZE
+        for log_id, per_ledger in added.items():
+            usage = self.log_usage(log_id)
+            for ledger_id, size in per_ledger.items():
+                usage[ledger_id] = usage.get(ledger_id, 0) + size
+            puts[log_meta_key(log_id)] = msgpack.packb(usage)
+
+    def forget_log(self, log_id: int) -> None:
+        """A log was deleted: drop cached reads that may have come from it."""
+        self._read_cache.clear()
+
+    def log_usage(self, log_id: int) -> dict[int, int]:
+        """Bytes per ledger in an entry log, as committed to the index."""
+        data = self.index.get(log_meta_key(log_id))
+        return {} if data is None else {int(k): v for k, v in msgpack.unpackb(data, strict_map_key=False).items()}
+
     def checkpoint(self) -> CheckpointReport:
         """Entry logs first (flushed), then the index in one committed batch."""
         puts: dict[bytes, bytes] = {}
         flushed = sorted(self._write_cache.items())
-        for (ledger_id, entry_id), body in flushed:
-            location = self.entry_logger.append(ledger_id, entry_id, body)
-            puts[entry_key(ledger_id, entry_id)] = pack_location(location.log_id, location.offset)
+        self.append_to_logs(((l, e, body) for (l, e), body in flushed), puts)
         self.entry_logger.flush()
         for ledger_id in sorted(self._dirty_ledgers):
             puts[ledger_key(ledger_id)] = self._ledgers[ledger_id].pack()

@@ -81,6 +81,10 @@ class EntryLogger:
         self.current_size += len(record)
         return location
 
+    def is_finished(self, log_id: int) -> bool:
+        """Flushed and no longer written to: only such logs may be compacted or deleted."""
+        return log_id not in self._unflushed_ids and log_id != self.current_id
+
     def flush(self) -> None:
         """Make every log written since the last flush durable, names included."""
         for log_id in self._unflushed_ids:

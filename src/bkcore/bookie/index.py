@@ -3,6 +3,7 @@
 Keys are bytes ordered like the tuples they encode (big-endian, non-negative ids):
   b"E" + u64 ledger + u64 entry   -> u64 log id + u64 offset
   b"L" + u64 ledger                -> msgpack {master_key, fenced, lac, lac_body}
+  b"M" + u64 entry log id          -> msgpack {ledger id: bytes of its records in that log}
 `IndexStore` is the durable key/value store under it: lmdb on real disks
 (transports/lmdb_index.py), MemoryIndexStore in tests and the simulator. write() applies one
 batch atomically and durably (a committed transaction).
@@ -17,6 +18,7 @@ from sortedcontainers import SortedDict
 
 ENTRY_PREFIX = b"E"
 LEDGER_PREFIX = b"L"
+LOG_META_PREFIX = b"M"
 _U64 = struct.Struct(">Q")
 _U64_PAIR = struct.Struct(">QQ")
 
@@ -38,6 +40,14 @@ def ledger_key(ledger_id: int) -> bytes:
 
 
 def ledger_id_of(key: bytes) -> int:
+    return _U64.unpack_from(key, 1)[0]
+
+
+def log_meta_key(log_id: int) -> bytes:
+    return LOG_META_PREFIX + _U64.pack(log_id)
+
+
+def log_id_of_meta_key(key: bytes) -> int:
     return _U64.unpack_from(key, 1)[0]
 
 

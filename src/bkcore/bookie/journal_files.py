@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import crc32c
 
 from bkcore.bookie.fs import FileSystem, write_atomically
-from bkcore.bookie.journal import JournalCorrupted, JournalRecord, scan_records
+from bkcore.bookie.journal import JournalCorrupted, JournalRecord, ScanResult, scan_records
 
 JOURNAL_MAGIC = b"BKJN"
 JOURNAL_FORMAT_VERSION = 1
@@ -39,6 +39,7 @@ JOURNAL_SUFFIX = ".txn"
 # return a flipped bit once, and a checksum cannot tell a flipped last record from a torn one.
 # A flip only ever makes a checksummed scan stop sooner, so the read that gets furthest wins.
 REREAD_ATTEMPT_COUNT_MAX = 8
+REREAD_TAIL_ATTEMPT_COUNT_MAX = 32
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -165,9 +166,10 @@ class Journal:
         return JournalReplay(records, start, end, scanned, problems)
 
     def _scan_file(self, path: str, journal_id: int, start: LogMark):
-        """Scan one journal file from its start (or the mark), re-reading while a scan ends in
-        a problem; None for a file whose header was never completely written."""
-        best = None
+        """Scan one journal file from its start (or the mark); None for a file whose header was
+        never completely written. A scan that fails is retried: a bad record in the middle by
+        reading the file again, a bad tail by reading again only from where the scan stopped
+        (cheap even for a large file), keeping whatever checks out."""
         failure = None
         for _ in range(REREAD_ATTEMPT_COUNT_MAX):
             data = self.fs.read(path)
@@ -184,13 +186,23 @@ class Journal:
             except JournalCorrupted as exc:
                 failure = f"{path}: {exc}"
                 continue
-            if best is None or scan.valid_size > best.valid_size:
-                best = scan
+            return self._reread_tail(path, data, scan)
+        raise JournalStartError(failure)
+
+    def _reread_tail(self, path: str, data: bytes, scan: ScanResult) -> ScanResult:
+        records = list(scan.records)
+        for _ in range(REREAD_TAIL_ATTEMPT_COUNT_MAX):
             if scan.tail_problem is None:
                 break
-        if best is None:
-            raise JournalStartError(failure)
-        return best
+            good = data[:scan.valid_size]
+            data = good + self.fs.read(path, scan.valid_size)
+            try:
+                scan = scan_records(data, start_offset=len(good))
+            except JournalCorrupted:
+                scan = ScanResult([], len(good), "unreadable tail")   # a flip in the re-read: again
+                continue
+            records.extend(scan.records)
+        return ScanResult(records, scan.valid_size, scan.tail_problem)
 
     def _start_new_file(self, now_ms: int) -> None:
         existing = self.journal_ids()
