@@ -146,18 +146,7 @@ class EventLoop:
         """Run every event due at or before end_ns, in order; then the clock reads end_ns.
         Events scheduled by callbacks run too if they are due by end_ns. Returns events run."""
         assert end_ns >= self.now_ns, f"cannot run back to {end_ns} from {self.now_ns}"
-        heap = self._heap
-        count = 0
-        try:
-            while heap and heap[0][0] <= end_ns:
-                entry = self._pop_runnable()
-                if entry is None:
-                    continue
-                self.now_ns = entry[0]
-                count += 1
-                entry[3](*entry[4])
-        finally:
-            self.events_run_count += count
+        count = self._run(end_ns=end_ns, event_count_max=None)
         self.now_ns = end_ns
         return count
 
@@ -165,10 +154,14 @@ class EventLoop:
         """Run events until none is pending or event_count_max have run (then some may remain:
         check pending_count). The clock stays at the last event run. Returns events run."""
         assert event_count_max >= 0
+        return self._run(end_ns=None, event_count_max=event_count_max)
+
+    def _run(self, *, end_ns: int | None, event_count_max: int | None) -> int:
         heap = self._heap
         count = 0
         try:
-            while heap and count < event_count_max:
+            while heap and (end_ns is None or heap[0][0] <= end_ns) \
+                    and (event_count_max is None or count < event_count_max):
                 entry = self._pop_runnable()
                 if entry is None:
                     continue

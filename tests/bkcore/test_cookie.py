@@ -1,26 +1,11 @@
 """CookieTest in spirit: a new bookie stamps its directories; a wiped, swapped, added or foreign
 directory makes it refuse to start with a message that says why."""
 
-import random
-
 import pytest
 
 from bkcore.bookie.cookie import COOKIE_NAME, Cookie, CookieError, check_cookies
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
-from transports.filesystem import OsFileSystem
 
 LEDGER_DIRS = ("ledgers0", "ledgers1")
-
-
-@pytest.fixture(params=["sim", "os"])
-def fs(request, tmp_path):
-    if request.param == "sim":
-        yield SimFileSystem(rng=random.Random(1), options=DiskOptions.none())
-        return
-    filesystem = OsFileSystem(str(tmp_path))
-    yield filesystem
-    filesystem.close()
 
 
 def check(fs, *, bookie_id="bookie-1", journal_dir="journal", ledger_dirs=LEDGER_DIRS, instance="i-1"):

@@ -11,17 +11,6 @@ from bkcore.bookie.journal_files import (
 )
 from sim.filesystem import SimFileSystem
 from sim.options import DiskOptions
-from transports.filesystem import OsFileSystem
-
-
-@pytest.fixture(params=["sim", "os"])
-def fs(request, tmp_path):
-    if request.param == "sim":
-        yield SimFileSystem(rng=random.Random(1), options=DiskOptions.none())
-        return
-    filesystem = OsFileSystem(str(tmp_path))
-    yield filesystem
-    filesystem.close()
 
 
 def entries(first: int, count: int, size: int = 10) -> list[EntryRecord]:

@@ -13,7 +13,7 @@ from bkcore.client.reads import EntryRead, LacRead, _replicas
 from bkcore.digest import Digester
 from bkcore.errors import Code, DigestMismatch, IllegalOperation, exception_for
 from bkcore.ledger.metadata import LedgerMetadata
-from bkcore.wire import INVALID_ENTRY_ID, ReadRequest
+from bkcore.wire import ReadRequest
 
 READ_RANGE_COUNT_MAX = 10_000
 
