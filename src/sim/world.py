@@ -48,6 +48,7 @@ GC_EVERY_CHECKPOINTS = 4
 MAJOR_EVERY_GC_ROUNDS = 4
 PUMP_ROUND_COUNT_MAX = 1_000
 HEALED_RESTART_RETRY_NS = 100_000_000
+HEALED_DISK_CAPACITY_SIZE = 1 << 40
 
 
 @dataclass(slots=True)
@@ -308,8 +309,10 @@ class SimWorld:
         for name in sorted(self.bookies):
             node = self.bookies[name]
             node.fs.heal()
-            # An operator adds space to a full disk; the monitor notices at its next reading.
-            node.fs.capacity_size = max(node.fs.capacity_size, 4 * node.fs.used_size())
+            # An operator replaces a small disk with a large one; the monitor notices at its next
+            # reading. (A bookie whose journal keeps filling a small disk cannot checkpoint, so its
+            # LastLogMark cannot move and its journals cannot be deleted: no progress without space.)
+            node.fs.capacity_size = max(node.fs.capacity_size, HEALED_DISK_CAPACITY_SIZE)
             node.paused_until_ns = 0
             if not node.is_up:
                 self._restart_bookie(name)
