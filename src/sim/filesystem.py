@@ -30,6 +30,7 @@ class SimFileSystem:
         self._dirs: dict[str, dict[str, SimDisk]] = {".": {}}
         self._durable_dirs: dict[str, dict[str, SimDisk]] = {".": {}}
         self.is_full = False
+        self._used_size: int | None = 0
         # Crash-point testing: count every mutating operation; at index crash_at_operation_index
         # the operation happens only partly (an append may land torn) and SimulatedCrash is raised.
         self.operation_count = 0
@@ -93,11 +94,13 @@ class SimFileSystem:
             raise DiskFullError(f"{path}: no space left on device")
         if strikes:
             disk.append(data[:self.rng.randrange(len(data) + 1)])   # the write lands partly
+            self._used_size = None
             raise SimulatedCrash(f"crash during append to {path}")
         try:
             disk.append(data)
         except DiskFull:
             raise DiskFullError(f"{path}: no space left on device") from None
+        self._used_size += len(data)
 
     def _crash_before(self, what: str) -> None:
         if self._operation():
@@ -118,17 +121,22 @@ class SimFileSystem:
         target_dir, target_name = self._split(destination)
         del self._dir(source_dir)[source_name]
         self._dir(target_dir)[target_name] = disk
+        self._used_size = None
 
     def delete(self, path: str) -> None:
         self._crash_before(f"delete of {path}")
         self._file(path)
         directory, name = self._split(path)
         del self._dir(directory)[name]
+        self._used_size = None
 
     def used_size(self) -> int:
-        """Bytes in files that have a name (deleted files free their space at once)."""
-        files = {id(disk): disk for listing in self._dirs.values() for disk in listing.values()}
-        return sum(disk.size for disk in files.values())
+        """Bytes in files that have a name (deleted files free their space at once). Cached:
+        appends add to it; deletes, renames, crashes and truncations recount."""
+        if self._used_size is None:
+            files = {id(disk): disk for listing in self._dirs.values() for disk in listing.values()}
+            self._used_size = sum(disk.size for disk in files.values())
+        return self._used_size
 
     def usage(self) -> tuple[int, int]:
         return self.used_size(), self.capacity_size
@@ -145,6 +153,7 @@ class SimFileSystem:
     def crash(self) -> None:
         """Power loss: every directory reverts to its synced listing, every file to its synced bytes."""
         self._dirs = {path: dict(listing) for path, listing in self._durable_dirs.items()}
+        self._used_size = None
         seen: set[int] = set()
         for path in sorted(self._dirs):
             for name in sorted(self._dirs[path]):

@@ -207,21 +207,18 @@ class EventLoop:
         assert len(heap) <= self.pending_count_max
 
 
-def _encode_field(field: object) -> bytes:
-    """Type-tagged and self-delimiting, so distinct field sequences never encode alike."""
+_PLAIN_TYPES = frozenset({int, str, bytes, bool, type(None)})
+
+
+def _plain_field(field: object) -> object:
+    """A field as a plain int, str, bytes, bool or None; anything else is refused."""
     kind = type(field)
-    if kind is int or kind is bool:
-        return b"i%d;" % field
-    if kind is str:
-        data = field.encode("utf-8", "surrogatepass")
-        return b"s%d:%s" % (len(data), data)
-    if kind is bytes or kind is bytearray or kind is memoryview:
-        data = bytes(field)
-        return b"b%d:%s" % (len(data), data)
-    if field is None:
-        return b"n"
+    if kind in (int, bool, str, bytes) or field is None:
+        return field
+    if kind is bytearray or kind is memoryview:
+        return bytes(field)
     if isinstance(field, int):      # IntEnum and other int subclasses: their value
-        return b"i%d;" % int(field)
+        return int(field)
     raise TypeError(f"trace fields are int, str, bytes or None; not {kind.__name__}")
 
 
@@ -238,7 +235,15 @@ class TraceHasher:
         self.record_count = 0
 
     def record(self, *fields: int | str | bytes | None) -> None:
-        encoded = b"r%d;%s" % (len(fields), b"".join([_encode_field(field) for field in fields]))
+        # The repr of a tuple of ints, strs, bytes, bools and None is canonical and self-delimiting.
+        # Anything else is reduced to such a value (an IntEnum to its value) or refused.
+        for field in fields:
+            if type(field) not in _PLAIN_TYPES:
+                fields = tuple(_plain_field(f) for f in fields)
+                break
+        text = repr(fields)
+        encoded = text.encode("utf-8", "surrogatepass") + b";"
+
         self._parts.append(encoded)
         self._size += len(encoded)
         self.record_count += 1
