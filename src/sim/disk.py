@@ -124,15 +124,21 @@ class SimDisk:
         del self._data[size:]
         self._durable_size = min(self._durable_size, size)
 
-    def read_all(self) -> bytes:
-        """The file's content; with bit_flip_probability one bit of this copy is flipped."""
-        data = bytes(self._data)
+    def read_range(self, offset: int = 0, size: int = -1) -> bytes:
+        """Bytes [offset, offset + size) (size -1: to the end); with bit_flip_probability one
+        bit of the returned copy is flipped. Copies only the range, not the file."""
+        end = len(self._data) if size < 0 else min(len(self._data), offset + size)
+        data = bytes(self._data[offset:end])
         if data and self.options.bit_flip_probability and self.rng.random() < self.options.bit_flip_probability:
             flipped = bytearray(data)
             flipped[self.rng.randrange(len(flipped))] ^= 1 << self.rng.randrange(8)
             self._flips += 1
             return bytes(flipped)
         return data
+
+    def read_all(self) -> bytes:
+        """The file's content; with bit_flip_probability one bit of this copy is flipped."""
+        return self.read_range(0, -1)
 
     def statistics(self) -> DiskStatistics:
         return DiskStatistics(bytes_appended=self._appended, syncs=self._syncs, crashes=self._crashes,

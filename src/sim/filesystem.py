@@ -73,8 +73,7 @@ class SimFileSystem:
         return self._file(path).size
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        data = self._file(path).read_all()
-        return data[offset:] if size < 0 else data[offset:offset + size]
+        return self._file(path).read_range(offset, size)
 
     def _operation(self) -> bool:
         """Count a mutating operation; True if the armed crash strikes now."""

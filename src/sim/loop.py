@@ -76,13 +76,15 @@ class EventLoop:
         """Run callback(*args) at virtual time at_ns (>= now_ns); cancellable."""
         assert at_ns >= self.now_ns, f"cannot schedule in the past ({at_ns} < {self.now_ns})"
         handle = TimerHandle(at_ns)
-        self._push((at_ns, self._next_sequence_no(), handle, callback, args))
+        self._sequence_no += 1
+        self._push((at_ns, self._sequence_no, handle, callback, args))
         return handle
 
     def post_at(self, at_ns: int, callback: Callable, *args) -> None:
         """call_at for events nobody will cancel (most of them): no handle to allocate."""
         assert at_ns >= self.now_ns, f"cannot schedule in the past ({at_ns} < {self.now_ns})"
-        self._push((at_ns, self._next_sequence_no(), None, callback, args))
+        self._sequence_no += 1
+        self._push((at_ns, self._sequence_no, None, callback, args))
 
     def call_later(self, delay_ns: int, callback: Callable, *args) -> TimerHandle:
         assert delay_ns >= 0, f"negative delay {delay_ns}"
@@ -160,11 +162,16 @@ class EventLoop:
         heap = self._heap
         count = 0
         try:
+            pop = heapq.heappop
             while heap and (end_ns is None or heap[0][0] <= end_ns) \
                     and (event_count_max is None or count < event_count_max):
-                entry = self._pop_runnable()
-                if entry is None:
-                    continue
+                entry = pop(heap)          # _pop_runnable, inlined: this is the hottest loop
+                handle = entry[2]
+                if handle is not None:
+                    handle.is_done = True
+                    if handle.is_cancelled:
+                        self._cancelled_pending_count -= 1
+                        continue
                 self.now_ns = entry[0]
                 count += 1
                 entry[3](*entry[4])

@@ -160,10 +160,14 @@ class DurableLedgerStorage:
         if value is None:
             return None
         body = self._read_from_log(Location(*unpack_location(value)), ledger_id, entry_id)
-        self._read_cache[key] = body
-        if len(self._read_cache) > self.config.read_cache_count_max:
-            self._read_cache.popitem(last=False)   # evict the least recently read
+        self._remember_read(key, body)
         return body
+
+    def _remember_read(self, key: tuple[int, int], body: bytes) -> None:
+        self._read_cache[key] = body
+        self._read_cache.move_to_end(key)
+        if len(self._read_cache) > self.config.read_cache_count_max:
+            self._read_cache.popitem(last=False)   # evict the least recently used
 
     def _read_from_log(self, location: Location, ledger_id: int, entry_id: int) -> bytes:
         """Read again after a checksum failure (a disk may flip a bit once); report it if it stays."""
@@ -236,6 +240,11 @@ class DurableLedgerStorage:
             deletes.extend(self.index.keys_with_prefix(entry_prefix(ledger_id)))
         self.index.write(puts, deletes)
         report = CheckpointReport(len(flushed), len(self._dirty_ledgers))
+        # The newest entries are the ones tailing readers ask for next: keep the tail of what was
+        # flushed readable from memory (bounded by the read cache) instead of going to disk.
+        keep_count = self.config.read_cache_count_max // 2
+        for (ledger_id, entry_id), body in flushed[-keep_count:] if keep_count else ():
+            self._remember_read((ledger_id, entry_id), body)
         self._write_cache.clear()
         self._write_cache_size = 0
         self._last_cached_entry.clear()
