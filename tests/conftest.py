@@ -1,8 +1,16 @@
-"""Fixtures shared across test folders."""
+"""Fixtures shared across test folders, and the hypothesis profile for CI."""
 
+import os
 import random
 
 import pytest
+from hypothesis import settings
+
+# CI runs the same examples every time (what passed here passes there); new examples are
+# explored locally and by `bk sim explore`, which print the command that replays a failure.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 from sim.filesystem import SimFileSystem
 from sim.options import DiskOptions
