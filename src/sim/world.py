@@ -24,7 +24,7 @@ from bkcore.bookie.journal_files import JournalConfig, JournalStartError
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
 from bkcore.bookie.compaction import CompactionConfig, Compactor
-from bkcore.bookie.cookie import CookieError
+from bkcore.bookie.cookie import Cookie, CookieError
 from bkcore.bookie.diskmonitor import DiskUsageMonitor
 from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
@@ -161,8 +161,12 @@ class SimWorld:
             stack = BookieStack(bookie_id=node.name, fs=node.fs, index=node.index,
                                 bookie_config=self.bookie_config, journal_config=self.journal_config,
                                 storage_config=SIM_STORAGE_CONFIG)
+            registered = self._registered_cookie(node.name)
             replay = stack.start(now_ms=self.loop.now_ns // 1_000_000,
-                                 new_instance_id=f"{node.name}-{self.rng.getrandbits(32):08x}")
+                                 new_instance_id=f"{node.name}-{self.rng.getrandbits(32):08x}",
+                                 registered_cookie=registered)
+            if registered is None:
+                self.metastore.apply(Create(self.layout.cookie_path(node.name), stack.cookie.to_text().encode()))
         except (JournalStartError, CookieError):
             # A bookie refuses to start on a journal it cannot trust; an operator would look.
             # The faults the sim injects are read errors, so it tries again later.
@@ -186,6 +190,14 @@ class SimWorld:
         stack.core.set_readonly(node.monitor.is_readonly)
         self._register(node)
         self.trace.record(self.loop.now_ns, "start", node.name, node.incarnation)
+
+    def _registered_cookie(self, bookie_id: str) -> Cookie | None:
+        """The metastore copy of a bookie's cookie. (The simulated bookie reads the store
+        directly; a real one goes through its metastore client.)"""
+        result = self.metastore.apply(Get(self.layout.cookie_path(bookie_id)))
+        if result.code is not MetaCode.OK:
+            return None
+        return Cookie.from_text(result.data.decode("utf-8", "replace"), path=self.layout.cookie_path(bookie_id))
 
     def _register(self, node: _BookieNode) -> None:
         """Register the bookie as writable or readonly (ephemeral, tied to its session)."""

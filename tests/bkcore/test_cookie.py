@@ -99,3 +99,28 @@ def test_a_first_start_that_crashed_while_stamping_completes_it(fs):
     cookie = check(fs, instance="i-other")
     assert cookie.instance_id == "i-1"
     assert all(fs.exists(f"{d}/{COOKIE_NAME}") for d in LEDGER_DIRS)
+
+
+def test_a_bookie_whose_every_directory_was_wiped_is_refused(fs):
+    registered = establish(fs)
+    for directory in ("journal", *LEDGER_DIRS):
+        wipe(fs, directory)
+    with pytest.raises(CookieError, match="every directory was wiped"):
+        check_cookies(fs, bookie_id="bookie-1", journal_dir="journal", ledger_dirs=LEDGER_DIRS,
+                      new_instance_id="i-2", registered=registered)
+    # Without the metastore's copy the same empty directories look like a new bookie.
+    assert check(fs, instance="i-2").instance_id == "i-2"
+
+
+def test_directories_from_an_earlier_life_of_the_bookie_id_are_refused(fs):
+    establish(fs)
+    registered = Cookie("bookie-1", "i-newer", "journal", LEDGER_DIRS)
+    with pytest.raises(CookieError, match="metastore registered instance i-newer"):
+        check_cookies(fs, bookie_id="bookie-1", journal_dir="journal", ledger_dirs=LEDGER_DIRS,
+                      new_instance_id="x", registered=registered)
+
+
+def test_a_matching_registration_passes(fs):
+    registered = establish(fs)
+    assert check_cookies(fs, bookie_id="bookie-1", journal_dir="journal", ledger_dirs=LEDGER_DIRS,
+                         new_instance_id="x", registered=registered) == registered

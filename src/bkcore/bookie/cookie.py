@@ -15,8 +15,9 @@ start that crashed half way through writing them.
 Anything else stops the start with a message that says what happened and what to do:
 a directory without a cookie beside ones with it (wiped, or newly added), a cookie of another
 bookie or instance (a swapped disk), a changed directory set, data without any cookie.
-(BookKeeper also keeps the cookie in the metastore, which catches every directory being wiped
-at once; that check arrives with the real metastore clients.)
+The cookie is also registered in the metastore (`registered`, passed in by the driver): that copy
+catches what the directories alone cannot — every directory wiped at once, or directories from
+an earlier life of this bookie id.
 """
 
 from __future__ import annotations
@@ -92,8 +93,28 @@ def _has_data(fs: FileSystem, directory: str) -> bool:
 
 
 def check_cookies(fs: FileSystem, *, bookie_id: str, journal_dir: str, ledger_dirs: tuple[str, ...],
-                  new_instance_id: str) -> Cookie:
-    """Verify the cookies of every directory, or stamp a brand-new bookie. Raises CookieError."""
+                  new_instance_id: str, registered: Cookie | None = None) -> Cookie:
+    """Verify the cookies of every directory against each other and against the metastore's
+    copy (`registered`), or stamp a brand-new bookie. Raises CookieError. The driver registers
+    the returned cookie in the metastore when it had none."""
+    if registered is not None and all(_read(fs, d) is None for d in (journal_dir, *ledger_dirs)):
+        # The metastore copy is written only after every directory has its cookie.
+        raise CookieError(f"bookie {bookie_id} is registered (instance {registered.instance_id}) but none of "
+                          f"its directories has a cookie: every directory was wiped and its data is gone — "
+                          f"decommission the bookie (re-replicating its ledgers) before starting it empty")
+    cookie = _check_directories(fs, bookie_id=bookie_id, journal_dir=journal_dir, ledger_dirs=ledger_dirs,
+                                new_instance_id=new_instance_id)
+    if registered is not None and cookie != registered:
+        raise CookieError(f"bookie {bookie_id}'s directories say instance {cookie.instance_id} "
+                          f"(journal {cookie.journal_dir}, ledgers {','.join(cookie.ledger_dirs)}) but the "
+                          f"metastore registered instance {registered.instance_id} (journal "
+                          f"{registered.journal_dir}, ledgers {','.join(registered.ledger_dirs)}): directories "
+                          f"from another life of this bookie id were mounted")
+    return cookie
+
+
+def _check_directories(fs: FileSystem, *, bookie_id: str, journal_dir: str, ledger_dirs: tuple[str, ...],
+                       new_instance_id: str) -> Cookie:
     directories = (journal_dir, *ledger_dirs)
     for directory in directories:
         fs.makedirs(directory)

@@ -40,12 +40,15 @@ class BookieStack:
         self.persisted_mark: LogMark | None = None
         self._marks_by_token: dict[int, LogMark] = {}
 
-    def start(self, *, now_ms: int, new_instance_id: str = "") -> JournalReplay:
-        """Check the cookies (stamping a brand-new bookie with new_instance_id), then replay.
-        Raises CookieError or JournalStartError with what to do."""
+    def start(self, *, now_ms: int, new_instance_id: str = "",
+              registered_cookie: Cookie | None = None) -> JournalReplay:
+        """Check the cookies against each other and the metastore's copy (stamping a brand-new
+        bookie with new_instance_id), then replay. Raises CookieError or JournalStartError with
+        what to do. Afterwards the driver registers self.cookie if the metastore had none."""
         self.cookie = check_cookies(self.fs, bookie_id=self.bookie_id, journal_dir=self.journal.config.journal_dir,
                                     ledger_dirs=self.journal.config.ledger_dirs,
-                                    new_instance_id=new_instance_id or f"{self.bookie_id}-{now_ms:x}")
+                                    new_instance_id=new_instance_id or f"{self.bookie_id}-{now_ms:x}",
+                                    registered=registered_cookie)
         self.storage = DurableLedgerStorage(fs=self.fs, index=self._index, config=self._storage_config)
         self.core = Bookie(bookie_id=self.bookie_id, config=self._bookie_config, storage=self.storage)
         replay = self.journal.open(now_ms=now_ms)

@@ -4,6 +4,7 @@ Same paths as BookKeeper under a root (default /ledgers):
   <root>/available/<bookie>            ephemeral registration of a writable bookie
   <root>/available/readonly/<bookie>   ephemeral registration of a readonly bookie
   <root>/idgen/ID-<seq>                sequential nodes that hand out ledger ids
+  <root>/cookies/<bookie>              the registered copy of a bookie's cookie
   flat layout:          <root>/L%010d
   hierarchical layout:  <root>/00/0000/L0001   (id as 10 digits split 2/4/4)
 """
@@ -29,6 +30,10 @@ class LedgerLayout:
     @property
     def idgen_prefix(self) -> str:
         return f"{self.root}/idgen/ID-"
+
+    def cookie_path(self, bookie_id: str) -> str:
+        """The metastore copy of a bookie's cookie (BookKeeper's <root>/cookies/<bookie>)."""
+        return f"{self.root}/cookies/{bookie_id}"
 
     def bookie_path(self, bookie_id: str, *, is_readonly: bool = False) -> str:
         return f"{self.readonly_path if is_readonly else self.available_path}/{bookie_id}"
