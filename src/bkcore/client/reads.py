@@ -128,7 +128,19 @@ class EntryRead:
         self.on_done(entry, error, now_ns)
 
 
-class RecoveryEntryRead:
+class _FanOutRead:
+    """A read sent to several bookies at once: finishing stops waiting for all of them."""
+
+    __slots__ = ()
+
+    def _finish(self, result, error: BKException | None, now_ns: int) -> None:
+        self.is_done = True
+        for request_id in self.request_ids:
+            self.ctx.forget_request(request_id)
+        self.on_done(result, error, now_ns)
+
+
+class RecoveryEntryRead(_FanOutRead):
     """on_done(entry, None) when found, (None, None) when proven missing, (None, error) otherwise."""
 
     __slots__ = ("ctx", "metadata", "digester", "entry_id", "on_done", "master_key",
@@ -172,14 +184,8 @@ class RecoveryEntryRead:
         elif len(self.codes) == len(self.request_ids):
             self._finish(None, _read_error(self.metadata.ledger_id, self.entry_id, self.codes), now_ns)
 
-    def _finish(self, entry, error, now_ns: int) -> None:
-        self.is_done = True
-        for request_id in self.request_ids:
-            self.ctx.forget_request(request_id)
-        self.on_done(entry, error, now_ns)
 
-
-class LacRead:
+class LacRead(_FanOutRead):
     """on_done(lac, None, now) or (None, error, now). With `is_fencing`, every bookie asked is
     fenced; with `is_forced`, answers from every reachable bookie suffice even without coverage."""
 
@@ -256,8 +262,3 @@ class LacRead:
                 self._finish(None, BookieIOError(f"ledger {md.ledger_id}: LAC answers do not cover the "
                                                  f"ensemble ({codes})"), now_ns)
 
-    def _finish(self, lac, error, now_ns: int) -> None:
-        self.is_done = True
-        for request_id in self.request_ids:
-            self.ctx.forget_request(request_id)
-        self.on_done(lac, error, now_ns)
