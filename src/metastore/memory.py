@@ -64,8 +64,9 @@ def _join(parent: str, name: str) -> str:
 
 
 class MemoryMetastore:
-    def __init__(self, *, data_size_max: int = DATA_SIZE_MAX_DEFAULT) -> None:
+    def __init__(self, *, data_size_max: int = DATA_SIZE_MAX_DEFAULT, is_recording_changes: bool = False) -> None:
         assert data_size_max >= 0
+        self.is_recording_changes = is_recording_changes
         self.data_size_max = data_size_max
         # Invariant: every node but "/" has its parent in _nodes, listed in parent.children.
         self._nodes: dict[str, _Node] = {"/": _Node()}
@@ -76,6 +77,9 @@ class MemoryMetastore:
         self._conflict_count = 0
         self._oversize_refusal_count = 0
         self._node_count_peak = 1
+        # When recording: (path, is_membership_change) for every node created, changed or
+        # deleted since the last take_changes(), which is what watch tables need.
+        self._changes: list[tuple[str, bool]] = []
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -160,6 +164,8 @@ class MemoryMetastore:
             return MetaResult(MetaCode.CONNECTION_LOSS)
         node.data = op.data
         node.version += 1
+        if self.is_recording_changes:
+            self._changes.append((op.path, False))
         return MetaResult(MetaCode.OK, node.data, node.version)
 
     def _delete(self, op: Delete) -> MetaResult:
@@ -200,6 +206,8 @@ class MemoryMetastore:
         assert parent_node.owner_session_id is None and path not in self._nodes, path
         self._nodes[path] = node
         parent_node.children.add(name)
+        if self.is_recording_changes:
+            self._changes.append((path, True))
         self._node_count_peak = max(self._node_count_peak, len(self._nodes))
 
     def _remove_leaf(self, path: str) -> None:
@@ -207,6 +215,14 @@ class MemoryMetastore:
         assert not node.children, path
         parent, name = _parent_and_name(path)
         self._nodes[parent].children.discard(name)
+        if self.is_recording_changes:
+            self._changes.append((path, True))
+
+    def take_changes(self) -> list[tuple[str, bool]]:
+        """Paths changed since the last call, in order: (path, True) when the node was created
+        or deleted (its parent's children changed too), (path, False) when its data changed."""
+        changes, self._changes = self._changes, []
+        return changes
 
     # -- introspection ----------------------------------------------------------------------
 

@@ -1,0 +1,77 @@
+"""Metastore URIs and open_metastore(): the one place that maps a URI to a backend.
+
+    memory://[name][/root]                       in-process tree (tests, one-process tools)
+    raft://127.0.0.1:2281,127.0.0.1:2282[/root]  raft-lite cluster (any member; finds the leader)
+    zk://127.0.0.1:2181[,host:port...][/root]    ZooKeeper ensemble
+    zk+flat://..., zk+hierarchical://...         (and raft+..., memory+...) pick the ledger layout
+
+The path is the ledger root (default /ledgers). The layout named in the scheme is used when the
+cluster is new and checked against the one recorded under <root>/LAYOUT otherwise; with no layout
+in the scheme the recorded one is used (hierarchical for a new cluster, as BookKeeper's default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from metastore.api import MetadataStore
+
+BACKENDS = ("memory", "raft", "zk")
+LAYOUTS = ("flat", "hierarchical")
+DEFAULT_ROOT = "/ledgers"
+
+
+class MetastoreUriError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class MetastoreUri:
+    backend: str                       # memory | raft | zk
+    hosts: tuple[tuple[str, int], ...]  # empty for memory
+    name: str                          # memory: the tree's name
+    root: str                          # ledger root, e.g. /ledgers
+    layout: str | None                 # flat | hierarchical | None (use the recorded one)
+
+    def __str__(self) -> str:
+        scheme = self.backend + (f"+{self.layout}" if self.layout else "")
+        where = self.name if self.backend == "memory" else ",".join(f"{h}:{p}" for h, p in self.hosts)
+        return f"{scheme}://{where}{self.root}"
+
+
+def parse_metastore_uri(uri: str) -> MetastoreUri:
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        raise MetastoreUriError(f"metastore URI {uri!r} has no scheme: use memory://, raft://host:port or "
+                                "zk://host:port/ledgers")
+    backend, _, layout = scheme.partition("+")
+    if backend not in BACKENDS:
+        raise MetastoreUriError(f"metastore URI {uri!r}: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    if layout and layout not in LAYOUTS:
+        raise MetastoreUriError(f"metastore URI {uri!r}: unknown layout {layout!r} (known: {', '.join(LAYOUTS)})")
+    where, slash, path = rest.partition("/")
+    root = "/" + path.rstrip("/") if slash and path.strip("/") else DEFAULT_ROOT
+    if "//" in root:
+        raise MetastoreUriError(f"metastore URI {uri!r}: ledger root {root!r} has an empty part")
+    if backend == "memory":
+        return MetastoreUri(backend, (), where or "default", root, layout or None)
+    hosts = []
+    for part in where.split(","):
+        host, colon, port = part.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise MetastoreUriError(f"metastore URI {uri!r}: {part!r} is not host:port")
+        hosts.append((host, int(port)))
+    return MetastoreUri(backend, tuple(hosts), "", root, layout or None)
+
+
+async def open_metastore(uri: str | MetastoreUri, *, session_timeout_s: float = 10.0) -> MetadataStore:
+    """Connect to the metastore a URI names. The caller closes it (or uses `async with`)."""
+    parsed = uri if isinstance(uri, MetastoreUri) else parse_metastore_uri(uri)
+    if parsed.backend == "memory":
+        from metastore.memory_store import MemoryStore, memory_server
+        return MemoryStore(memory_server(parsed.name))
+    if parsed.backend == "raft":
+        from metastore.raft.client import open_raft_store
+        return await open_raft_store(parsed.hosts, session_timeout_s=session_timeout_s)
+    from metastore.zookeeper import open_zookeeper_store
+    return await open_zookeeper_store(parsed.hosts, session_timeout_s=session_timeout_s)

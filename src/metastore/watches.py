@@ -1,0 +1,52 @@
+"""WatchTable: which one-shot watches to fire for a batch of changed paths.
+
+Shared by every backend that learns of changes as a list of (path, is_membership_change) pairs
+(the memory store's take_changes(), raft-lite's applied commands). A data watch on P fires when
+P is created, changed or deleted; a children watch on P fires when a child of P is created or
+deleted (and, to be safe, when P itself is created or deleted).
+"""
+
+from __future__ import annotations
+
+from metastore.api import Watch
+
+
+def parent_of(path: str) -> str:
+    parent = path.rpartition("/")[0]
+    return parent or "/"
+
+
+class WatchTable:
+    def __init__(self) -> None:
+        self._data_watches: dict[str, list[Watch]] = {}
+        self._children_watches: dict[str, list[Watch]] = {}
+
+    def add(self, path: str, *, is_children: bool) -> Watch:
+        watch = Watch()
+        table = self._children_watches if is_children else self._data_watches
+        table.setdefault(path, []).append(watch)
+        return watch
+
+    def fire_changes(self, changes: list[tuple[str, bool]]) -> None:
+        for path, is_membership_change in changes:
+            self._fire(self._data_watches, path)
+            if is_membership_change:
+                self._fire(self._children_watches, path)
+                self._fire(self._children_watches, parent_of(path))
+
+    def fire_all(self, reason: str) -> None:
+        """The connection or session was lost: every watcher must re-read."""
+        for table in (self._data_watches, self._children_watches):
+            for watches in table.values():
+                for watch in watches:
+                    watch.fire(reason)
+            table.clear()
+
+    def __len__(self) -> int:
+        return sum(len(w) for w in self._data_watches.values()) + sum(
+            len(w) for w in self._children_watches.values())
+
+    @staticmethod
+    def _fire(table: dict[str, list[Watch]], path: str) -> None:
+        for watch in table.pop(path, ()):
+            watch.fire("changed")
