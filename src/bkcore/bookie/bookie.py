@@ -232,6 +232,18 @@ class Bookie:
         row[1](self, message, source, now_ns)
         self._maybe_flush(now_ns)
 
+    def receive_batch(self, messages: list, *, source: str, now_ns: int) -> None:
+        """Handle every request of one receive buffer, then decide about the journal once: a
+        bookie flushing "when the queue is empty" treats the end of a batch as empty."""
+        self._has_served = True
+        for message in messages:
+            row = _REQUEST_TABLE.get(type(message))
+            if row is None or not row[0](message):
+                self._counts["malformed"] += 1
+                continue
+            row[1](self, message, source, now_ns)
+        self._maybe_flush(now_ns)
+
     def on_persisted(self, token: int, now_ns: int) -> None:
         if self._in_flight is None or self._in_flight[0] != token:
             raise BookieUsageError(f"journal token {token} is not the write in flight "

@@ -64,18 +64,24 @@ class GcReport:
     deleted_ledger_ids: tuple[int, ...]
 
 
-def collect_garbage(storage, layout: LedgerLayout, list_children: ListChildren) -> GcReport:
-    """One GC round over `storage` (a LedgerStorage). Returns what it deleted."""
-    held = set(storage.ledger_ids())                 # 1. snapshot first
+def find_garbage(held_ledger_ids, layout: LedgerLayout, list_children: ListChildren) -> GcReport:
+    """Steps 1 and 2: which of `held_ledger_ids` (the snapshot, taken first) metadata lacks.
+    Touches no storage, so a real bookie can walk the metastore away from its event loop."""
+    held = set(held_ledger_ids)
     held_count = len(held)
     existing_count = 0
     try:
-        for partition in metadata_ledger_ids(layout, list_children):   # 2. partition by partition
+        for partition in metadata_ledger_ids(layout, list_children):
             existing_count += len(partition)
             held.difference_update(partition)
     except MetadataRootMissing:
         return GcReport(held_count, 0, ())
-    deleted = tuple(sorted(held))
-    for ledger_id in deleted:                        # 3. what metadata no longer has
+    return GcReport(held_count, existing_count, tuple(sorted(held)))
+
+
+def collect_garbage(storage, layout: LedgerLayout, list_children: ListChildren) -> GcReport:
+    """One GC round over `storage` (a LedgerStorage). Returns what it deleted."""
+    report = find_garbage(storage.ledger_ids(), layout, list_children)
+    for ledger_id in report.deleted_ledger_ids:      # 3. what metadata no longer has
         storage.delete_ledger(ledger_id)
-    return GcReport(held_count, existing_count, deleted)
+    return report

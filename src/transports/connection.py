@@ -1,0 +1,169 @@
+"""FramedConnection: bkcore.wire frames over one trio stream, both directions batched.
+
+Receiving: every read takes what the socket has (up to RECEIVE_SIZE bytes), decodes every
+complete frame in it and hands the whole batch of messages to the owner in one call, so a
+bookie or client handles a receive buffer at a time, not a message at a time.
+
+Sending: send() only queues (it never blocks the caller); one writer task drains the queue and
+packs everything queued since its last write into as few frames as FRAME_SIZE_MAX allows, so
+replies produced by one batch leave in one write. The queue is bounded in bytes: past
+send_queue_size_max, send() returns False and the caller answers TOO_MANY_REQUESTS or fails the
+request (backpressure instead of growth).
+
+Malformed input (bad checksum, oversized length, undecodable message) gets one ErrorResponse
+naming the problem, then the connection closes; the process carries on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import trio
+
+from bkcore.errors import Code
+from bkcore.wire import FRAME_SIZE_MAX, ErrorResponse, FrameDecoder, MalformedFrame, encode_frame
+
+RECEIVE_SIZE = 256 * 1024
+SEND_QUEUE_SIZE_MAX_DEFAULT = 64 * 1024 * 1024
+# A conservative size for one message in the queue when it has no body (ids, codes, keys).
+MESSAGE_OVERHEAD_SIZE = 64
+
+
+def message_size(message: object) -> int:
+    body = getattr(message, "body", None)
+    return MESSAGE_OVERHEAD_SIZE + (len(body) if type(body) is bytes else 0)
+
+
+class FramedConnection:
+    def __init__(self, stream: trio.abc.Stream, *, name: str,
+                 on_messages: Callable[[list, "FramedConnection"], None],
+                 frame_size_max: int = FRAME_SIZE_MAX,
+                 send_queue_size_max: int = SEND_QUEUE_SIZE_MAX_DEFAULT) -> None:
+        self.stream = stream
+        self.name = name
+        self._on_messages = on_messages
+        self._frame_size_max = frame_size_max
+        self._send_queue: list = []
+        self._send_queue_size = 0
+        self.send_queue_size_max = send_queue_size_max
+        self._send_wakeup = trio.Event()
+        self.is_closed = False
+        self.close_reason = ""
+        self.received_frame_count = 0
+        self.sent_frame_count = 0
+        self.malformed_frame_count = 0
+
+    # -- sending ----------------------------------------------------------------------------
+
+    def send(self, message: object) -> bool:
+        """Queue a message; False (and nothing queued) if the connection is closed or full."""
+        if self.is_closed:
+            return False
+        size = message_size(message)
+        if self._send_queue_size + size > self.send_queue_size_max and self._send_queue:
+            return False
+        self._send_queue.append(message)
+        self._send_queue_size += size
+        self._send_wakeup.set()
+        return True
+
+    @property
+    def send_queue_size(self) -> int:
+        return self._send_queue_size
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._send_wakeup.wait()
+            self._send_wakeup = trio.Event()
+            if not self._send_queue:
+                if self.is_closed:
+                    return
+                continue
+            messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
+            for frame in self._frames(messages):
+                await self.stream.send_all(frame)
+                self.sent_frame_count += 1
+            if self.is_closed and not self._send_queue:
+                return
+
+    def _frames(self, messages: list) -> list[bytes]:
+        """Pack messages into frames under the size limit (one frame in the common case)."""
+        try:
+            return [encode_frame(messages)]
+        except ValueError:
+            if len(messages) == 1:
+                raise
+        middle = math.ceil(len(messages) / 2)
+        return self._frames(messages[:middle]) + self._frames(messages[middle:])
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder(frame_size_max=self._frame_size_max)
+        while True:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                self.close_reason = "closed by peer"
+                return
+            decoder.feed(data)
+            batch: list = []
+            try:
+                while (messages := decoder.next_frame()) is not None:
+                    self.received_frame_count += 1
+                    batch.extend(messages)
+            except MalformedFrame as exc:
+                self.malformed_frame_count += 1
+                if batch:
+                    self._on_messages(batch, self)
+                await self._refuse(str(exc))
+                return
+            if batch:
+                self._on_messages(batch, self)
+
+    async def _refuse(self, reason: str) -> None:
+        """Answer a malformed frame with one ErrorResponse and stop reading."""
+        self.close_reason = f"malformed frame: {reason}"
+        self.send(ErrorResponse(code=int(Code.BAD_REQUEST), reason=reason[:200]))
+        self.is_closed = True
+        self._send_wakeup.set()
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Read and write until the peer closes, the stream breaks, or close() is called. Queued
+        messages are flushed (best effort) before the stream closes."""
+        try:
+            async with trio.open_nursery() as nursery:
+                async def read_then_stop() -> None:
+                    try:
+                        await self._read_loop()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                        self.close_reason = self.close_reason or f"broken: {exc!r}"
+                    self.is_closed = True
+                    self._send_wakeup.set()
+                    if not self._send_queue:
+                        nursery.cancel_scope.cancel()
+
+                async def write() -> None:
+                    try:
+                        await self._write_loop()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                        self.close_reason = self.close_reason or f"broken while sending: {exc!r}"
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(read_then_stop)
+                nursery.start_soon(write)
+        finally:
+            self.is_closed = True
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self.stream)
+
+    def close(self, reason: str = "closed") -> None:
+        """Stop after flushing what is queued."""
+        if not self.is_closed:
+            self.is_closed = True
+            self.close_reason = reason
+            self._send_wakeup.set()
+
+
