@@ -61,6 +61,11 @@ class Client:
         if type(request_id) is int:
             self.ctx.on_send_failed(request_id, destination=destination, now_ns=now_ns)
 
+    def on_connection_lost(self, destination: str, *, now_ns: int) -> None:
+        """The driver's connection to a bookie broke: requests it carried will not be answered."""
+        self.ctx.now_ns = now_ns
+        self.ctx.on_connection_lost(destination, now_ns)
+
     def on_metadata_result(self, token: int, result: object, *, now_ns: int) -> None:
         self.ctx.now_ns = now_ns
         self.ctx.on_metadata_result(token, result, now_ns)

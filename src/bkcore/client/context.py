@@ -146,6 +146,12 @@ class ClientContext:
             self.cancel_timer(pending.timer_key)
             self._on_request_timeout(request_id, now_ns)
 
+    def on_connection_lost(self, destination: str, now_ns: int) -> None:
+        """Every request sent to `destination` and not answered is lost with the connection."""
+        lost = [rid for rid, pending in self._pending_requests.items() if pending.destination == destination]
+        for request_id in lost:
+            self.on_send_failed(request_id, destination=destination, now_ns=now_ns)
+
     def _on_request_timeout(self, request_id: int, now_ns: int) -> None:
         pending = self._pending_requests.pop(request_id, None)
         if pending is not None:
