@@ -1,0 +1,311 @@
+"""BookieServer: one bookie process over trio — TCP, real files, lmdb, a metastore session.
+
+The thin driver around bkcore's BookieStack. What runs where:
+- the event loop thread owns the core and its storage: every receive buffer goes to
+  core.receive_batch(), effects are performed at once (Send -> the connection's queue);
+- the journal writes and fdatasyncs in a worker thread, one group at a time (the core keeps one
+  JournalWrite in flight and collects the next group meanwhile), then core.on_persisted();
+- checkpoints (entry logs flushed, index committed, LastLogMark, old journals deleted) run every
+  flush_interval_s while holding the journal lock, so the journal never rolls under them;
+- GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
+- the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
+- registration is an ephemeral node under <root>/available (or available/readonly) tied to the
+  metastore session; a lost session opens a new one and registers again.
+
+Connections are named "conn-<n>"; that name is the `source` the core answers to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+
+import trio
+
+from bkcore.bookie.bookie import BookieConfig
+from bkcore.bookie.compaction import CompactionConfig, Compactor
+from bkcore.bookie.cookie import Cookie
+from bkcore.bookie.diskmonitor import DiskUsageConfig, DiskUsageMonitor
+from bkcore.bookie.durable_storage import StorageConfig
+from bkcore.bookie.fs import DiskFullError
+from bkcore.bookie.gc import find_garbage
+from bkcore.bookie.journal_files import JournalConfig
+from bkcore.bookie.stack import BookieStack
+from bkcore.effects import JournalWrite, Send
+from bkcore.ledger.layout import LedgerLayout
+from bkcore.metaops import Create, Delete, Get, MetaCode
+from bkcore.wire import FRAME_SIZE_MAX
+from metastore.api import MetadataStore
+from transports.connection import FramedConnection
+from transports.filesystem import OsFileSystem
+from transports.lmdb_index import LmdbIndexStore
+from transports.metadata_walk import blocking_children_lister
+
+log = logging.getLogger("bk.bookie")
+
+
+@dataclass(frozen=True)
+class BookieServerConfig:
+    data_dir: str                                   # journal, ledgers and index live under it
+    host: str = "127.0.0.1"
+    port: int = 3181                                # bookiePort
+    advertised_address: str = ""                    # bookie id; default host:port
+    bookie: BookieConfig = field(default_factory=lambda: BookieConfig(journal_flush_when_queue_empty=True))
+    journal: JournalConfig = field(default_factory=JournalConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    disk_usage: DiskUsageConfig = field(default_factory=DiskUsageConfig)
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    flush_interval_s: float = 1.0                   # flushInterval: checkpoint period
+    gc_wait_time_s: float = 60.0                    # gcWaitTime
+    major_compaction_interval_s: float = 3600.0     # majorCompactionInterval
+    disk_check_interval_s: float = 10.0             # diskCheckInterval
+    frame_size_max: int = FRAME_SIZE_MAX
+    connection_send_queue_size_max: int = 64 * 1024 * 1024
+
+    @property
+    def bookie_id(self) -> str:
+        return self.advertised_address or f"{self.host}:{self.port}"
+
+
+def now_ns() -> int:
+    return int(trio.current_time() * 1e9)
+
+
+class BookieServer:
+    def __init__(self, config: BookieServerConfig, store: MetadataStore, layout: LedgerLayout) -> None:
+        self.config = config
+        self.store = store
+        self.layout = layout
+        self.fs = OsFileSystem(config.data_dir)
+        self.stack: BookieStack | None = None
+        self.monitor = DiskUsageMonitor(config=config.disk_usage)
+        self.connections: dict[str, FramedConnection] = {}
+        self._names = (f"conn-{n}" for n in itertools.count(1))
+        self._journal_send: trio.MemorySendChannel | None = None
+        self._journal_lock = trio.Lock()
+        self._timer_changed = trio.Event()
+        self._timer_at_ns: int | None = None
+        self.is_registered_readonly: bool | None = None
+        self.listen_port: int | None = None
+        self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
+                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0}
+        self._stopping = False
+
+    @property
+    def core(self):
+        return self.stack.core
+
+    # -- start ------------------------------------------------------------------------------
+
+    async def _start_stack(self) -> None:
+        config = self.config
+        bookie_id = config.bookie_id
+        cookie_path = self.layout.cookie_path(bookie_id)
+        result = await self.store.execute(Get(cookie_path))
+        registered = (Cookie.from_text(result.data.decode("utf-8", "replace"), path=cookie_path)
+                      if result.code is MetaCode.OK else None)
+        self.fs.makedirs("index")
+        stack = BookieStack(bookie_id=bookie_id, fs=self.fs, index=LmdbIndexStore(f"{config.data_dir}/index"),
+                            bookie_config=config.bookie, journal_config=config.journal, storage_config=config.storage)
+        started = time.monotonic()
+        replay = await trio.to_thread.run_sync(
+            lambda: stack.start(now_ms=int(time.time() * 1000), registered_cookie=registered))
+        log.info("bookie %s: replayed %d journal records from %d files in %.2fs%s", bookie_id, len(replay.records),
+                 len(replay.files_scanned), time.monotonic() - started,
+                 f"; tail problems: {replay.tail_problems}" if replay.tail_problems else "")
+        if registered is None:
+            await self.store.execute(Create(cookie_path, stack.cookie.to_text().encode()))
+        self.stack = stack
+
+    async def _register(self) -> None:
+        """Register (again) as writable or readonly, removing the other registration."""
+        is_readonly = self.monitor.is_readonly
+        bookie_id = self.config.bookie_id
+        stale = self.layout.bookie_path(bookie_id, is_readonly=not is_readonly)
+        await self.store.execute(Delete(stale))
+        path = self.layout.bookie_path(bookie_id, is_readonly=is_readonly)
+        result = await self.store.execute(Create(path, b"", is_ephemeral=True))
+        if result.code is MetaCode.NODE_EXISTS:
+            # A registration from this bookie's previous session that has not expired yet:
+            # take it over (the old session is gone; its node would vanish at expiry).
+            await self.store.execute(Delete(path))
+            result = await self.store.execute(Create(path, b"", is_ephemeral=True))
+        if result.code is not MetaCode.OK:
+            raise RuntimeError(f"bookie {bookie_id}: cannot register at {path}: {result.code.name}")
+        self.is_registered_readonly = is_readonly
+
+    # -- serving ----------------------------------------------------------------------------
+
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Start the bookie and serve until cancelled. task_status.started() gets the port."""
+        await self._start_stack()
+        listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
+        self.listen_port = listeners[0].socket.getsockname()[1]
+        self.core.set_readonly(self.monitor.is_readonly)
+        async with trio.open_nursery() as nursery:
+            send, receive = trio.open_memory_channel(1)
+            self._journal_send = send
+            nursery.start_soon(self._journal_loop, receive)
+            nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._checkpoint_loop)
+            nursery.start_soon(self._gc_loop)
+            nursery.start_soon(self._disk_loop)
+            await self._register()
+            nursery.start_soon(self._registration_loop)
+            await nursery.start(trio.serve_listeners, self._handle_connection, listeners)
+            log.info("bookie %s serving on %s:%d", self.config.bookie_id, self.config.host, self.listen_port)
+            task_status.started(self.listen_port)
+
+    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+        name = next(self._names)
+        connection = FramedConnection(stream, name=name, on_messages=self._on_messages,
+                                      frame_size_max=self.config.frame_size_max,
+                                      send_queue_size_max=self.config.connection_send_queue_size_max)
+        self.connections[name] = connection
+        self.counts["connections"] += 1
+        try:
+            await connection.run()
+        finally:
+            del self.connections[name]
+            self.counts["malformed_frames"] += connection.malformed_frame_count
+            if connection.malformed_frame_count:
+                log.warning("bookie %s: closed %s: %s", self.config.bookie_id, name, connection.close_reason)
+
+    def _on_messages(self, messages: list, connection: FramedConnection) -> None:
+        self.core.receive_batch(messages, source=connection.name, now_ns=now_ns())
+        self._pump()
+
+    def _pump(self) -> None:
+        core = self.core
+        while effects := core.take_effects():
+            for effect in effects:
+                kind = type(effect)
+                if kind is Send:
+                    connection = self.connections.get(effect.destination)
+                    if connection is not None:
+                        connection.send(effect.message)   # a client that left just misses its answer
+                elif kind is JournalWrite:
+                    self._journal_send.send_nowait(effect)   # the core keeps at most one in flight
+                else:
+                    raise AssertionError(f"bookie effect {effect!r}")
+        deadline_ns = core.next_deadline_ns()
+        if deadline_ns != self._timer_at_ns:
+            self._timer_at_ns = deadline_ns
+            self._timer_changed.set()
+
+    async def _journal_loop(self, receive: trio.MemoryReceiveChannel) -> None:
+        stack = self.stack
+        async for effect in receive:
+            async with self._journal_lock:
+                try:
+                    await trio.to_thread.run_sync(self._write_and_sync, effect)
+                except DiskFullError as exc:
+                    # The journal is the bookie's promise: it cannot go on without room for it.
+                    raise SystemExit(f"bookie {self.config.bookie_id}: journal disk full ({exc}); free space "
+                                     f"in {self.config.data_dir}/{self.config.journal.journal_dir} and restart")
+            stack.core.on_persisted(effect.token, now_ns())
+            self._pump()
+
+    def _write_and_sync(self, effect: JournalWrite) -> None:
+        self.stack.write_journal(effect, now_ms=int(time.time() * 1000))
+        self.stack.sync_journal(effect.token)
+
+    async def _timer_loop(self) -> None:
+        while True:
+            at_ns = self._timer_at_ns
+            self._timer_changed = trio.Event()
+            if at_ns is None:
+                await self._timer_changed.wait()
+                continue
+            with trio.move_on_at(at_ns / 1e9):
+                await self._timer_changed.wait()
+                continue
+            self._timer_at_ns = None
+            self.core.on_timer(now_ns())
+            self._pump()
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        async with self._journal_lock:
+            try:
+                self.stack.checkpoint()
+            except DiskFullError:
+                await self._on_ledger_disk_full()
+                return
+        self.counts["checkpoints"] += 1
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.flush_interval_s)
+            await self.checkpoint()
+
+    async def collect_garbage(self, *, is_major: bool = False) -> None:
+        """One GC round (deleted ledgers), then compaction of sparse entry logs."""
+        storage = self.stack.storage
+        list_children = blocking_children_lister(self.store)
+        held = storage.ledger_ids()
+        report = await trio.to_thread.run_sync(find_garbage, held, self.layout, list_children)
+        for ledger_id in report.deleted_ledger_ids:
+            storage.delete_ledger(ledger_id)
+        self.counts["gc_rounds"] += 1
+        self.counts["ledgers_collected"] += len(report.deleted_ledger_ids)
+        if report.deleted_ledger_ids:
+            log.info("bookie %s: GC deleted ledgers %s", self.config.bookie_id, list(report.deleted_ledger_ids))
+            await self.checkpoint()
+        config = self.config.compaction
+        threshold = config.major_compaction_threshold if is_major else config.minor_compaction_threshold
+        async with self._journal_lock:
+            try:
+                compaction = Compactor(storage=storage, config=config).run(threshold=threshold)
+            except DiskFullError:
+                await self._on_ledger_disk_full()
+                return
+        self.counts["bytes_compacted"] += compaction.bytes_reclaimed
+
+    async def _gc_loop(self) -> None:
+        last_major = trio.current_time()
+        while True:
+            await trio.sleep(self.config.gc_wait_time_s)
+            is_major = trio.current_time() - last_major >= self.config.major_compaction_interval_s
+            if is_major:
+                last_major = trio.current_time()
+            try:
+                await self.collect_garbage(is_major=is_major)
+            except ConnectionError as exc:
+                log.warning("bookie %s: %s; GC tries again next round", self.config.bookie_id, exc)
+
+    async def _on_ledger_disk_full(self) -> None:
+        if self.monitor.on_disk_full():
+            await self._set_readonly(True)
+
+    async def _set_readonly(self, is_readonly: bool) -> None:
+        self.core.set_readonly(is_readonly)
+        self.counts["readonly_transitions"] += 1
+        log.warning("bookie %s is now %s", self.config.bookie_id, "readonly" if is_readonly else "writable")
+        await self._register()
+
+    async def check_disk(self) -> None:
+        used, total = self.fs.usage()
+        change = self.monitor.observe(used_size=used, total_size=total)
+        if change is not None:
+            await self._set_readonly(change)
+
+    async def _disk_loop(self) -> None:
+        while True:
+            await self.check_disk()
+            await trio.sleep(self.config.disk_check_interval_s)
+
+    async def _registration_loop(self) -> None:
+        """Watch our own registration; if it vanishes (session expired), register again."""
+        while True:
+            path = self.layout.bookie_path(self.config.bookie_id, is_readonly=bool(self.is_registered_readonly))
+            result, watch = await self.store.execute_watch(Get(path))
+            if result.code is MetaCode.NO_NODE:
+                if self.store.session_lost:
+                    raise SystemExit(f"bookie {self.config.bookie_id}: metastore session lost; restart the bookie")
+                await self._register()
+                continue
+            await watch.wait()

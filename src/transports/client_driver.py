@@ -1,0 +1,240 @@
+"""ClientDriver: runs bkcore's Client over trio — bookie connections, metastore calls, timers.
+
+The application side starts an operation with `await driver.call(lambda op_id, now_ns: ...)`;
+the driver pumps the effects (Send to a bookie's connection, MetadataCall to the store, the
+Completed that resolves the call) and wakes the caller with the result or raises the error.
+
+Bookies are addressed by id "host:port". A connection is opened on first use (with a connect
+timeout); messages sent while it opens wait in its queue. When a connect fails or a connection
+breaks, every request it carried fails at once (Client.on_connection_lost), and the bookie is
+not dialled again until a backoff (doubling up to RECONNECT_BACKOFF_MAX_S) has passed: requests
+meanwhile fail immediately, which the core turns into ensemble changes or other replicas.
+Everything a single call to the core produces is queued before any write happens, so a burst
+of adds to one bookie leaves in one frame.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from typing import Callable
+
+import trio
+
+from bkcore.client.client import Client
+from bkcore.client.config import ClientConfig
+from bkcore.effects import Completed, MetadataCall, Send
+from bkcore.ledger.layout import LedgerLayout
+from bkcore.metaops import MetaCode, MetaResult
+from metastore.api import MetadataStore
+from transports.connection import FramedConnection
+
+log = logging.getLogger("bk.client")
+
+CONNECT_TIMEOUT_S = 5.0
+RECONNECT_BACKOFF_MIN_S = 0.1
+RECONNECT_BACKOFF_MAX_S = 2.0
+
+
+def now_ns() -> int:
+    return int(trio.current_time() * 1e9)
+
+
+def parse_address(bookie_id: str) -> tuple[str, int]:
+    host, _, port = bookie_id.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"bookie id {bookie_id!r} is not host:port")
+    return host, int(port)
+
+
+class _Call:
+    __slots__ = ("done", "result", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: object = None
+        self.error: BaseException | None = None
+
+
+class _BookieLink:
+    """The driver's state for one bookie: its connection (or the attempt to open one)."""
+
+    def __init__(self, bookie_id: str) -> None:
+        self.bookie_id = bookie_id
+        self.connection: FramedConnection | None = None
+        self.waiting: list = []               # messages queued while connecting
+        self.is_connecting = False
+        self.retry_after: float = 0.0         # trio time before which we do not dial again
+        self.backoff_s = RECONNECT_BACKOFF_MIN_S
+
+
+class ClientDriver:
+    def __init__(self, *, store: MetadataStore, layout: LedgerLayout, config: ClientConfig = ClientConfig(),
+                 client_id: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+        self.store = store
+        self.layout = layout
+        self.client_id = client_id or f"client-{random.getrandbits(32):08x}"
+        self.client = Client(client_id=self.client_id, rng=random.Random(), config=config, layout=layout)
+        self.connect_timeout_s = connect_timeout_s
+        self._calls: dict[int, _Call] = {}
+        self._op_ids = itertools.count(1)
+        self._links: dict[str, _BookieLink] = {}
+        self._nursery: trio.Nursery | None = None
+        self._timer_at_ns: int | None = None
+        self._timer_changed = trio.Event()
+        self._on_completed: dict[int, Callable[[Completed], None]] = {}
+
+    # -- lifetime ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._timer_loop)
+            task_status.started()
+
+    def close(self) -> None:
+        """Close every bookie connection and stop the driver's tasks."""
+        for link in self._links.values():
+            if link.connection is not None:
+                link.connection.close("client closing")
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def call(self, start: Callable[[int, int], None]) -> object:
+        """Run `start(op_id, now_ns)` against the core and wait for its Completed."""
+        call = self.start(start)
+        await call.done.wait()
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def start(self, start: Callable[[int, int], None]) -> _Call:
+        op_id = next(self._op_ids)
+        call = self._calls[op_id] = _Call()
+        start(op_id, now_ns())
+        self.pump()
+        return call
+
+    def start_with_callback(self, start: Callable[[int, int], None], on_completed: Callable[[Completed], None]) -> None:
+        """Like start() but `on_completed(Completed)` runs instead of waking a waiter (used for
+        pipelined adds, where a task per add would cost more than the add)."""
+        op_id = next(self._op_ids)
+        self._on_completed[op_id] = on_completed
+        start(op_id, now_ns())
+        self.pump()
+
+    # -- effects ----------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        client = self.client
+        while effects := client.take_effects():
+            for effect in effects:
+                kind = type(effect)
+                if kind is Send:
+                    self._send(effect.destination, effect.message)
+                elif kind is Completed:
+                    self._complete(effect)
+                elif kind is MetadataCall:
+                    self._nursery.start_soon(self._call_metastore, effect)
+                else:
+                    raise AssertionError(f"client effect {effect!r}")
+        deadline_ns = client.next_deadline_ns()
+        if deadline_ns != self._timer_at_ns:
+            self._timer_at_ns = deadline_ns
+            self._timer_changed.set()
+
+    def _complete(self, effect: Completed) -> None:
+        callback = self._on_completed.pop(effect.op_id, None)
+        if callback is not None:
+            callback(effect)
+            return
+        call = self._calls.pop(effect.op_id, None)
+        if call is not None:
+            call.result, call.error = effect.result, effect.error
+            call.done.set()
+
+    async def _call_metastore(self, effect: MetadataCall) -> None:
+        try:
+            result = await self.store.execute(effect.op)
+        except Exception as exc:     # a backend bug must not take the client down; the core retries
+            log.warning("metastore call %r failed: %r", effect.op, exc)
+            result = MetaResult(MetaCode.CONNECTION_LOSS)
+        self.client.on_metadata_result(effect.token, result, now_ns=now_ns())
+        self.pump()
+
+    async def _timer_loop(self) -> None:
+        while True:
+            at_ns = self._timer_at_ns
+            self._timer_changed = trio.Event()
+            if at_ns is None:
+                await self._timer_changed.wait()
+                continue
+            with trio.move_on_at(at_ns / 1e9):
+                await self._timer_changed.wait()
+                continue
+            self._timer_at_ns = None
+            self.client.on_timer(now_ns())
+            self.pump()
+
+    # -- bookie connections -----------------------------------------------------------------
+
+    def _send(self, bookie_id: str, message: object) -> None:
+        link = self._links.get(bookie_id)
+        if link is None:
+            link = self._links[bookie_id] = _BookieLink(bookie_id)
+        if link.connection is not None and not link.connection.is_closed:
+            if not link.connection.send(message):
+                self.client.on_send_failed(message, destination=bookie_id, now_ns=now_ns())
+            return
+        if link.is_connecting:
+            link.waiting.append(message)
+            return
+        if trio.current_time() < link.retry_after:
+            self.client.on_send_failed(message, destination=bookie_id, now_ns=now_ns())
+            return
+        link.is_connecting = True
+        link.waiting.append(message)
+        self._nursery.start_soon(self._connect, link)
+
+    async def _connect(self, link: _BookieLink) -> None:
+        try:
+            host, port = parse_address(link.bookie_id)
+            with trio.fail_after(self.connect_timeout_s):
+                stream = await trio.open_tcp_stream(host, port)
+        except (OSError, trio.TooSlowError, ValueError) as exc:
+            link.is_connecting = False
+            link.retry_after = trio.current_time() + link.backoff_s
+            link.backoff_s = min(link.backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
+            log.info("cannot connect to bookie %s: %r", link.bookie_id, exc)
+            waiting, link.waiting = link.waiting, []
+            at_ns = now_ns()
+            for message in waiting:
+                self.client.on_send_failed(message, destination=link.bookie_id, now_ns=at_ns)
+            self.pump()
+            return
+        connection = FramedConnection(stream, name=link.bookie_id, on_messages=self._on_messages)
+        link.connection = connection
+        link.is_connecting = False
+        link.backoff_s = RECONNECT_BACKOFF_MIN_S
+        waiting, link.waiting = link.waiting, []
+        for message in waiting:
+            connection.send(message)
+        try:
+            await connection.run()
+        finally:
+            if link.connection is connection:
+                link.connection = None
+            log.info("connection to bookie %s closed: %s", link.bookie_id, connection.close_reason)
+            self.client.on_connection_lost(link.bookie_id, now_ns=now_ns())
+            self.pump()
+
+    def _on_messages(self, messages: list, connection: FramedConnection) -> None:
+        client = self.client
+        at_ns = now_ns()
+        source = connection.name
+        for message in messages:
+            client.receive(message, source=source, now_ns=at_ns)
+        self.pump()

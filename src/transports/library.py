@@ -1,0 +1,248 @@
+"""The async embedded library: `async with connect(uri) as bk:` and ledger handles.
+
+    async with connect("raft://127.0.0.1:2281") as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        entry_id = await ledger.add(b"hello")           # one at a time
+        ids = await ledger.add_many([b"a", b"b", b"c"])   # pipelined, acknowledged in order
+        await ledger.close()
+        reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
+        assert await reader.read(0, 0) == [b"hello"]
+        async for entry_id, payload in reader.tail():   # follows an open ledger as it grows
+            ...
+
+Errors are the typed exceptions of bkcore.errors (LedgerFenced, NoSuchLedger, NotEnoughBookies,
+Unauthorized, ...). The library runs the same bkcore Client the simulator tests, through
+transports.client_driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import AsyncIterator, Sequence
+
+import trio
+
+from bkcore.client.client import LedgerSpec
+from bkcore.client.config import ClientConfig
+from bkcore.client.reader import LedgerReader
+from bkcore.client.writer import LedgerWriter
+from bkcore.digest import DigestType
+from bkcore.effects import Completed
+from bkcore.errors import BKException, IllegalOperation, NoSuchLedger
+from bkcore.ledger.metadata import LedgerMetadata
+from bkcore.metaops import Children, Get, MetaCode
+from metastore.api import MetadataStore
+from metastore.layout_node import resolve_layout
+from metastore.uri import parse_metastore_uri
+from transports.client_driver import ClientDriver
+from transports.metadata_walk import ledger_ids_in_metadata
+
+DIGESTS = {"crc32c": DigestType.CRC32C, "hmac": DigestType.HMAC_SHA256}
+# How many entries tail() asks for in one read.
+TAIL_READ_BATCH_COUNT = 256
+
+
+class WriteHandle:
+    """The single writer of an open ledger."""
+
+    def __init__(self, driver: ClientDriver, writer: LedgerWriter) -> None:
+        self._driver = driver
+        self._writer = writer
+
+    @property
+    def ledger_id(self) -> int:
+        return self._writer.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._writer.last_add_confirmed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._writer.metadata
+
+    async def add(self, payload: bytes) -> int:
+        """Append one entry; returns its entry id once Qa bookies have it durably."""
+        payload = _as_bytes(payload)
+        return await self._driver.call(lambda op_id, now_ns: self._writer.add(op_id, payload, now_ns=now_ns))
+
+    async def add_many(self, payloads: Sequence[bytes]) -> list[int]:
+        """Append entries pipelined (all in flight at once); returns their ids in order. If one
+        fails, the error is raised after every add has resolved; entries before it are durable."""
+        payloads = [_as_bytes(payload) for payload in payloads]
+        if not payloads:
+            return []
+        results: list[int | None] = [None] * len(payloads)
+        errors: list[BKException] = []
+        remaining = [len(payloads)]
+        done = trio.Event()
+
+        def on_completed(index: int, completed: Completed) -> None:
+            if completed.error is not None:
+                errors.append(completed.error)
+            else:
+                results[index] = completed.result
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                done.set()
+
+        writer = self._writer
+        for index, payload in enumerate(payloads):
+            self._driver.start_with_callback(
+                lambda op_id, now_ns, p=payload: writer.add(op_id, p, now_ns=now_ns),
+                lambda completed, i=index: on_completed(i, completed))
+        await done.wait()
+        if errors:
+            raise errors[0]
+        return results
+
+    async def force(self) -> int:
+        """Make every acknowledged entry durable (deferred-sync ledgers); returns the LAC."""
+        return await self._driver.call(lambda op_id, now_ns: self._writer.force(op_id, now_ns=now_ns))
+
+    async def close(self) -> LedgerMetadata:
+        """Wait for pending adds, then seal the ledger at its LAC. Returns the closed metadata."""
+        return await self._driver.call(lambda op_id, now_ns: self._writer.close(op_id, now_ns=now_ns))
+
+
+class ReadHandle:
+    """A reader of a ledger: closed (after recovery) or still being written (no recovery)."""
+
+    def __init__(self, driver: ClientDriver, reader: LedgerReader) -> None:
+        self._driver = driver
+        self._reader = reader
+
+    @property
+    def ledger_id(self) -> int:
+        return self._reader.ledger_id
+
+    @property
+    def last_add_confirmed(self) -> int:
+        return self._reader.last_add_confirmed
+
+    @property
+    def is_closed(self) -> bool:
+        return self._reader.is_closed
+
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._reader.metadata
+
+    async def read(self, first_entry_id: int, last_entry_id: int) -> list[bytes]:
+        """Entries first..last (inclusive), which must be at or below the LAC."""
+        return await self._driver.call(
+            lambda op_id, now_ns: self._reader.read(op_id, first_entry_id, last_entry_id, now_ns=now_ns))
+
+    async def read_lac(self) -> int:
+        """Ask the bookies for the newest LAC."""
+        return await self._driver.call(lambda op_id, now_ns: self._reader.read_lac(op_id, now_ns=now_ns))
+
+    async def wait_for_lac_beyond(self, lac: int, *, timeout_s: float | None = None) -> int:
+        """Long-poll until the LAC passes `lac` (or the ledger is closed); returns the LAC."""
+        timeout_ns = None if timeout_s is None else int(timeout_s * 1e9)
+        while self._reader.last_add_confirmed <= lac and not self._reader.is_closed:
+            before = self._reader.last_add_confirmed
+            await self._driver.call(
+                lambda op_id, now_ns: self._reader.long_poll_lac(op_id, now_ns=now_ns, timeout_ns=timeout_ns))
+            if self._reader.last_add_confirmed == before:
+                # The wait timed out with nothing new: was the ledger closed meanwhile?
+                await self._driver.call(lambda op_id, now_ns: self._reader.refresh_metadata(op_id, now_ns=now_ns))
+                if timeout_ns is not None:
+                    break
+        return self._reader.last_add_confirmed
+
+    async def tail(self, start_entry_id: int = 0) -> AsyncIterator[tuple[int, bytes]]:
+        """Yield (entry_id, payload) from start_entry_id on, waiting (long poll) for new entries
+        while the ledger is open; ends once a closed ledger has been read to its end."""
+        next_id = start_entry_id
+        while True:
+            lac = self._reader.last_add_confirmed
+            if next_id <= lac:
+                last = min(lac, next_id + TAIL_READ_BATCH_COUNT - 1)
+                for offset, payload in enumerate(await self.read(next_id, last)):
+                    yield next_id + offset, payload
+                next_id = last + 1
+            elif self._reader.is_closed:
+                return
+            else:
+                await self.wait_for_lac_beyond(next_id - 1)
+
+
+class BookKeeper:
+    """A connected client: ledgers, bookies, the metastore it uses."""
+
+    def __init__(self, driver: ClientDriver, store: MetadataStore) -> None:
+        self._driver = driver
+        self.store = store
+        self.layout = driver.layout
+
+    async def create_ledger(self, *, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
+                            password: bytes = b"", digest: str = "crc32c", deferred_sync: bool = False,
+                            custom_metadata: dict[str, bytes] | None = None) -> WriteHandle:
+        if digest not in DIGESTS:
+            raise ValueError(f"digest {digest!r}: use one of {', '.join(DIGESTS)}")
+        spec = LedgerSpec(ensemble_size=ensemble, write_quorum_size=write_quorum, ack_quorum_size=ack_quorum,
+                          digest_type=DIGESTS[digest], is_deferred_sync=deferred_sync,
+                          custom_metadata=tuple(sorted((custom_metadata or {}).items())))
+        writer = await self._driver.call(lambda op_id, now_ns: self._driver.client.create_ledger(
+            op_id, password=password, spec=spec, now_ns=now_ns))
+        return WriteHandle(self._driver, writer)
+
+    async def open_ledger(self, ledger_id: int, *, password: bytes = b"", recovery: bool = True,
+                          force_recovery: bool = False) -> ReadHandle:
+        """Open for reading. With recovery (the default) the ledger is fenced and closed first,
+        so its end is final; without, it is read while its writer may still be adding."""
+        reader = await self._driver.call(lambda op_id, now_ns: self._driver.client.open_ledger(
+            op_id, ledger_id, password=password, is_recovery=recovery, is_forced=force_recovery, now_ns=now_ns))
+        return ReadHandle(self._driver, reader)
+
+    async def delete_ledger(self, ledger_id: int) -> None:
+        await self._driver.call(lambda op_id, now_ns: self._driver.client.delete_ledger(op_id, ledger_id, now_ns=now_ns))
+
+    async def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        result = await self.store.execute(Get(self.layout.ledger_path(ledger_id)))
+        if result.code is MetaCode.NO_NODE:
+            raise NoSuchLedger(f"ledger {ledger_id} does not exist")
+        if result.code is not MetaCode.OK:
+            raise ConnectionError(f"reading ledger {ledger_id}'s metadata failed: {result.code.name}")
+        return LedgerMetadata.from_bytes(result.data, version=result.version)
+
+    async def list_ledgers(self) -> list[int]:
+        return await ledger_ids_in_metadata(self.store, self.layout)
+
+    async def list_bookies(self, *, readonly: bool = False) -> list[str]:
+        path = self.layout.readonly_path if readonly else self.layout.available_path
+        result = await self.store.execute(Children(path))
+        if result.code is MetaCode.NO_NODE:
+            return []
+        if result.code is not MetaCode.OK:
+            raise ConnectionError(f"listing {path} failed: {result.code.name}")
+        return sorted(name for name in result.children if name != "readonly")
+
+
+def _as_bytes(payload: object) -> bytes:
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise IllegalOperation(f"an entry is bytes, not {type(payload).__name__}")
+    return bytes(payload)
+
+
+@contextlib.asynccontextmanager
+async def connect(uri: str, *, config: ClientConfig = ClientConfig(),
+                  session_timeout_s: float = 10.0) -> AsyncIterator[BookKeeper]:
+    """Connect to the cluster whose metastore `uri` names (memory://, raft://, zk://)."""
+    from metastore.uri import open_metastore
+
+    parsed = parse_metastore_uri(uri)
+    store = await open_metastore(parsed, session_timeout_s=session_timeout_s)
+    try:
+        layout = await resolve_layout(store, parsed)
+        driver = ClientDriver(store=store, layout=layout, config=config)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            try:
+                yield BookKeeper(driver, store)
+            finally:
+                driver.close()
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

@@ -1,0 +1,89 @@
+"""The library against bookies on real TCP and real files (memory:// metastore): create, add,
+read, tail, close, recovery, ensemble change after a bookie stops, wrong password."""
+
+import pytest
+import trio
+
+import bkclient
+from bkcore.errors import LedgerFenced, NotEnoughBookies, Unauthorized
+from metastore.memory_store import forget_memory_servers
+from inprocess_cluster import InProcessCluster
+
+URI = "memory://library"
+
+
+@pytest.fixture
+async def cluster(nursery, tmp_path):
+    forget_memory_servers()
+    cluster = InProcessCluster(nursery, tmp_path, URI)
+    for _ in range(4):
+        await cluster.add_bookie()
+    yield cluster
+    for bookie in cluster.bookies:
+        bookie.scope.cancel()
+
+
+async def test_write_close_and_read_back(cluster):
+    async with bkclient.connect(URI) as bk:
+        assert len(await bk.list_bookies()) == 4
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        assert await ledger.add(b"first") == 0
+        ids = await ledger.add_many([b"entry %d" % i for i in range(1, 500)])
+        assert ids == list(range(1, 500))
+        closed = await ledger.close()
+        assert closed.last_entry_id == 499
+        reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
+        entries = await reader.read(0, 499)
+        assert entries[0] == b"first" and entries[499] == b"entry 499"
+        assert await bk.list_ledgers() == [ledger.ledger_id]
+
+
+async def test_tailing_reader_sees_entries_as_they_are_acknowledged(cluster):
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(password=b"pw")
+        reader = await bk.open_ledger(ledger.ledger_id, password=b"pw", recovery=False)
+        seen = []
+
+        async def follow():
+            async for entry_id, payload in reader.tail():
+                seen.append((entry_id, payload))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(follow)
+            for i in range(20):
+                await ledger.add(b"e%d" % i)
+            await ledger.close()
+            with trio.fail_after(20):
+                while len(seen) < 20:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        assert seen == [(i, b"e%d" % i) for i in range(20)]
+
+
+async def test_writer_survives_a_stopped_bookie_and_recovery_fences_it(cluster):
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        await ledger.add_many([b"before %d" % i for i in range(50)])
+        victim = next(b for b in cluster.bookies if b.bookie_id in ledger.metadata.ensembles[-1][1])
+        await cluster.stop(victim)
+        with trio.fail_after(30):
+            await ledger.add_many([b"after %d" % i for i in range(50)])
+        assert victim.bookie_id not in ledger.metadata.ensembles[-1][1]
+        async with bkclient.connect(URI) as other:
+            recovered = await other.open_ledger(ledger.ledger_id, password=b"pw")
+            assert recovered.last_add_confirmed == 99
+            entries = await recovered.read(0, 99)
+            assert entries[:50] == [b"before %d" % i for i in range(50)]
+            assert entries[50:] == [b"after %d" % i for i in range(50)]
+        with pytest.raises(LedgerFenced):
+            await ledger.add(b"too late")
+
+
+async def test_wrong_password_and_too_few_bookies_are_typed_errors(cluster):
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(password=b"right")
+        await ledger.add(b"x")
+        with pytest.raises(Unauthorized):
+            await bk.open_ledger(ledger.ledger_id, password=b"wrong")
+        with pytest.raises(NotEnoughBookies):
+            await bk.create_ledger(ensemble=5, write_quorum=3, ack_quorum=2)
