@@ -52,6 +52,7 @@ class BookieServerConfig:
     host: str = "127.0.0.1"
     port: int = 3181                                # bookiePort
     advertised_address: str = ""                    # bookie id; default host:port
+    http_port: int = 0                              # httpServerPort: HTTP admin, 0 = off
     bookie: BookieConfig = field(default_factory=lambda: BookieConfig(journal_flush_when_queue_empty=True))
     journal: JournalConfig = field(default_factory=JournalConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -154,9 +155,27 @@ class BookieServer:
             nursery.start_soon(self._disk_loop)
             await self._register()
             nursery.start_soon(self._registration_loop)
-            await nursery.start(trio.serve_listeners, self._handle_connection, listeners)
+            self._listen_scope = trio.CancelScope()
+
+            async def listen(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                with self._listen_scope:
+                    await trio.serve_listeners(self._handle_connection, listeners, task_status=task_status)
+
+            await nursery.start(listen)
             log.info("bookie %s serving on %s:%d", self.config.bookie_id, self.config.host, self.listen_port)
             task_status.started(self.listen_port)
+
+    async def shutdown(self, *, timeout_s: float = 10.0) -> None:
+        """Stop accepting connections, finish what is in flight (journal groups, answers still
+        queued), then checkpoint so the next start replays little."""
+        self._listen_scope.cancel()
+        with trio.move_on_after(timeout_s):
+            while self.core.journal_waiter_count or any(c.send_queue_size for c in self.connections.values()):
+                await trio.sleep(0.005)
+        for connection in list(self.connections.values()):
+            connection.close("bookie shutting down")
+        await self.checkpoint()
+        log.info("bookie %s shut down: %d requests unanswered", self.config.bookie_id, self.core.journal_waiter_count)
 
     async def _handle_connection(self, stream: trio.SocketStream) -> None:
         name = next(self._names)

@@ -178,12 +178,14 @@ class BookKeeper:
 
     async def create_ledger(self, *, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
                             password: bytes = b"", digest: str = "crc32c", deferred_sync: bool = False,
-                            custom_metadata: dict[str, bytes] | None = None) -> WriteHandle:
+                            custom_metadata: dict[str, bytes] | None = None,
+                            bookies: Sequence[str] = ()) -> WriteHandle:
+        """A new open ledger on `ensemble` bookies chosen at random (or exactly `bookies`)."""
         if digest not in DIGESTS:
             raise ValueError(f"digest {digest!r}: use one of {', '.join(DIGESTS)}")
         spec = LedgerSpec(ensemble_size=ensemble, write_quorum_size=write_quorum, ack_quorum_size=ack_quorum,
                           digest_type=DIGESTS[digest], is_deferred_sync=deferred_sync,
-                          custom_metadata=tuple(sorted((custom_metadata or {}).items())))
+                          custom_metadata=tuple(sorted((custom_metadata or {}).items())), bookies=tuple(bookies))
         writer = await self._driver.call(lambda op_id, now_ns: self._driver.client.create_ledger(
             op_id, password=password, spec=spec, now_ns=now_ns))
         return WriteHandle(self._driver, writer)
@@ -237,12 +239,19 @@ async def connect(uri: str, *, config: ClientConfig = ClientConfig(),
     try:
         layout = await resolve_layout(store, parsed)
         driver = ClientDriver(store=store, layout=layout, config=config)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(driver.run)
-            try:
-                yield BookKeeper(driver, store)
-            finally:
-                driver.close()
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(driver.run)
+                try:
+                    yield BookKeeper(driver, store)
+                finally:
+                    driver.close()
+        except BaseExceptionGroup as group:
+            # The nursery only runs the driver; an error from the caller's block comes out
+            # as itself, so `except LedgerFenced:` around `async with connect()` works.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

@@ -204,6 +204,11 @@ class Bookie:
     def set_readonly(self, is_readonly: bool) -> None:
         self._is_readonly = is_readonly
 
+    @property
+    def journal_waiter_count(self) -> int:
+        """Requests waiting for the journal (a graceful shutdown waits for this to reach 0)."""
+        return self._pending_adds_count + self._pending_syncs_count
+
     def take_effects(self) -> list:
         effects, self._effects = self._effects, []
         return effects

@@ -165,6 +165,11 @@ class Journal:
         self._start_new_file(now_ms)
         return JournalReplay(records, start, end, scanned, problems)
 
+    def scan_journal(self, journal_id: int):
+        """The records of one journal file from its start (for tools such as readjournal);
+        None if its header was never completely written."""
+        return self._scan_file(self._journal_path(journal_id), journal_id, ZERO_MARK)
+
     def _scan_file(self, path: str, journal_id: int, start: LogMark):
         """Scan one journal file from its start (or the mark); None for a file whose header was
         never completely written. A scan that fails is retried: a bad record in the middle by

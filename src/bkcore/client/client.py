@@ -36,11 +36,15 @@ class LedgerSpec:
     digest_type: DigestType = DigestType.CRC32C
     is_deferred_sync: bool = False
     custom_metadata: tuple[tuple[str, bytes], ...] = ()
+    # Place the ledger on exactly these bookies (tools such as bookiesanity); () = random.
+    bookies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
             raise ValueError(f"need ensemble >= write quorum >= ack quorum >= 1, got E={self.ensemble_size} "
                              f"Qw={self.write_quorum_size} Qa={self.ack_quorum_size}")
+        if self.bookies and len(set(self.bookies)) != self.ensemble_size:
+            raise ValueError(f"placement on {list(self.bookies)} needs {self.ensemble_size} distinct bookies")
 
 
 class Client:
@@ -176,7 +180,14 @@ class _CreateLedger:
             self._fail(NotEnoughBookies(f"create ledger: ensemble of {self.spec.ensemble_size} needs that many "
                                         f"writable bookies, {len(bookies)} registered"))
             return
-        self.ensemble = tuple(self.ctx.rng.sample(bookies, self.spec.ensemble_size))
+        if self.spec.bookies:
+            missing = sorted(set(self.spec.bookies) - set(bookies))
+            if missing:
+                self._fail(NotEnoughBookies(f"create ledger: bookies {missing} are not registered as writable"))
+                return
+            self.ensemble = self.spec.bookies
+        else:
+            self.ensemble = tuple(self.ctx.rng.sample(bookies, self.spec.ensemble_size))
         self._take_id(now_ns)
 
     def _take_id(self, now_ns: int) -> None:

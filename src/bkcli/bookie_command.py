@@ -1,0 +1,56 @@
+"""`bk bookie --config FILE`: run one bookie until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+
+
+def add_parser(commands) -> None:
+    bookie = commands.add_parser("bookie", help="run one bookie")
+    bookie.add_argument("--config", help="bookie TOML file (see docs/operations.md)")
+    bookie.add_argument("--print-config-reference", action="store_true",
+                        help="print every config option as a Markdown table and exit")
+    bookie.set_defaults(run=cmd_bookie)
+
+
+def cmd_bookie(args) -> int:
+    from bkcli.bookie_config import ConfigError, config_reference, load_bookie_config
+    if args.print_config_reference:
+        print(config_reference())
+        return 0
+    if not args.config:
+        print("bk bookie: --config FILE is required (see --print-config-reference)", file=sys.stderr)
+        return 2
+    try:
+        uri, config = load_bookie_config(args.config)
+    except ConfigError as exc:
+        print(f"bk bookie: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    import trio
+    return trio.run(run_bookie, uri, config)
+
+
+async def run_bookie(uri: str, config) -> int:
+    import trio
+
+    from metastore.layout_node import resolve_layout
+    from metastore.uri import open_metastore, parse_metastore_uri
+    from transports.bookie_server import BookieServer
+
+    parsed = parse_metastore_uri(uri)
+    async with await open_metastore(parsed) as store:
+        layout = await resolve_layout(store, parsed)
+        server = BookieServer(config, store, layout)
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(server.serve)
+            print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    print(f"bookie {config.bookie_id}: {signal.Signals(signum).name}, shutting down", flush=True)
+                    await server.shutdown()
+                    nursery.cancel_scope.cancel()
+                    break
+    return 0

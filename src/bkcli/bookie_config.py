@@ -1,0 +1,137 @@
+"""Bookie configuration in TOML, with BookKeeper's option names where BookKeeper has the option.
+
+OPTIONS is the one table of every key: `load_bookie_config()` reads a file through it, and
+`bk bookie --print-config-reference` (docs/operations.md) prints it, so code and docs agree.
+
+    # bookie.toml
+    metadataServiceUri = "raft://127.0.0.1:2281"
+    dataDir = "/var/lib/bk/bookie1"
+    bookiePort = 3181
+    journalFlushWhenQueueEmpty = true
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from typing import Callable
+
+from bkcore.bookie.bookie import BookieConfig
+from bkcore.bookie.compaction import CompactionConfig
+from bkcore.bookie.diskmonitor import DiskUsageConfig
+from bkcore.bookie.durable_storage import StorageConfig
+from bkcore.bookie.journal_files import JournalConfig
+from transports.bookie_server import BookieServerConfig
+
+MS = 1_000_000
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str            # TOML key (BookKeeper's name where it has one)
+    section: str        # "" (BookieServerConfig), bookie, journal, storage, disk_usage, compaction
+    field: str          # dataclass field it sets
+    kind: type          # int, float, bool, str
+    to_field: Callable = lambda value: value
+    help: str = ""
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("metadataServiceUri", "", "", str, help="metastore URI (raft://, zk://, memory://); required"),
+    Option("dataDir", "", "data_dir", str, help="directory holding journal, ledgers and index; required"),
+    Option("bookiePort", "", "port", int, help="TCP port the bookie listens on (3181)"),
+    Option("listeningInterface", "", "host", str, help="address to listen on (127.0.0.1)"),
+    Option("advertisedAddress", "", "advertised_address", str,
+           help="bookie id host:port that clients dial (default: listen address:port)"),
+    Option("httpServerPort", "", "http_port", int, help="HTTP admin port, 0 = off (0)"),
+    Option("journalDirectory", "journal", "journal_dir", str, help="journal directory, under dataDir (journal)"),
+    Option("ledgerDirectories", "journal", "ledger_dirs", str, to_field=lambda v: (v,),
+           help="ledger directory, under dataDir (ledgers)"),
+    Option("journalMaxSizeMB", "journal", "journal_max_size", int, to_field=lambda v: v * MIB,
+           help="roll the journal at this size (2048)"),
+    Option("journalMaxBackups", "journal", "journal_max_backups", int,
+           help="old journals kept after the LastLogMark passed them (5)"),
+    Option("journalMaxGroupWaitMSec", "bookie", "journal_max_group_wait_ns", float,
+           to_field=lambda v: int(v * MS), help="longest wait of a record for its group commit (2)"),
+    Option("journalBufferedWritesThreshold", "bookie", "journal_buffered_writes_threshold_size", int,
+           help="bytes that make a group commit at once (524288)"),
+    Option("journalFlushWhenQueueEmpty", "bookie", "journal_flush_when_queue_empty", bool,
+           help="commit a group as soon as no request is waiting (true here; BookKeeper: false)"),
+    Option("maxAddsInProgressLimit", "bookie", "pending_adds_count_max", int,
+           help="adds waiting for the journal before TOO_MANY_REQUESTS (10000)"),
+    Option("nettyMaxFrameSizeBytes", "", "frame_size_max", int, help="largest frame accepted (8388608)"),
+    Option("logSizeLimit", "storage", "entry_log_size_max", int, help="roll entry logs at this size (1073741824)"),
+    Option("readCacheMaxEntries", "storage", "read_cache_count_max", int, help="entries kept after reads (4096)"),
+    Option("flushInterval", "", "flush_interval_s", int, to_field=lambda v: v / 1000,
+           help="checkpoint period in ms (1000)"),
+    Option("gcWaitTime", "", "gc_wait_time_s", int, to_field=lambda v: v / 1000, help="GC period in ms (60000)"),
+    Option("majorCompactionInterval", "", "major_compaction_interval_s", int,
+           help="seconds between major compactions (3600)"),
+    Option("minorCompactionThreshold", "compaction", "minor_compaction_threshold", float,
+           help="compact logs whose live fraction is below this every GC round (0.2)"),
+    Option("majorCompactionThreshold", "compaction", "major_compaction_threshold", float,
+           help="... and below this at major compactions (0.8)"),
+    Option("diskUsageThreshold", "disk_usage", "disk_usage_threshold", float,
+           help="usage at which the bookie turns readonly (0.95)"),
+    Option("diskUsageLwmThreshold", "disk_usage", "disk_usage_lwm_threshold", float,
+           help="usage below which it becomes writable again (0.90)"),
+    Option("diskCheckInterval", "", "disk_check_interval_s", int, to_field=lambda v: v / 1000,
+           help="disk usage check period in ms (10000)"),
+)
+_BY_KEY = {option.key: option for option in OPTIONS}
+_SECTION_TYPES = {"bookie": BookieConfig, "journal": JournalConfig, "storage": StorageConfig,
+                  "disk_usage": DiskUsageConfig, "compaction": CompactionConfig}
+
+
+def bookie_config_from_mapping(values: dict, *, source: str = "config") -> tuple[str, BookieServerConfig]:
+    """(metastore URI, server config) from a mapping of option keys to values."""
+    unknown = sorted(set(values) - set(_BY_KEY))
+    if unknown:
+        raise ConfigError(f"{source}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(_BY_KEY))}")
+    top: dict = {}
+    sections: dict[str, dict] = {name: {} for name in _SECTION_TYPES}
+    for key, value in values.items():
+        option = _BY_KEY[key]
+        if option.kind is float and type(value) is int:
+            value = float(value)
+        if type(value) is not option.kind:
+            raise ConfigError(f"{source}: {key} must be {option.kind.__name__}, not {type(value).__name__} {value!r}")
+        if option.field:
+            (top if not option.section else sections[option.section])[option.field] = option.to_field(value)
+    uri = values.get("metadataServiceUri")
+    if not uri or "data_dir" not in top:
+        raise ConfigError(f"{source}: metadataServiceUri and dataDir are required")
+    if "ledger_dirs" in sections["journal"]:
+        sections["storage"]["ledger_dir"] = sections["journal"]["ledger_dirs"][0]
+    bookie_defaults = BookieServerConfig(data_dir="").bookie
+    built = {}
+    for name, cls in _SECTION_TYPES.items():
+        base = bookie_defaults if name == "bookie" else cls()
+        try:
+            built[name] = dataclasses.replace(base, **sections[name])
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    return uri, BookieServerConfig(**top, **built)
+
+
+def load_bookie_config(path: str) -> tuple[str, BookieServerConfig]:
+    try:
+        with open(path, "rb") as file:
+            values = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read bookie config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"bookie config {path} is not valid TOML: {exc}") from None
+    return bookie_config_from_mapping(values, source=path)
+
+
+def config_reference() -> str:
+    lines = ["| option | meaning (default) |", "|---|---|"]
+    lines += [f"| `{option.key}` | {option.help} |" for option in OPTIONS]
+    return "\n".join(lines)

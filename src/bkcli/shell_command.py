@@ -1,0 +1,223 @@
+"""`bk shell <command>`: BookKeeper's admin shell against a running cluster (or a bookie's files).
+
+Cluster commands connect through the library to the metastore named by --metastore (default:
+the local standalone). Human-readable output by default, `--json` for scripts. Commands that
+read a bookie's own files (readjournal, lastmark) take --data-dir and need no cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from bkcli.defaults import add_metastore_argument, metastore_uri
+
+
+def add_parser(commands) -> None:
+    shell = commands.add_parser("shell", help="admin commands (listbookies, simpletest, readledger, ...)")
+    sub = shell.add_subparsers(dest="shell_command", required=True)
+
+    def command(name: str, help_text: str, *, needs_cluster: bool = True) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help_text)
+        if needs_cluster:
+            add_metastore_argument(parser)
+        parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+        parser.set_defaults(run=cmd_shell)
+        return parser
+
+    command("listbookies", "bookies registered as writable (or --readonly)").add_argument(
+        "--readonly", action="store_true")
+    command("listledgers", "ids of every ledger with metadata")
+    command("ledgermetadata", "one ledger's metadata").add_argument("ledger_id", type=int)
+    read = command("readledger", "print a ledger's entries (recovering it first unless --no-recovery)")
+    read.add_argument("ledger_id", type=int)
+    read.add_argument("--first", type=int, default=0)
+    read.add_argument("--last", type=int, default=None)
+    read.add_argument("--password", default="", help="ledger password (text)")
+    read.add_argument("--no-recovery", action="store_true", help="read up to the LAC without fencing")
+    read.add_argument("--force-recovery", action="store_true", help="recover even with too few bookies answering")
+    delete = command("deleteledger", "delete a ledger (bookies reclaim its space at GC)")
+    delete.add_argument("ledger_id", type=int)
+    fence = command("fence", "fence and close a ledger (recovery): its writer can add no more")
+    fence.add_argument("ledger_id", type=int)
+    fence.add_argument("--password", default="")
+    simple = command("simpletest", "write entries to a new ledger, read them back, delete it")
+    simple.add_argument("--ensemble", type=int, default=3)
+    simple.add_argument("--write-quorum", type=int, default=2)
+    simple.add_argument("--ack-quorum", type=int, default=2)
+    simple.add_argument("--num-entries", type=int, default=100)
+    sanity = command("bookiesanity", "write and read a ledger on every writable bookie, one at a time")
+    sanity.add_argument("--num-entries", type=int, default=10)
+    for name, help_text in (("readjournal", "print the records of a bookie's journals"),
+                            ("lastmark", "print a bookie's LastLogMark in each ledger directory")):
+        files = command(name, help_text, needs_cluster=False)
+        files.add_argument("--data-dir", required=True, help="the bookie's dataDir")
+
+
+def cmd_shell(args) -> int:
+    import trio
+    try:
+        return trio.run(run_shell, args, sys.stdout)
+    except (OSError, ConnectionError) as exc:
+        print(f"bk shell {args.shell_command}: {exc}; is the cluster running? (bk standalone, or "
+              f"--metastore URI)", file=sys.stderr)
+        return 1
+
+
+async def run_shell(args, out) -> int:
+    """Run one parsed shell command, writing to `out`; returns the exit status."""
+    from bkcore.errors import BKException
+
+    handler = _HANDLERS[args.shell_command]
+    try:
+        if getattr(args, "metastore", "absent") == "absent":
+            result = handler(None, args)
+        else:
+            import bkclient
+            async with bkclient.connect(metastore_uri(args)) as bk:
+                result = await handler(bk, args)
+    except BKException as exc:
+        print(f"bk shell {args.shell_command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    text, data = result
+    out.write(json.dumps(data, indent=None, sort_keys=True) + "\n" if args.json else text)
+    return 0
+
+
+def _lines(items) -> str:
+    return "".join(f"{item}\n" for item in items)
+
+
+async def _listbookies(bk, args):
+    bookies = await bk.list_bookies(readonly=args.readonly)
+    return _lines(bookies), bookies
+
+
+async def _listledgers(bk, args):
+    ledger_ids = await bk.list_ledgers()
+    return _lines(ledger_ids), ledger_ids
+
+
+def _metadata_dict(metadata) -> dict:
+    return {"ledger_id": metadata.ledger_id, "state": metadata.state.name,
+            "ensemble_size": metadata.ensemble_size, "write_quorum_size": metadata.write_quorum_size,
+            "ack_quorum_size": metadata.ack_quorum_size, "last_entry_id": metadata.last_entry_id,
+            "length": metadata.length, "digest_type": metadata.digest_type.name,
+            "ensembles": {str(first): list(bookies) for first, bookies in metadata.ensembles},
+            "version": metadata.version}
+
+
+async def _ledgermetadata(bk, args):
+    data = _metadata_dict(await bk.ledger_metadata(args.ledger_id))
+    text = _lines(f"{key}: {value}" for key, value in data.items())
+    return text, data
+
+
+def _show(payload: bytes) -> str:
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload.hex()
+
+
+async def _readledger(bk, args):
+    reader = await bk.open_ledger(args.ledger_id, password=args.password.encode(),
+                                  recovery=not args.no_recovery, force_recovery=args.force_recovery)
+    last = reader.last_add_confirmed if args.last is None else min(args.last, reader.last_add_confirmed)
+    entries = []
+    first = args.first
+    while first <= last:
+        chunk_last = min(last, first + 999)
+        entries += [(first + i, payload) for i, payload in enumerate(await reader.read(first, chunk_last))]
+        first = chunk_last + 1
+    text = _lines(f"{entry_id}\t{_show(payload)}" for entry_id, payload in entries)
+    return text, [{"entry_id": entry_id, "payload_hex": payload.hex()} for entry_id, payload in entries]
+
+
+async def _deleteledger(bk, args):
+    await bk.delete_ledger(args.ledger_id)
+    return f"deleted ledger {args.ledger_id}\n", {"deleted": args.ledger_id}
+
+
+async def _fence(bk, args):
+    reader = await bk.open_ledger(args.ledger_id, password=args.password.encode(), recovery=True)
+    return (f"ledger {args.ledger_id} fenced and closed at entry {reader.last_add_confirmed}\n",
+            {"ledger_id": args.ledger_id, "last_entry_id": reader.last_add_confirmed})
+
+
+async def _write_and_verify(bk, *, ensemble: int, write_quorum: int, ack_quorum: int, count: int) -> dict:
+    started = time.perf_counter()
+    ledger = await bk.create_ledger(ensemble=ensemble, write_quorum=write_quorum, ack_quorum=ack_quorum,
+                                    password=b"simpletest")
+    payloads = [b"simpletest entry %d" % i for i in range(count)]
+    await ledger.add_many(payloads)
+    await ledger.close()
+    reader = await bk.open_ledger(ledger.ledger_id, password=b"simpletest", recovery=False)
+    read_back = await reader.read(0, count - 1) if count else []
+    if read_back != payloads:
+        raise AssertionError(f"ledger {ledger.ledger_id}: read back differs from what was written")
+    await bk.delete_ledger(ledger.ledger_id)
+    return {"ledger_id": ledger.ledger_id, "entries": count, "ensemble": list(ledger.metadata.ensembles[0][1]),
+            "seconds": round(time.perf_counter() - started, 4)}
+
+
+async def _simpletest(bk, args):
+    report = await _write_and_verify(bk, ensemble=args.ensemble, write_quorum=args.write_quorum,
+                                     ack_quorum=args.ack_quorum, count=args.num_entries)
+    text = (f"simpletest: wrote, read back and deleted {report['entries']} entries in ledger {report['ledger_id']} "
+            f"on {', '.join(report['ensemble'])} in {report['seconds']:.3f}s: OK\n")
+    return text, report
+
+
+async def _bookiesanity(bk, args):
+    """Every writable bookie, alone in an ensemble of one, takes and returns entries."""
+    bookies = await bk.list_bookies()
+    reports = []
+    for bookie in bookies:
+        ledger = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, bookies=[bookie],
+                                        password=b"bookiesanity")
+        await ledger.add_many([b"sanity %d" % i for i in range(args.num_entries)])
+        await ledger.close()
+        reader = await bk.open_ledger(ledger.ledger_id, password=b"bookiesanity", recovery=False)
+        ok = await reader.read(0, args.num_entries - 1) == [b"sanity %d" % i for i in range(args.num_entries)]
+        await bk.delete_ledger(ledger.ledger_id)
+        reports.append({"bookie": bookie, "ok": ok})
+    text = _lines(f"{r['bookie']}\t{'OK' if r['ok'] else 'FAILED'}" for r in reports)
+    return text, reports
+
+
+def _local_journal(args):
+    from bkcore.bookie.journal_files import Journal, JournalConfig
+    from transports.filesystem import OsFileSystem
+    return Journal(fs=OsFileSystem(args.data_dir), config=JournalConfig())
+
+
+def _readjournal(_, args):
+    journal = _local_journal(args)
+    rows = []
+    for journal_id in journal.journal_ids():
+        scan = journal.scan_journal(journal_id)
+        for record in (scan.records if scan is not None else []):
+            fields = {name: getattr(record, name) for name in record.__slots__}
+            fields = {k: (len(v) if isinstance(v, bytes) else v) for k, v in fields.items()}
+            rows.append({"journal": f"{journal_id:x}", "record": type(record).__name__, **fields})
+        if scan is not None and scan.tail_problem:
+            rows.append({"journal": f"{journal_id:x}", "record": "TAIL", "problem": scan.tail_problem})
+    text = _lines(" ".join(f"{k}={v}" for k, v in row.items()) for row in rows)
+    return text, rows
+
+
+def _lastmark(_, args):
+    journal = _local_journal(args)
+    marks = dict(zip(journal.config.ledger_dirs, journal.read_last_marks()))
+    data = {d: {"journal_id": f"{m.journal_id:x}", "position": m.position} for d, m in marks.items()}
+    return _lines(f"{d}\tjournal {v['journal_id']} position {v['position']}" for d, v in data.items()), data
+
+
+_HANDLERS = {
+    "listbookies": _listbookies, "listledgers": _listledgers, "ledgermetadata": _ledgermetadata,
+    "readledger": _readledger, "deleteledger": _deleteledger, "fence": _fence, "simpletest": _simpletest,
+    "bookiesanity": _bookiesanity, "readjournal": _readjournal, "lastmark": _lastmark,
+}

@@ -1,0 +1,81 @@
+"""`bk shell` commands against in-process bookies on real files (memory:// metastore)."""
+
+import io
+import json
+
+import pytest
+
+from bkcli.main import build_parser
+from bkcli.shell_command import run_shell
+from inprocess_cluster import InProcessCluster
+from metastore.memory_store import forget_memory_servers
+
+URI = "memory://shell"
+
+
+@pytest.fixture
+async def cluster(nursery, tmp_path):
+    forget_memory_servers()
+    cluster = InProcessCluster(nursery, tmp_path, URI)
+    for _ in range(3):
+        await cluster.add_bookie()
+    yield cluster
+    for bookie in cluster.bookies:
+        bookie.scope.cancel()
+
+
+async def shell(*argv: str, uri: str | None = URI) -> tuple[int, str]:
+    args = build_parser().parse_args(["shell", *argv, *(["--metastore", uri] if uri else [])])
+    out = io.StringIO()
+    status = await run_shell(args, out)
+    return status, out.getvalue()
+
+
+async def test_listbookies_prints_one_host_port_per_line(cluster):
+    status, text = await shell("listbookies")
+    assert status == 0
+    assert text.splitlines() == sorted(b.bookie_id for b in cluster.bookies)
+    assert all(line.startswith("127.0.0.1:") for line in text.splitlines())
+    status, text = await shell("listbookies", "--readonly")
+    assert (status, text) == (0, "")
+
+
+async def test_simpletest_bookiesanity_and_ledger_commands(cluster):
+    status, text = await shell("simpletest", "--num-entries", "50", "--json")
+    assert status == 0
+    report = json.loads(text)
+    assert report["entries"] == 50 and len(report["ensemble"]) == 3
+    status, text = await shell("bookiesanity", "--json")
+    assert status == 0 and [r["ok"] for r in json.loads(text)] == [True, True, True]
+    assert (await shell("listledgers"))[1] == ""          # simpletest and bookiesanity clean up
+
+    import bkclient
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(password=b"pw")
+        await ledger.add_many([b"one", b"two"])
+    status, text = await shell("listledgers")
+    assert text.split() == [str(ledger.ledger_id)]
+    status, text = await shell("readledger", str(ledger.ledger_id), "--password", "pw")
+    assert (status, text) == (0, "0\tone\n1\ttwo\n")
+    status, text = await shell("ledgermetadata", str(ledger.ledger_id), "--json")
+    assert json.loads(text)["state"] == "CLOSED"         # readledger recovered (closed) it
+    status, _ = await shell("readledger", str(ledger.ledger_id), "--password", "wrong")
+    assert status == 1
+    assert (await shell("deleteledger", str(ledger.ledger_id)))[0] == 0
+    assert (await shell("deleteledger", str(ledger.ledger_id)))[0] == 1   # NoSuchLedger
+
+
+async def test_journal_tools_read_a_bookies_files(cluster):
+    import bkclient
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3, password=b"pw")
+        await ledger.add_many([b"x" * 10] * 5)
+    bookie = cluster.bookies[0]
+    await bookie.server.checkpoint()
+    status, text = await shell("readjournal", "--data-dir", bookie.config.data_dir, "--json", uri=None)
+    rows = json.loads(text)
+    entries = [r for r in rows if r["record"] == "EntryRecord" and r["ledger_id"] == ledger.ledger_id]
+    assert [r["entry_id"] for r in entries] == [0, 1, 2, 3, 4]
+    status, text = await shell("lastmark", "--data-dir", bookie.config.data_dir, "--json", uri=None)
+    mark = json.loads(text)["ledgers"]
+    assert mark["position"] > 0
