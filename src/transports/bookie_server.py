@@ -88,6 +88,7 @@ class BookieServer:
         self._journal_lock = trio.Lock()
         self._timer_changed = trio.Event()
         self._timer_at_ns: int | None = None
+        self.is_readonly = False          # refusing normal adds, registered under readonly/
         self.is_registered_readonly: bool | None = None
         self.listen_port: int | None = None
         self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
@@ -122,7 +123,7 @@ class BookieServer:
 
     async def _register(self) -> None:
         """Register (again) as writable or readonly, removing the other registration."""
-        is_readonly = self.monitor.is_readonly
+        is_readonly = self.is_readonly
         bookie_id = self.config.bookie_id
         stale = self.layout.bookie_path(bookie_id, is_readonly=not is_readonly)
         await self.store.execute(Delete(stale))
@@ -144,7 +145,7 @@ class BookieServer:
         await self._start_stack()
         listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
         self.listen_port = listeners[0].socket.getsockname()[1]
-        self.core.set_readonly(self.monitor.is_readonly)
+        self.core.set_readonly(self.is_readonly)
         async with trio.open_nursery() as nursery:
             send, receive = trio.open_memory_channel(1)
             self._journal_send = send
@@ -298,9 +299,11 @@ class BookieServer:
 
     async def _on_ledger_disk_full(self) -> None:
         if self.monitor.on_disk_full():
-            await self._set_readonly(True)
+            await self.set_readonly(True)
 
-    async def _set_readonly(self, is_readonly: bool) -> None:
+    async def set_readonly(self, is_readonly: bool) -> None:
+        """Turn readonly (refuse normal adds, register under readonly/) or writable again."""
+        self.is_readonly = is_readonly
         self.core.set_readonly(is_readonly)
         self.counts["readonly_transitions"] += 1
         log.warning("bookie %s is now %s", self.config.bookie_id, "readonly" if is_readonly else "writable")
@@ -310,7 +313,7 @@ class BookieServer:
         used, total = self.fs.usage()
         change = self.monitor.observe(used_size=used, total_size=total)
         if change is not None:
-            await self._set_readonly(change)
+            await self.set_readonly(change)
 
     async def _disk_loop(self) -> None:
         while True:
