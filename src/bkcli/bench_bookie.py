@@ -1,0 +1,159 @@
+"""`bk bench bookie`: one real bookie process over TCP on real files, beside the raw disk limits.
+
+The bookie is a `bk bookie` child process (its own core); this process is the load: it speaks
+the wire protocol directly with entries packed before the clock starts, so the figures are the
+bookie's (receive, journal group commit with fdatasync, answer), not a client library's.
+For 100 B, 1 KiB and 64 KiB entries:
+  pipelined   — many entries per frame, up to `window` adds in flight: entries/s, MiB/s,
+                p50/p99 add latency (send to acknowledgement), fraction of raw bandwidth;
+  one at a time — one add, wait for its answer, repeat: p50/p99 latency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import trio
+
+from bkcli.bench_journal import MIB, percentile, raw_fdatasync, raw_sequential
+from bkcli.local_processes import spawn_bookie
+from bkcore.digest import Digester, DigestType, master_key
+from bkcore.errors import Code
+from bkcore.wire import AddRequest, FrameDecoder, encode_frame
+
+PASSWORD = b"bench"
+FRAME_PAYLOAD_BYTES = 256 * 1024     # entries packed per frame, by size
+
+
+def _bodies(ledger_id: int, entry_size: int, count: int) -> list[bytes]:
+    digester = Digester(ledger_id=ledger_id, digest_type=DigestType.CRC32C, password=PASSWORD)
+    payload = os.urandom(entry_size)
+    return [digester.pack_entry(entry_id=i, lac=i - 1, length=(i + 1) * entry_size, payload=payload)
+            for i in range(count)]
+
+
+async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float, window_bytes: int) -> dict:
+    per_frame = max(1, FRAME_PAYLOAD_BYTES // (entry_size + 64))
+    # Stay under the bookie's maxAddsInProgressLimit (10,000): past it adds are refused.
+    window = min(8_000, max(per_frame * 2, window_bytes // (entry_size + 64)))
+    # Enough entries for the run at ~400 MB/s, capped; packed before the clock starts.
+    count = min(400_000, max(window * 4, int(seconds * 400 * MIB / (entry_size + 64))))
+    key = master_key(PASSWORD)
+    bodies = _bodies(ledger_id, entry_size, count)
+    frames = [encode_frame([AddRequest(request_id=i, ledger_id=ledger_id, entry_id=i, master_key=key, body=bodies[i])
+                            for i in range(first, min(count, first + per_frame))])
+              for first in range(0, count, per_frame)]
+    del bodies
+    sent_at = [0.0] * count
+    latencies: list[float] = []
+    acked = [0]
+    errors: dict[int, int] = {}
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    room = trio.Semaphore(window)
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    async def send() -> None:
+        for index, frame in enumerate(frames):
+            if time.perf_counter() >= deadline:
+                return
+            first = index * per_frame
+            last = min(count, first + per_frame)
+            for _ in range(last - first):
+                await room.acquire()
+            now = time.perf_counter()
+            for i in range(first, last):
+                sent_at[i] = now
+            await stream.send_all(frame)
+
+    async def receive(nursery) -> None:
+        decoder = FrameDecoder()
+        while True:
+            data = await stream.receive_some(1 << 20)
+            if not data:
+                raise RuntimeError("the bookie closed the connection")
+            decoder.feed(data)
+            now = time.perf_counter()
+            while (messages := decoder.next_frame()) is not None:
+                for message in messages:
+                    if message.code == Code.OK:
+                        acked[0] += 1
+                        latencies.append(now - sent_at[message.request_id])
+                    else:
+                        errors[message.code] = errors.get(message.code, 0) + 1
+                    room.release()
+            if now >= deadline or acked[0] + sum(errors.values()) >= count:
+                nursery.cancel_scope.cancel()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(send)
+        nursery.start_soon(receive, nursery)
+    elapsed = time.perf_counter() - started
+    await stream.aclose()
+    return {"entry_size": entry_size, "entries_per_frame": per_frame, "window": window,
+            "entries_per_second": round(acked[0] / elapsed), "mib_per_second": round(acked[0] * entry_size / MIB / elapsed, 1),
+            "add_latency_p50_ms": round(percentile(latencies, 0.5) * 1e3, 3) if latencies else None,
+            "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3) if latencies else None,
+            "errors": {Code(code).name: n for code, n in errors.items()}}
+
+
+async def _one_at_a_time(port: int, ledger_id: int, entry_size: int, seconds: float) -> dict:
+    key = master_key(PASSWORD)
+    bodies = _bodies(ledger_id, entry_size, 20_000)
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    decoder = FrameDecoder()
+    latencies = []
+    deadline = time.perf_counter() + seconds
+    for i, body in enumerate(bodies):
+        if time.perf_counter() >= deadline:
+            break
+        frame = encode_frame([AddRequest(request_id=i, ledger_id=ledger_id, entry_id=i, master_key=key, body=body)])
+        started = time.perf_counter()
+        await stream.send_all(frame)
+        answer = None
+        while answer is None:
+            decoder.feed(await stream.receive_some(65536))
+            answer = decoder.next_frame()
+        latencies.append(time.perf_counter() - started)
+        if answer[0].code != Code.OK:
+            raise RuntimeError(f"add answered {Code(answer[0].code).name}")
+    await stream.aclose()
+    return {"entry_size": entry_size, "adds": len(latencies),
+            "add_latency_p50_ms": round(percentile(latencies, 0.5) * 1e3, 3),
+            "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3)}
+
+
+def add_parser(sub) -> None:
+    bookie = sub.add_parser("bookie", help="one bookie process over TCP vs raw disk limits (JSON)")
+    bookie.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
+    bookie.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    bookie.add_argument("--window-bytes", type=int, default=8 * MIB, help="bytes of adds in flight when pipelining")
+    bookie.set_defaults(run=cmd_bench_bookie)
+
+
+def cmd_bench_bookie(args) -> int:
+    raw_sync = raw_fdatasync(args.dir, args.seconds)
+    raw_bandwidth = raw_sequential(args.dir, args.seconds)
+    root = tempfile.mkdtemp(dir=args.dir, prefix="bench-bookie-")
+    bookie = spawn_bookie(data_dir=os.path.join(root, "bookie"), metastore_uri="memory://bench",
+                          extra={"flushInterval": 1000})
+    try:
+        async def measure() -> dict:
+            runs = [await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes)
+                    for index, size in enumerate((100, 1024, 65536))]
+            for run in runs:
+                run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
+            single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
+            return {"pipelined": runs, "one_at_a_time": single}
+
+        results = trio.run(measure)
+    finally:
+        bookie.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"benchmark": "bookie", "raw_fdatasync": raw_sync, "raw_sequential": raw_bandwidth,
+                      **results}, indent=2))
+    return 0

@@ -1,0 +1,105 @@
+"""Starting `bk bookie` (and other bk services) as child processes on this machine.
+
+One place for what standalone, the benchmarks and the real-process tests all do: write a TOML
+config, start `python -m bkcli.main bookie --config ...` with its output in a log file, wait
+for its "listening on" line, and stop it with SIGTERM (or SIGKILL when a test wants a crash).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def write_toml(path: str, values: dict) -> None:
+    with open(path, "w") as file:
+        for key, value in values.items():
+            file.write(f"{key} = {_toml_value(value)}\n")
+
+
+@dataclass
+class ChildProcess:
+    name: str
+    process: subprocess.Popen
+    log_path: str
+    port: int
+
+    def is_running(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, line_count: int = 30) -> str:
+        try:
+            with open(self.log_path, errors="replace") as file:
+                return "".join(file.readlines()[-line_count:])
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, nothing flushed."""
+        if self.is_running():
+            self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM and wait (SIGKILL if it will not stop)."""
+        if self.is_running():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text: str,
+             timeout_s: float = 60.0, env: dict | None = None) -> ChildProcess:
+    """Start `bk <argv>` and wait until its log shows ready_text."""
+    log = open(log_path, "ab")
+    environment = {**os.environ, **(env or {})}
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment["PYTHONPATH"] = src + (os.pathsep + environment["PYTHONPATH"] if environment.get("PYTHONPATH") else "")
+    process = subprocess.Popen([sys.executable, "-m", "bkcli.main", *argv], stdout=log, stderr=subprocess.STDOUT,
+                               env=environment, start_new_session=True)
+    log.close()
+    child = ChildProcess(name, process, log_path, port)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready_text in child.log_tail(200):
+            return child
+        if not child.is_running():
+            raise RuntimeError(f"{name} exited with status {process.returncode} before it was ready; "
+                               f"its log ({log_path}) ends:\n{child.log_tail()}")
+        time.sleep(0.05)
+    child.kill()
+    raise RuntimeError(f"{name} was not ready after {timeout_s}s; its log ({log_path}) ends:\n{child.log_tail()}")
+
+
+def spawn_bookie(*, data_dir: str, metastore_uri: str, port: int = 0, extra: dict | None = None,
+                 timeout_s: float = 60.0) -> ChildProcess:
+    """A `bk bookie` child on 127.0.0.1 with its config and log in data_dir."""
+    os.makedirs(data_dir, exist_ok=True)
+    port = port or free_port()
+    config_path = os.path.join(data_dir, "bookie.toml")
+    write_toml(config_path, {"metadataServiceUri": metastore_uri, "dataDir": data_dir, "bookiePort": port,
+                             **(extra or {})})
+    return spawn_bk(f"bookie 127.0.0.1:{port}", ["bookie", "--config", config_path],
+                    log_path=os.path.join(data_dir, "bookie.log"), port=port, ready_text="listening on",
+                    timeout_s=timeout_s)
