@@ -6,7 +6,7 @@ The thin driver around bkcore's BookieStack. What runs where:
 - the journal writes and fdatasyncs in a worker thread, one group at a time (the core keeps one
   JournalWrite in flight and collects the next group meanwhile), then core.on_persisted();
 - checkpoints (entry logs flushed, index committed, LastLogMark, old journals deleted) run every
-  flush_interval_s while holding the journal lock, so the journal never rolls under them;
+  flush_interval_s, their writes in worker threads (see BookieStack's checkpoint steps);
 - GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
 - the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
@@ -85,7 +85,8 @@ class BookieServer:
         self.connections: dict[str, FramedConnection] = {}
         self._names = (f"conn-{n}" for n in itertools.count(1))
         self._journal_send: trio.MemorySendChannel | None = None
-        self._journal_lock = trio.Lock()
+        self._journal_lock = trio.Lock()        # journal writes vs. deleting old journals
+        self._storage_lock = trio.Lock()        # checkpoints vs. compaction (entry logs, index)
         self._timer_changed = trio.Event()
         self._timer_at_ns: int | None = None
         self.is_readonly = False          # refusing normal adds, registered under readonly/
@@ -249,12 +250,20 @@ class BookieServer:
     # -- maintenance ------------------------------------------------------------------------
 
     async def checkpoint(self) -> None:
-        async with self._journal_lock:
+        """Storage first, then the LastLogMark: the slow writes run in worker threads while the
+        loop keeps serving; one checkpoint or compaction at a time (the storage lock)."""
+        async with self._storage_lock:
+            stack = self.stack
+            mark, plan = stack.begin_checkpoint()
             try:
-                self.stack.checkpoint()
+                await trio.to_thread.run_sync(stack.write_checkpoint, plan)
             except DiskFullError:
+                stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
                 await self._on_ledger_disk_full()
                 return
+            stack.finish_checkpoint(plan)
+            async with self._journal_lock:
+                await trio.to_thread.run_sync(stack.advance_last_mark, mark)
         self.counts["checkpoints"] += 1
 
     async def _checkpoint_loop(self) -> None:
@@ -277,7 +286,7 @@ class BookieServer:
             await self.checkpoint()
         config = self.config.compaction
         threshold = config.major_compaction_threshold if is_major else config.minor_compaction_threshold
-        async with self._journal_lock:
+        async with self._storage_lock:
             try:
                 compaction = Compactor(storage=storage, config=config).run(threshold=threshold)
             except DiskFullError:

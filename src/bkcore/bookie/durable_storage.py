@@ -55,6 +55,15 @@ class _LedgerState:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointPlan:
+    """What one checkpoint writes, taken from memory at its start."""
+    entries: list[tuple[tuple[int, int], bytes]]    # ((ledger, entry), body), sorted
+    ledger_puts: dict[bytes, bytes]                  # packed state of changed ledgers
+    deleted_ledger_ids: list[int]
+    dirty_ledger_ids: list[int]
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointReport:
     entries_flushed_count: int
     ledgers_written_count: int
@@ -76,7 +85,11 @@ class DurableLedgerStorage:
         self._ledgers: dict[int, _LedgerState] = {}      # loaded or changed ledger state
         self._dirty_ledgers: set[int] = set()
         self._deleted_ledgers: set[int] = set()
+        # Highest entry id added per ledger (kept until the ledger is deleted), so the last
+        # entry is known without asking the index while entries are still in memory.
         self._last_cached_entry: dict[int, int] = {}
+        # The write cache a checkpoint is writing out (see begin_checkpoint), or None.
+        self._flushing: dict[tuple[int, int], bytes] | None = None
         self.dropped_entries_count = 0
 
     # -- ledger state ---------------------------------------------------------------------
@@ -152,6 +165,10 @@ class DurableLedgerStorage:
             return body
         if ledger_id in self._deleted_ledgers:
             return None
+        if self._flushing is not None:
+            body = self._flushing.get(key)
+            if body is not None:
+                return body
         body = self._read_cache.get(key)
         if body is not None:
             self._read_cache.move_to_end(key)
@@ -206,8 +223,9 @@ class DurableLedgerStorage:
         """Append (ledger, entry, body) records to the entry logs, adding their index locations
         and the per-log usage they add (merged with what the index has) to `puts`."""
         added: dict[int, dict[int, int]] = {}
-        for ledger_id, entry_id, body in records:
-            location = self.entry_logger.append(ledger_id, entry_id, body)
+        records = list(records)
+        locations = self.entry_logger.append_many(records)
+        for (ledger_id, entry_id, body), location in zip(records, locations):
             puts[entry_key(ledger_id, entry_id)] = pack_location(location.log_id, location.offset)
             per_ledger = added.setdefault(location.log_id, {})
             per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + len(body) + RECORD_OVERHEAD_SIZE
@@ -228,26 +246,65 @@ class DurableLedgerStorage:
 
     def checkpoint(self) -> CheckpointReport:
         """Entry logs first (flushed), then the index in one committed batch."""
+        plan = self.begin_checkpoint()
+        try:
+            self.write_checkpoint(plan)
+        except BaseException:
+            self.abort_checkpoint(plan)
+            raise
+        return self.finish_checkpoint(plan)
+
+    # A checkpoint in three steps, so a real bookie can do the slow middle one in a worker
+    # thread while its event loop keeps adding and reading:
+    #   begin  (loop)   the write cache becomes the plan's; new adds start a fresh cache;
+    #   write  (thread) entry logs appended and flushed, then the index committed;
+    #   finish (loop)   the plan's entries are dropped from memory (the index has them now).
+    # Between begin and finish, reads find the plan's entries in `_flushing` and still treat
+    # the plan's deleted ledgers as gone. Only one checkpoint (or compaction) runs at a time.
+
+    def begin_checkpoint(self) -> CheckpointPlan:
+        assert self._flushing is None, "one checkpoint at a time"
+        plan = CheckpointPlan(
+            entries=sorted(self._write_cache.items()),
+            ledger_puts={ledger_key(l): self._ledgers[l].pack() for l in sorted(self._dirty_ledgers)},
+            dirty_ledger_ids=sorted(self._dirty_ledgers),
+            deleted_ledger_ids=sorted(self._deleted_ledgers))
+        self._flushing = self._write_cache
+        self._write_cache = {}
+        self._write_cache_size = 0
+        self._dirty_ledgers.clear()
+        return plan
+
+    def write_checkpoint(self, plan: CheckpointPlan) -> None:
+        """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
-        flushed = sorted(self._write_cache.items())
-        self.append_to_logs(((l, e, body) for (l, e), body in flushed), puts)
+        self.append_to_logs(((l, e, body) for (l, e), body in plan.entries), puts)
         self.entry_logger.flush()
-        for ledger_id in sorted(self._dirty_ledgers):
-            puts[ledger_key(ledger_id)] = self._ledgers[ledger_id].pack()
+        puts.update(plan.ledger_puts)
         deletes = []
-        for ledger_id in sorted(self._deleted_ledgers):
+        for ledger_id in plan.deleted_ledger_ids:
             deletes.append(ledger_key(ledger_id))
             deletes.extend(self.index.keys_with_prefix(entry_prefix(ledger_id)))
         self.index.write(puts, deletes)
-        report = CheckpointReport(len(flushed), len(self._dirty_ledgers))
+
+    def abort_checkpoint(self, plan: CheckpointPlan) -> None:
+        """The write failed (a full disk): everything goes back to memory for the next try.
+        Entries added since begin are newer and win; the index never saw a partial batch."""
+        for key, body in plan.entries:
+            if key not in self._write_cache and key[0] not in self._deleted_ledgers:
+                self._write_cache[key] = body
+                self._write_cache_size += len(body)
+        self._dirty_ledgers.update(l for l in plan.dirty_ledger_ids if l in self._ledgers)
+        self._flushing = None
+
+    def finish_checkpoint(self, plan: CheckpointPlan) -> CheckpointReport:
         # The newest entries are the ones tailing readers ask for next: keep the tail of what was
         # flushed readable from memory (bounded by the read cache) instead of going to disk.
         keep_count = self.config.read_cache_count_max // 2
-        for (ledger_id, entry_id), body in flushed[-keep_count:] if keep_count else ():
-            self._remember_read((ledger_id, entry_id), body)
-        self._write_cache.clear()
-        self._write_cache_size = 0
-        self._last_cached_entry.clear()
-        self._dirty_ledgers.clear()
-        self._deleted_ledgers.clear()
-        return report
+        for (ledger_id, entry_id), body in plan.entries[-keep_count:] if keep_count else ():
+            if ledger_id not in self._deleted_ledgers:
+                self._remember_read((ledger_id, entry_id), body)
+        self._flushing = None
+        # Deletions the index now holds; ledgers deleted after begin wait for the next round.
+        self._deleted_ledgers.difference_update(plan.deleted_ledger_ids)
+        return CheckpointReport(len(plan.entries), len(plan.ledger_puts))

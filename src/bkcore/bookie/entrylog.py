@@ -37,6 +37,10 @@ def entry_log_name(log_id: int) -> str:
     return f"{log_id:x}{ENTRY_LOG_SUFFIX}"
 
 
+# append_many() writes once it has collected this many bytes.
+APPEND_WRITE_SIZE = 4 * 1024 * 1024
+
+
 class EntryLogger:
     def __init__(self, *, fs: FileSystem, ledger_dir: str, entry_log_size_max: int) -> None:
         self.fs = fs
@@ -72,14 +76,33 @@ class EntryLogger:
         self.current_size = ENTRY_LOG_HEADER.size
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        payload = ENTRY_KEY.pack(ledger_id, entry_id) + body
-        record = RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
-        if self.current_size > ENTRY_LOG_HEADER.size and self.current_size + len(record) > self.entry_log_size_max:
-            self._roll(self.current_id + 1)
-        location = Location(self.current_id, self.current_size)
-        self.fs.append(self._path(self.current_id), record)
-        self.current_size += len(record)
-        return location
+        return self.append_many([(ledger_id, entry_id, body)])[0]
+
+    def append_many(self, items) -> list[Location]:
+        """append() for many (ledger, entry, body) items, written in few large writes."""
+        locations = []
+        chunks: list[bytes] = []
+        pending_size = 0
+        for ledger_id, entry_id, body in items:
+            payload = ENTRY_KEY.pack(ledger_id, entry_id) + body
+            record = RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+            if self.current_size > ENTRY_LOG_HEADER.size and self.current_size + len(record) > self.entry_log_size_max:
+                self._write_out(chunks)
+                chunks, pending_size = [], 0
+                self._roll(self.current_id + 1)
+            locations.append(Location(self.current_id, self.current_size))
+            chunks.append(record)
+            pending_size += len(record)
+            self.current_size += len(record)
+            if pending_size >= APPEND_WRITE_SIZE:
+                self._write_out(chunks)
+                chunks, pending_size = [], 0
+        self._write_out(chunks)
+        return locations
+
+    def _write_out(self, chunks: list[bytes]) -> None:
+        if chunks:
+            self.fs.append(self._path(self.current_id), b"".join(chunks))
 
     def is_finished(self, log_id: int) -> bool:
         """Flushed and no longer written to: only such logs may be compacted or deleted."""

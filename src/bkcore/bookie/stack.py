@@ -6,7 +6,8 @@ and real processes run the same sequence:
   write_journal()  append a JournalWrite's group (remembering where it ends);
   sync_journal()   make it durable; the driver then calls core.on_persisted(token);
   checkpoint()     storage first (entry logs flushed, index committed), then the LastLogMark,
-                   then delete journals it made unnecessary — the order that loses nothing.
+                   then delete journals it made unnecessary — the order that loses nothing
+                   (also in steps, begin/write/finish/advance, for threaded drivers).
 Calls block on I/O: real drivers run them in a worker thread.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from bkcore.bookie.bookie import Bookie, BookieConfig
 from bkcore.bookie.cookie import Cookie, check_cookies
-from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
+from bkcore.bookie.durable_storage import CheckpointPlan, DurableLedgerStorage, StorageConfig
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import IndexStore
 from bkcore.bookie.journal_files import Journal, JournalConfig, JournalReplay, LogMark
@@ -66,6 +67,28 @@ class BookieStack:
     def checkpoint(self) -> LogMark:
         mark = self.persisted_mark
         self.storage.checkpoint()
+        self.advance_last_mark(mark)
+        return mark
+
+    # The same checkpoint in steps for a driver with threads (see DurableLedgerStorage):
+    # begin and finish on the thread that runs the core; write in a worker; advance_last_mark
+    # in a worker too, but never while a journal write is in progress (it deletes journals).
+
+    def begin_checkpoint(self) -> tuple[LogMark, CheckpointPlan]:
+        """The mark covers exactly the records applied so far, which are what the plan holds."""
+        return self.persisted_mark, self.storage.begin_checkpoint()
+
+    def write_checkpoint(self, plan: CheckpointPlan) -> None:
+        """If this raises (DiskFullError), call abort_checkpoint instead of finish."""
+        self.storage.write_checkpoint(plan)
+
+    def abort_checkpoint(self, plan: CheckpointPlan) -> None:
+        self.storage.abort_checkpoint(plan)
+
+    def finish_checkpoint(self, plan: CheckpointPlan) -> None:
+        self.storage.finish_checkpoint(plan)
+
+    def advance_last_mark(self, mark: LogMark) -> None:
+        """Storage holds everything before `mark`: persist it, then drop journals behind it."""
         self.journal.write_last_mark(mark)
         self.journal.delete_old_journals(mark)
-        return mark
