@@ -100,17 +100,8 @@ async def _listledgers(bk, args):
     return _lines(ledger_ids), ledger_ids
 
 
-def _metadata_dict(metadata) -> dict:
-    return {"ledger_id": metadata.ledger_id, "state": metadata.state.name,
-            "ensemble_size": metadata.ensemble_size, "write_quorum_size": metadata.write_quorum_size,
-            "ack_quorum_size": metadata.ack_quorum_size, "last_entry_id": metadata.last_entry_id,
-            "length": metadata.length, "digest_type": metadata.digest_type.name,
-            "ensembles": {str(first): list(bookies) for first, bookies in metadata.ensembles},
-            "version": metadata.version}
-
-
 async def _ledgermetadata(bk, args):
-    data = _metadata_dict(await bk.ledger_metadata(args.ledger_id))
+    data = (await bk.ledger_metadata(args.ledger_id)).summary()
     text = _lines(f"{key}: {value}" for key, value in data.items())
     return text, data
 

@@ -17,6 +17,7 @@ Connections are named "conn-<n>"; that name is the `source` the core answers to.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -40,8 +41,10 @@ from bkcore.wire import FRAME_SIZE_MAX
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 from transports.filesystem import OsFileSystem
+from transports.http_admin import AdminHttpServer
 from transports.lmdb_index import LmdbIndexStore
 from transports.metadata_walk import blocking_children_lister
+from transports.metrics import Histogram, render_prometheus
 
 log = logging.getLogger("bk.bookie")
 
@@ -94,7 +97,9 @@ class BookieServer:
         self.listen_port: int | None = None
         self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
                        "connections": 0, "malformed_frames": 0, "readonly_transitions": 0}
-        self._stopping = False
+        self.journal_write_latency = Histogram()     # write + fdatasync of one group
+        self.checkpoint_latency = Histogram()
+        self.http_port: int | None = None
 
     @property
     def core(self):
@@ -157,6 +162,8 @@ class BookieServer:
             nursery.start_soon(self._disk_loop)
             await self._register()
             nursery.start_soon(self._registration_loop)
+            if self.config.http_port:
+                self.http_port = await nursery.start(AdminHttpServer(self).serve, self.config.http_port, self.config.host)
             self._listen_scope = trio.CancelScope()
 
             async def listen(task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -220,12 +227,14 @@ class BookieServer:
         stack = self.stack
         async for effect in receive:
             async with self._journal_lock:
+                started = time.perf_counter()
                 try:
                     await trio.to_thread.run_sync(self._write_and_sync, effect)
                 except DiskFullError as exc:
                     # The journal is the bookie's promise: it cannot go on without room for it.
                     raise SystemExit(f"bookie {self.config.bookie_id}: journal disk full ({exc}); free space "
                                      f"in {self.config.data_dir}/{self.config.journal.journal_dir} and restart")
+                self.journal_write_latency.observe(time.perf_counter() - started)
             stack.core.on_persisted(effect.token, now_ns())
             self._pump()
 
@@ -254,6 +263,7 @@ class BookieServer:
         loop keeps serving; one checkpoint or compaction at a time (the storage lock)."""
         async with self._storage_lock:
             stack = self.stack
+            started = time.perf_counter()
             mark, plan = stack.begin_checkpoint()
             try:
                 await trio.to_thread.run_sync(stack.write_checkpoint, plan)
@@ -264,7 +274,30 @@ class BookieServer:
             stack.finish_checkpoint(plan)
             async with self._journal_lock:
                 await trio.to_thread.run_sync(stack.advance_last_mark, mark)
+            self.checkpoint_latency.observe(time.perf_counter() - started)
         self.counts["checkpoints"] += 1
+
+    # -- numbers for the admin endpoint -----------------------------------------------------
+
+    def state(self) -> dict:
+        return {"bookie_id": self.config.bookie_id, "running": self.stack is not None,
+                "readonly": self.is_readonly, "registered_readonly": self.is_registered_readonly,
+                "journal_waiters": self.core.journal_waiter_count, "connections": len(self.connections),
+                "disk_usage": round(self.monitor.usage, 4)}
+
+    def metrics_text(self) -> str:
+        statistics = self.core.statistics()
+        counters = {name: value for name, value in dataclasses.asdict(statistics).items()
+                    if isinstance(value, int) and not name.endswith("_peak")}
+        counters.update({f"server_{name}": value for name, value in self.counts.items()})
+        for code, count in statistics.rejected_by_code:
+            counters[f"rejected_{code.lower()}_count"] = count
+        gauges = {"journal_waiters": self.core.journal_waiter_count, "connections": len(self.connections),
+                  "write_cache_bytes": self.stack.storage.write_cache_size, "readonly": int(self.is_readonly),
+                  "send_queue_bytes": sum(c.send_queue_size for c in self.connections.values()),
+                  "disk_usage": self.monitor.usage}
+        return render_prometheus(counters=counters, gauges=gauges, histograms={
+            "journal_write_seconds": self.journal_write_latency, "checkpoint_seconds": self.checkpoint_latency})
 
     async def _checkpoint_loop(self) -> None:
         while True:

@@ -126,6 +126,14 @@ class LedgerMetadata:
     def with_version(self, version: int) -> LedgerMetadata:
         return dataclasses.replace(self, version=version)
 
+    def summary(self) -> dict:
+        """Plain values for tools and JSON output."""
+        return {"ledger_id": self.ledger_id, "state": self.state.name, "ensemble_size": self.ensemble_size,
+                "write_quorum_size": self.write_quorum_size, "ack_quorum_size": self.ack_quorum_size,
+                "last_entry_id": self.last_entry_id, "length": self.length, "digest_type": self.digest_type.name,
+                "ensembles": {str(first): list(bookies) for first, bookies in self.ensembles},
+                "version": self.version}
+
     # -- serialization --------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
