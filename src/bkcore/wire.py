@@ -162,16 +162,46 @@ class ErrorResponse:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class AddBatchRequest:
+    """Store consecutive entries first_entry_id, first_entry_id + 1, ... of one ledger with the
+    same key and flags: what a client sends when many adds for one bookie are pending. The
+    bookie journals them as one record and answers once, for all of them (one code)."""
+
+    TAG: ClassVar[int] = 12
+    request_id: int
+    ledger_id: int
+    first_entry_id: int
+    master_key: bytes
+    bodies: list
+    is_recovery: bool = False
+    is_deferred_sync: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AddBatchResponse:
+    TAG: ClassVar[int] = 13
+    request_id: int
+    code: int
+    ledger_id: int
+    first_entry_id: int
+    count: int
+
+
 Message = (
     AddRequest | AddResponse | ReadRequest | ReadResponse | WriteLacRequest | WriteLacResponse
     | ReadLacRequest | ReadLacResponse | ForceLedgerRequest | ForceLedgerResponse | ErrorResponse
+    | AddBatchRequest | AddBatchResponse
 )
 
 _CLASSES = (
     AddRequest, AddResponse, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
     ReadLacRequest, ReadLacResponse, ForceLedgerRequest, ForceLedgerResponse, ErrorResponse,
+    AddBatchRequest, AddBatchResponse,
 )
-_TYPE_BY_NAME = {"int": int, "bytes": bytes, "bool": bool, "str": str}
+# A list field is a list of bytes (the bodies of a batch).
+_TYPE_BY_NAME = {"int": int, "bytes": bytes, "bool": bool, "str": str, "list": list}
+BATCH_ENTRY_COUNT_MAX = 10_000
 # tag -> (class, tuple of (field name, python type), number of required fields)
 _SCHEMA: dict[int, tuple[type, tuple[tuple[str, type], ...], int]] = {}
 for _cls in _CLASSES:
@@ -206,6 +236,9 @@ def message_from_list(item: object) -> Message:
             raise MalformedFrame(f"{cls.__name__}.{name}: {type(value).__name__}, expected {expected.__name__}")
         if expected is int and not _INT64_MIN <= value <= _INT64_MAX:
             raise MalformedFrame(f"{cls.__name__}.{name}: out of range")
+        if expected is list and (not 0 < len(value) <= BATCH_ENTRY_COUNT_MAX
+                                 or any(type(item) is not bytes for item in value)):
+            raise MalformedFrame(f"{cls.__name__}.{name}: not 1..{BATCH_ENTRY_COUNT_MAX} byte strings")
     if "code" in cls.__slots__:
         code = values[[n for n, _ in fields].index("code")]
         if code not in Code._value2member_map_:

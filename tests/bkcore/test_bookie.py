@@ -13,7 +13,7 @@ from bkcore.digest import Digester, DigestType
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import (
-    AddRequest, AddResponse, ForceLedgerRequest, ForceLedgerResponse, ReadLacRequest, ReadRequest,
+    AddBatchRequest, AddBatchResponse, AddRequest, AddResponse, ForceLedgerRequest, ForceLedgerResponse, ReadLacRequest, ReadRequest,
     ReadResponse, WriteLacRequest, WriteLacResponse,
 )
 
@@ -600,6 +600,7 @@ WELL_TYPED = [
     ReadLacRequest(request_id=1, ledger_id=1),
     WriteLacRequest(request_id=1, ledger_id=1, master_key=KEY, lac=0, body=b"lac"),
     ForceLedgerRequest(request_id=1, ledger_id=1, master_key=KEY),
+    AddBatchRequest(request_id=1, ledger_id=1, first_entry_id=0, master_key=KEY, bodies=[body(0), body(1, 0)]),
 ]
 
 
@@ -608,7 +609,8 @@ def test_every_ill_typed_field_is_malformed(message):
     """Each field replaced by a value of the wrong type (or an int out of int64) is refused
     and counted, and nothing else happens."""
     d = Driver()
-    bad_values = {int: [True, "1", 2**63], bytes: ["k", bytearray(b"k")], bool: [1, None]}
+    bad_values = {int: [True, "1", 2**63], bytes: ["k", bytearray(b"k")], bool: [1, None],
+                  list: [(body(0),), [1], [], "x"]}
     expected = 0
     for field in dataclasses.fields(message):
         value_type = type(getattr(message, field.name))
@@ -627,6 +629,10 @@ message_strategy = st.one_of(
               master_key=st.sampled_from([KEY, b"other"]), is_fencing=st.booleans(),
               previous_lac=st.integers(-1, 3), long_poll_timeout_ns=st.sampled_from([0, 10 * MS])),
     st.builds(ReadLacRequest, request_id=st.integers(0, 9), ledger_id=st.integers(0, 2)),
+    st.builds(AddBatchRequest, request_id=st.integers(0, 9), ledger_id=st.integers(0, 2),
+              first_entry_id=st.integers(-1, 3), master_key=st.sampled_from([KEY, b"other"]),
+              bodies=st.sampled_from([[body(0), body(1, 0)], [body(1), body(2, 1)], [body(2, 1)], [body(0), b"junk"]]),
+              is_recovery=st.booleans(), is_deferred_sync=st.booleans()),
     st.builds(WriteLacRequest, request_id=st.integers(0, 9), ledger_id=st.integers(0, 2),
               master_key=st.sampled_from([KEY, b"other"]), lac=st.integers(-1, 5), body=st.just(b"lac")),
     st.builds(ForceLedgerRequest, request_id=st.integers(0, 9), ledger_id=st.integers(0, 2),
@@ -661,3 +667,50 @@ def test_fuzzed_requests_are_each_answered_once_and_replay_to_the_same_storage(s
     replayed = Bookie(bookie_id="b", config=BookieConfig(), storage=MemoryLedgerStorage())
     assert replayed.replay_journal(d.journal).tail_problem is None
     assert storage_state(replayed.storage) == storage_state(d.storage)
+
+
+def batch(first: int, count: int, **flags) -> AddBatchRequest:
+    return AddBatchRequest(request_id=500 + first, ledger_id=1, first_entry_id=first, master_key=KEY,
+                           bodies=[body(e, e - 1) for e in range(first, first + count)], **flags)
+
+
+def test_a_batch_is_journaled_once_acknowledged_once_after_persistence_and_replayed():
+    d = Driver()
+    d.send(batch(0, 5))
+    d.tick()
+    assert d.answers() == [] and len(d.in_flight) == 1
+    d.persist()
+    assert d.answers() == [AddBatchResponse(500, Code.OK, 1, 0, 5)]
+    d.send(batch(5, 3))
+    d.tick()
+    d.persist()
+    assert d.answers()[0].count == 3
+    assert [d.storage.get_entry(1, e) for e in range(8)] == [body(e, e - 1) for e in range(8)]
+    assert d.bookie.statistics().adds_ok_count == 8
+    replayed = Bookie(bookie_id="b", config=BookieConfig(), storage=MemoryLedgerStorage())
+    assert replayed.replay_journal(d.journal).entry_count == 8
+    assert storage_state(replayed.storage) == storage_state(d.storage)
+    replayed.receive(ReadRequest(request_id=1, ledger_id=1, entry_id=0), source="client", now_ns=0)
+    assert replayed.take_effects()[0].message.lac == 6      # piggybacked by entry 7
+
+
+def test_a_batch_passes_or_fails_as_a_whole():
+    d = Driver(pending_adds_count_max=4)
+    bad = batch(0, 3)
+    bad = dataclasses.replace(bad, bodies=bad.bodies[:2] + [body(7)])      # entry 2 claims to be 7
+    d.send(bad)
+    assert d.answers() == [AddBatchResponse(500, Code.BAD_REQUEST, 1, 0, 3)]
+    d.send(batch(0, 5))                                                  # over the pending limit
+    assert d.answers()[0].code == Code.TOO_MANY_REQUESTS
+    d.send(batch(0, 2))
+    d.send(ReadRequest(request_id=9, ledger_id=1, entry_id=-1, master_key=KEY, is_fencing=True))
+    d.tick()
+    d.persist()
+    d.answers()
+    d.send(batch(2, 2))
+    assert d.answers()[0].code == Code.FENCED
+    d.send(batch(2, 2, is_recovery=True))
+    d.tick()
+    d.persist()
+    assert d.answers()[0].code == Code.OK
+    assert d.storage.get_entry(1, 3) == body(3, 2) and d.storage.get_entry(1, 4) is None

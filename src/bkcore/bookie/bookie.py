@@ -4,6 +4,9 @@ Inputs: receive(message), on_persisted(token) when a JournalWrite is durable, on
 when next_deadline_ns() is due. Outputs: Send (responses) and JournalWrite effects. After a
 restart, replay_journal() (or replay_records()) rebuilds storage before anything is served.
 
+Batched adds (AddBatchRequest: consecutive entries of one ledger) are checked as a whole,
+journaled as one ENTRIES record and answered once; otherwise they follow the rules of adds.
+
 Rules that never bend:
 - an add is acknowledged only after its journal record is durable (except deferred-sync adds,
   which are acknowledged once received and made durable by a later force or group);
@@ -32,7 +35,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from bkcore.bookie.journal import (
-    RECORD_OVERHEAD_SIZE_MAX, RECORD_SIZE_MAX, EntryRecord, FenceRecord, ForceRecord, JournalRecord,
+    RECORD_OVERHEAD_SIZE_MAX, RECORD_SIZE_MAX, EntriesRecord, EntryRecord, FenceRecord, ForceRecord, JournalRecord,
     LacRecord, MasterKeyRecord, encode_record, scan_records,
 )
 from bkcore.bookie.longpoll import LongPollWaiters
@@ -41,9 +44,9 @@ from bkcore.digest import peek_entry_header
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import (
-    INVALID_ENTRY_ID, LAST_ENTRY_ID, AddRequest, AddResponse, ForceLedgerRequest,
-    ForceLedgerResponse, ReadLacRequest, ReadLacResponse, ReadRequest, ReadResponse,
-    WriteLacRequest, WriteLacResponse,
+    BATCH_ENTRY_COUNT_MAX, INVALID_ENTRY_ID, LAST_ENTRY_ID, AddBatchRequest, AddBatchResponse, AddRequest,
+    AddResponse, ForceLedgerRequest, ForceLedgerResponse, ReadLacRequest, ReadLacResponse, ReadRequest,
+    ReadResponse, WriteLacRequest, WriteLacResponse,
 )
 
 MS = 1_000_000
@@ -140,6 +143,15 @@ def _is_add_request(m: AddRequest) -> bool:
             and m.request_id in _INT64 and m.ledger_id in _INT64 and m.entry_id in _INT64)
 
 
+def _is_add_batch_request(m: AddBatchRequest) -> bool:
+    return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.first_entry_id) is int
+            and type(m.master_key) is bytes and type(m.bodies) is list and type(m.is_recovery) is bool
+            and type(m.is_deferred_sync) is bool and 0 < len(m.bodies) <= BATCH_ENTRY_COUNT_MAX
+            and all(type(body) is bytes for body in m.bodies)
+            and m.request_id in _INT64 and m.ledger_id in _INT64 and m.first_entry_id in _INT64
+            and m.first_entry_id + len(m.bodies) - 1 in _INT64)
+
+
 def _is_read_request(m: ReadRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.entry_id) is int
             and type(m.master_key) is bytes and type(m.is_fencing) is bool and type(m.previous_lac) is int
@@ -161,6 +173,16 @@ def _is_write_lac_request(m: WriteLacRequest) -> bool:
 def _is_force_ledger_request(m: ForceLedgerRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.master_key) is bytes
             and m.request_id in _INT64 and m.ledger_id in _INT64)
+
+
+def _entry_count(request: AddRequest | AddBatchRequest) -> int:
+    return 1 if type(request) is AddRequest else len(request.bodies)
+
+
+def _add_answer(request: AddRequest | AddBatchRequest, code: Code) -> AddResponse | AddBatchResponse:
+    if type(request) is AddRequest:
+        return AddResponse(request.request_id, code, request.ledger_id, request.entry_id)
+    return AddBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id, len(request.bodies))
 
 
 class Bookie:
@@ -282,7 +304,10 @@ class Bookie:
         counts = dict.fromkeys((EntryRecord, MasterKeyRecord, FenceRecord, LacRecord, ForceRecord), 0)
         for record in records:
             self._apply(record)
-            counts[type(record)] += 1
+            if type(record) is EntriesRecord:
+                counts[EntryRecord] += len(record.bodies)   # counted as the entries they hold
+            else:
+                counts[type(record)] += 1
         return counts
 
     # -- journal --------------------------------------------------------------------------
@@ -305,8 +330,8 @@ class Bookie:
     def _wait_for_journal(self, request: object, source: str) -> None:
         assert self._collecting is not None, "journal the record before waiting on it"
         self._collecting.waiters.append((request, source))
-        if type(request) is AddRequest:
-            self._pending_adds_count += 1
+        if type(request) is AddRequest or type(request) is AddBatchRequest:
+            self._pending_adds_count += _entry_count(request)
             self._counts["pending_adds_peak"] = max(self._counts["pending_adds_peak"], self._pending_adds_count)
         else:
             self._pending_syncs_count += 1
@@ -339,6 +364,12 @@ class Bookie:
                 header = peek_entry_header(body)
                 if header is not None:
                     self._learn_lac(ledger_id, header[2])
+            case EntriesRecord(ledger_id=ledger_id, first_entry_id=first_entry_id, bodies=bodies):
+                for offset, body in enumerate(bodies):
+                    storage.add_entry(ledger_id, first_entry_id + offset, body)
+                header = peek_entry_header(bodies[-1])    # LACs rise with entry ids
+                if header is not None:
+                    self._learn_lac(ledger_id, header[2])
             case MasterKeyRecord(ledger_id=ledger_id, master_key=master_key):
                 storage.set_master_key(ledger_id, master_key)
                 if self._pending_master_keys.get(ledger_id) == master_key:
@@ -355,10 +386,11 @@ class Bookie:
 
     def _complete(self, request: object, source: str) -> None:
         """Answer a request whose records are now durable."""
-        if type(request) is AddRequest:
-            self._pending_adds_count -= 1
-            self._counts["adds_ok"] += 1
-            self._send(source, AddResponse(request.request_id, Code.OK, request.ledger_id, request.entry_id))
+        if type(request) is AddRequest or type(request) is AddBatchRequest:
+            count = _entry_count(request)
+            self._pending_adds_count -= count
+            self._counts["adds_ok"] += count
+            self._send(source, _add_answer(request, Code.OK))
             return
         self._pending_syncs_count -= 1
         match request:
@@ -440,41 +472,62 @@ class Bookie:
     # -- handlers -------------------------------------------------------------------------
 
     def _on_add(self, request: AddRequest, source: str, now_ns: int) -> None:
-        code = self._check_add(request)
+        code = self._check_add(request.ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
+                               request.entry_id, (request.body,))
         if code != Code.OK:
             self._send(source, AddResponse(request.request_id, code, request.ledger_id, request.entry_id))
             return
+        self._store_adds(request, EntryRecord(request.ledger_id, request.entry_id, request.body), source, now_ns)
+
+    def _on_add_batch(self, request: AddBatchRequest, source: str, now_ns: int) -> None:
+        code = self._check_add(request.ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
+                               request.first_entry_id, request.bodies)
+        if code != Code.OK:
+            self._send(source, AddBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id,
+                                                len(request.bodies)))
+            return
+        record = EntriesRecord(request.ledger_id, request.first_entry_id, request.bodies)
+        self._store_adds(request, record, source, now_ns)
+
+    def _store_adds(self, request: AddRequest | AddBatchRequest, record: EntryRecord | EntriesRecord,
+                    source: str, now_ns: int) -> None:
         ledger_id = request.ledger_id
-        record = EntryRecord(ledger_id, request.entry_id, request.body)
+        self._journal_key_if_new(ledger_id, request.master_key, now_ns)
         if request.is_deferred_sync:
             # Applied and answered now; journaled for durability by a later group or force.
-            self._journal_key_if_new(ledger_id, request.master_key, now_ns)
             self.storage.set_master_key(ledger_id, request.master_key)
             self._apply(record)
             self._journal(record, now_ns, should_apply=False)
-            self._counts["adds_ok"] += 1
-            self._counts["deferred_adds"] += 1
-            self._send(source, AddResponse(request.request_id, Code.OK, ledger_id, request.entry_id))
+            count = _entry_count(request)
+            self._counts["adds_ok"] += count
+            self._counts["deferred_adds"] += count
+            self._send(source, _add_answer(request, Code.OK))
             return
-        self._journal_key_if_new(ledger_id, request.master_key, now_ns)
         self._journal(record, now_ns)
         self._wait_for_journal(request, source)
 
-    def _check_add(self, request: AddRequest) -> Code:
+    def _check_add(self, ledger_id: int, master_key: bytes, is_recovery: bool, is_deferred_sync: bool,
+                   first_entry_id: int, bodies) -> Code:
+        """Checks shared by single and batched adds; a batch passes or fails as a whole."""
         config = self.config
-        header = peek_entry_header(request.body)
-        if (len(request.body) > config.entry_size_max or len(request.master_key) > config.master_key_size_max
-                or header is None or header[:2] != (request.ledger_id, request.entry_id) or request.entry_id < 0):
+        size = 0
+        for offset, body in enumerate(bodies):
+            header = peek_entry_header(body)
+            if (len(body) > config.entry_size_max or header is None
+                    or header[0] != ledger_id or header[1] != first_entry_id + offset):
+                return self._reject(Code.BAD_REQUEST)
+            size += len(body) + RECORD_OVERHEAD_SIZE_MAX
+        if len(master_key) > config.master_key_size_max or first_entry_id < 0:
             return self._reject(Code.BAD_REQUEST)
-        if self._is_readonly and not request.is_recovery:
+        if self._is_readonly and not is_recovery:
             return self._reject(Code.READONLY)
-        known = self._known_key(request.ledger_id)
-        if known is not None and known != request.master_key:
+        known = self._known_key(ledger_id)
+        if known is not None and known != master_key:
             return self._reject(Code.UNAUTHORIZED)
-        if self._is_fenced(request.ledger_id) and not request.is_recovery:
+        if self._is_fenced(ledger_id) and not is_recovery:
             return self._reject(Code.FENCED)
-        if ((not request.is_deferred_sync and self._pending_adds_count >= config.pending_adds_count_max)
-                or not self._has_room(len(request.body) + len(request.master_key) + 2 * RECORD_OVERHEAD_SIZE_MAX)):
+        if ((not is_deferred_sync and self._pending_adds_count + len(bodies) > config.pending_adds_count_max)
+                or not self._has_room(size + len(master_key) + RECORD_OVERHEAD_SIZE_MAX)):
             return self._reject(Code.TOO_MANY_REQUESTS)
         return Code.OK
 
@@ -602,9 +655,9 @@ class Bookie:
         config = self.config
         groups = [g for g in (self._in_flight and self._in_flight[1], self._collecting) if g is not None]
         waiters = [request for group in groups for request, _ in group.waiters]
-        add_count = sum(type(r) is AddRequest for r in waiters)
-        assert add_count == self._pending_adds_count <= config.pending_adds_count_max
-        assert len(waiters) - add_count == self._pending_syncs_count <= config.pending_syncs_count_max
+        adds = [r for r in waiters if type(r) is AddRequest or type(r) is AddBatchRequest]
+        assert sum(map(_entry_count, adds)) == self._pending_adds_count <= config.pending_adds_count_max
+        assert len(waiters) - len(adds) == self._pending_syncs_count <= config.pending_syncs_count_max
         for group in groups:
             assert group.size == sum(map(len, group.chunks)) > 0
             assert group.size <= config.journal_queue_size_max
@@ -634,6 +687,7 @@ class Bookie:
 # Every request a bookie serves: (validator, handler). Anything else is malformed.
 _REQUEST_TABLE = {
     AddRequest: (_is_add_request, Bookie._on_add),
+    AddBatchRequest: (_is_add_batch_request, Bookie._on_add_batch),
     ReadRequest: (_is_read_request, Bookie._on_read),                 # fencing reads: _on_fence
     ReadLacRequest: (_is_read_lac_request, Bookie._on_read_lac),
     WriteLacRequest: (_is_write_lac_request, Bookie._on_write_lac),

@@ -4,7 +4,7 @@
     payload = msgpack [kind, fields...]
 
 Kinds: ENTRY (ledger, entry, packed body), MASTER_KEY (ledger, key), FENCE (ledger),
-LAC (ledger, lac, packed LAC), FORCE (ledger).
+LAC (ledger, lac, packed LAC), FORCE (ledger), ENTRIES (ledger, first entry, [packed bodies]).
 
 Scanning rules:
 - a record whose declared length runs past the end of the data, or a last record that fails
@@ -41,6 +41,7 @@ class JournalRecordKind(IntEnum):
     FENCE = 3
     LAC = 4
     FORCE = 5
+    ENTRIES = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +74,22 @@ class ForceRecord:
     ledger_id: int
 
 
-JournalRecord = EntryRecord | MasterKeyRecord | FenceRecord | LacRecord | ForceRecord
+@dataclass(frozen=True, slots=True)
+class EntriesRecord:
+    """Consecutive entries of one ledger from one AddBatchRequest: first_entry_id, +1, ..."""
+    ledger_id: int
+    first_entry_id: int
+    bodies: list
+
+
+JournalRecord = EntryRecord | MasterKeyRecord | FenceRecord | LacRecord | ForceRecord | EntriesRecord
 
 _KIND_OF = {EntryRecord: JournalRecordKind.ENTRY, MasterKeyRecord: JournalRecordKind.MASTER_KEY,
             FenceRecord: JournalRecordKind.FENCE, LacRecord: JournalRecordKind.LAC,
-            ForceRecord: JournalRecordKind.FORCE}
+            ForceRecord: JournalRecordKind.FORCE, EntriesRecord: JournalRecordKind.ENTRIES}
 _CLASS_OF = {int(kind): cls for cls, kind in _KIND_OF.items()}
 _FIELD_TYPES = {EntryRecord: (int, int, bytes), MasterKeyRecord: (int, bytes), FenceRecord: (int,),
-                LacRecord: (int, int, bytes), ForceRecord: (int,)}
+                LacRecord: (int, int, bytes), ForceRecord: (int,), EntriesRecord: (int, int, list)}
 
 
 class JournalCorrupted(Exception):
@@ -111,6 +120,8 @@ def _decode_payload(payload: memoryview) -> JournalRecord:
     types = _FIELD_TYPES[cls]
     if len(values) != len(types) or any(type(v) is not t for v, t in zip(values, types)):
         raise ValueError(f"ill-formed {cls.__name__}")
+    if cls is EntriesRecord and (not values[2] or any(type(body) is not bytes for body in values[2])):
+        raise ValueError("ill-formed EntriesRecord: bodies must be byte strings")
     return cls(*values)
 
 
