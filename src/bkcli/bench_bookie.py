@@ -4,7 +4,8 @@ The bookie is a `bk bookie` child process (its own core); this process is the lo
 the wire protocol directly with entries packed before the clock starts, so the figures are the
 bookie's (receive, journal group commit with fdatasync, answer), not a client library's.
 For 100 B, 1 KiB and 64 KiB entries:
-  pipelined   — many entries per frame, up to `window` adds in flight: entries/s, MiB/s,
+  pipelined   — one AddBatchRequest of many entries per frame (as the client library coalesces
+                pending adds), up to `window` adds in flight: entries/s, MiB/s,
                 p50/p99 add latency (send to acknowledgement), fraction of raw bandwidth;
   one at a time — one add, wait for its answer, repeat: p50/p99 latency.
 """
@@ -23,7 +24,7 @@ from bkcli.bench_journal import MIB, percentile, raw_fdatasync, raw_sequential
 from bkcli.local_processes import spawn_bookie
 from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import Code
-from bkcore.wire import AddRequest, FrameDecoder, encode_frame
+from bkcore.wire import AddBatchRequest, AddRequest, FrameDecoder, encode_frame
 
 PASSWORD = b"bench"
 FRAME_PAYLOAD_BYTES = 256 * 1024     # entries packed per frame, by size
@@ -44,8 +45,8 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
     count = min(400_000, max(window * 4, int(seconds * 400 * MIB / (entry_size + 64))))
     key = master_key(PASSWORD)
     bodies = _bodies(ledger_id, entry_size, count)
-    frames = [encode_frame([AddRequest(request_id=i, ledger_id=ledger_id, entry_id=i, master_key=key, body=bodies[i])
-                            for i in range(first, min(count, first + per_frame))])
+    frames = [encode_frame([AddBatchRequest(request_id=first, ledger_id=ledger_id, first_entry_id=first,
+                                            master_key=key, bodies=bodies[first:first + per_frame])])
               for first in range(0, count, per_frame)]
     del bodies
     sent_at = [0.0] * count
@@ -53,7 +54,8 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
     acked = [0]
     errors: dict[int, int] = {}
     stream = await trio.open_tcp_stream("127.0.0.1", port)
-    room = trio.Semaphore(window)
+    in_flight = [0]
+    room_freed = [trio.Event()]
     started = time.perf_counter()
     deadline = started + seconds
 
@@ -63,8 +65,9 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
                 return
             first = index * per_frame
             last = min(count, first + per_frame)
-            for _ in range(last - first):
-                await room.acquire()
+            while in_flight[0] + (last - first) > window:
+                await room_freed[0].wait()
+            in_flight[0] += last - first
             now = time.perf_counter()
             for i in range(first, last):
                 sent_at[i] = now
@@ -81,11 +84,13 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
             while (messages := decoder.next_frame()) is not None:
                 for message in messages:
                     if message.code == Code.OK:
-                        acked[0] += 1
-                        latencies.append(now - sent_at[message.request_id])
+                        acked[0] += message.count
+                        latencies.extend([now - sent_at[message.request_id]] * message.count)
                     else:
-                        errors[message.code] = errors.get(message.code, 0) + 1
-                    room.release()
+                        errors[message.code] = errors.get(message.code, 0) + message.count
+                    in_flight[0] -= message.count
+                room_freed[0].set()
+                room_freed[0] = trio.Event()
             if now >= deadline or acked[0] + sum(errors.values()) >= count:
                 nursery.cancel_scope.cancel()
 

@@ -55,8 +55,7 @@ class LmdbIndexStore:
         with self.env.begin(write=True) as txn:
             for key in deletes:
                 txn.delete(key)
-            for key, value in puts.items():
-                txn.put(key, value)
+            txn.cursor().putmulti(puts.items())
 
     def close(self) -> None:
         self.env.close()

@@ -13,6 +13,7 @@ raises StorageIOError, never "no such entry").
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -57,7 +58,7 @@ class _LedgerState:
 @dataclass(frozen=True, slots=True)
 class CheckpointPlan:
     """What one checkpoint writes, taken from memory at its start."""
-    entries: list[tuple[tuple[int, int], bytes]]    # ((ledger, entry), body), sorted
+    cache: dict[tuple[int, int], bytes]             # the write cache taken: (ledger, entry) -> body
     ledger_puts: dict[bytes, bytes]                  # packed state of changed ledgers
     deleted_ledger_ids: list[int]
     dirty_ledger_ids: list[int]
@@ -222,17 +223,19 @@ class DurableLedgerStorage:
     def append_to_logs(self, records, puts: dict[bytes, bytes]) -> None:
         """Append (ledger, entry, body) records to the entry logs, adding their index locations
         and the per-log usage they add (merged with what the index has) to `puts`."""
-        added: dict[int, dict[int, int]] = {}
+        added: dict[tuple[int, int], int] = {}     # (log, ledger) -> bytes
         records = list(records)
         locations = self.entry_logger.append_many(records)
-        for (ledger_id, entry_id, body), location in zip(records, locations):
-            puts[entry_key(ledger_id, entry_id)] = pack_location(location.log_id, location.offset)
-            per_ledger = added.setdefault(location.log_id, {})
-            per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + len(body) + RECORD_OVERHEAD_SIZE
-        for log_id, per_ledger in added.items():
-            usage = self.log_usage(log_id)
-            for ledger_id, size in per_ledger.items():
-                usage[ledger_id] = usage.get(ledger_id, 0) + size
+        for (ledger_id, entry_id, body), (log_id, offset) in zip(records, locations):
+            puts[entry_key(ledger_id, entry_id)] = pack_location(log_id, offset)
+            added[log_id, ledger_id] = added.get((log_id, ledger_id), 0) + len(body) + RECORD_OVERHEAD_SIZE
+        usages: dict[int, dict[int, int]] = {}
+        for (log_id, ledger_id), size in added.items():
+            usage = usages.get(log_id)
+            if usage is None:
+                usage = usages[log_id] = self.log_usage(log_id)
+            usage[ledger_id] = usage.get(ledger_id, 0) + size
+        for log_id, usage in usages.items():
             puts[log_meta_key(log_id)] = msgpack.packb(usage)
 
     def forget_log(self, log_id: int) -> None:
@@ -265,7 +268,7 @@ class DurableLedgerStorage:
     def begin_checkpoint(self) -> CheckpointPlan:
         assert self._flushing is None, "one checkpoint at a time"
         plan = CheckpointPlan(
-            entries=sorted(self._write_cache.items()),
+            cache=self._write_cache,
             ledger_puts={ledger_key(l): self._ledgers[l].pack() for l in sorted(self._dirty_ledgers)},
             dirty_ledger_ids=sorted(self._dirty_ledgers),
             deleted_ledger_ids=sorted(self._deleted_ledgers))
@@ -278,7 +281,8 @@ class DurableLedgerStorage:
     def write_checkpoint(self, plan: CheckpointPlan) -> None:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
-        self.append_to_logs(((l, e, body) for (l, e), body in plan.entries), puts)
+        # Sorted by (ledger, entry) so each ledger's entries sit together in the log.
+        self.append_to_logs(((l, e, body) for (l, e), body in sorted(plan.cache.items())), puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []
@@ -290,7 +294,7 @@ class DurableLedgerStorage:
     def abort_checkpoint(self, plan: CheckpointPlan) -> None:
         """The write failed (a full disk): everything goes back to memory for the next try.
         Entries added since begin are newer and win; the index never saw a partial batch."""
-        for key, body in plan.entries:
+        for key, body in plan.cache.items():
             if key not in self._write_cache and key[0] not in self._deleted_ledgers:
                 self._write_cache[key] = body
                 self._write_cache_size += len(body)
@@ -300,11 +304,11 @@ class DurableLedgerStorage:
     def finish_checkpoint(self, plan: CheckpointPlan) -> CheckpointReport:
         # The newest entries are the ones tailing readers ask for next: keep the tail of what was
         # flushed readable from memory (bounded by the read cache) instead of going to disk.
-        keep_count = self.config.read_cache_count_max // 2
-        for (ledger_id, entry_id), body in plan.entries[-keep_count:] if keep_count else ():
+        keep = itertools.islice(reversed(plan.cache.items()), self.config.read_cache_count_max // 2)
+        for (ledger_id, entry_id), body in reversed(list(keep)):     # the newest, oldest first
             if ledger_id not in self._deleted_ledgers:
                 self._remember_read((ledger_id, entry_id), body)
         self._flushing = None
         # Deletions the index now holds; ledgers deleted after begin wait for the next round.
         self._deleted_ledgers.difference_update(plan.deleted_ledger_ids)
-        return CheckpointReport(len(plan.entries), len(plan.ledger_puts))
+        return CheckpointReport(len(plan.cache), len(plan.ledger_puts))

@@ -12,7 +12,7 @@ which a bookie answers with IO_ERROR, never "no such entry".
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -27,8 +27,7 @@ ENTRY_KEY = struct.Struct(">qq")
 ENTRY_LOG_SUFFIX = ".log"
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Location:
+class Location(NamedTuple):
     log_id: int
     offset: int
 
@@ -83,17 +82,21 @@ class EntryLogger:
         locations = []
         chunks: list[bytes] = []
         pending_size = 0
+        pack_key, pack_header, checksum = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
+        fixed_size = RECORD_HEADER.size + ENTRY_KEY.size
         for ledger_id, entry_id, body in items:
-            payload = ENTRY_KEY.pack(ledger_id, entry_id) + body
-            record = RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
-            if self.current_size > ENTRY_LOG_HEADER.size and self.current_size + len(record) > self.entry_log_size_max:
+            # header | key | body without copying the body: the checksum runs over key then body.
+            key = pack_key(ledger_id, entry_id)
+            record_size = fixed_size + len(body)
+            if self.current_size > ENTRY_LOG_HEADER.size and self.current_size + record_size > self.entry_log_size_max:
                 self._write_out(chunks)
                 chunks, pending_size = [], 0
                 self._roll(self.current_id + 1)
             locations.append(Location(self.current_id, self.current_size))
-            chunks.append(record)
-            pending_size += len(record)
-            self.current_size += len(record)
+            chunks.append(pack_header(ENTRY_KEY.size + len(body), checksum(body, checksum(key))) + key)
+            chunks.append(body)
+            pending_size += record_size
+            self.current_size += record_size
             if pending_size >= APPEND_WRITE_SIZE:
                 self._write_out(chunks)
                 chunks, pending_size = [], 0
