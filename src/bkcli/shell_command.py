@@ -185,15 +185,27 @@ def _local_journal(args):
     return Journal(fs=OsFileSystem(args.data_dir), config=JournalConfig())
 
 
+def _journal_rows(record) -> list[dict]:
+    """One row per entry (a batched ENTRIES record shows each of its entries) or other record."""
+    from bkcore.bookie.journal import EntriesRecord, EntryRecord
+    if type(record) is EntriesRecord:
+        return [{"record": "ENTRY", "ledger_id": record.ledger_id, "entry_id": record.first_entry_id + i,
+                 "size": len(body), "batch_of": len(record.bodies)} for i, body in enumerate(record.bodies)]
+    if type(record) is EntryRecord:
+        return [{"record": "ENTRY", "ledger_id": record.ledger_id, "entry_id": record.entry_id,
+                 "size": len(record.body)}]
+    fields = {name: getattr(record, name) for name in record.__slots__}
+    name = type(record).__name__.removesuffix("Record").upper()
+    return [{"record": name, **{k: (len(v) if isinstance(v, bytes) else v) for k, v in fields.items()}}]
+
+
 def _readjournal(_, args):
     journal = _local_journal(args)
     rows = []
     for journal_id in journal.journal_ids():
         scan = journal.scan_journal(journal_id)
         for record in (scan.records if scan is not None else []):
-            fields = {name: getattr(record, name) for name in record.__slots__}
-            fields = {k: (len(v) if isinstance(v, bytes) else v) for k, v in fields.items()}
-            rows.append({"journal": f"{journal_id:x}", "record": type(record).__name__, **fields})
+            rows.extend({"journal": f"{journal_id:x}", **row} for row in _journal_rows(record))
         if scan is not None and scan.tail_problem:
             rows.append({"journal": f"{journal_id:x}", "record": "TAIL", "problem": scan.tail_problem})
     text = _lines(" ".join(f"{k}={v}" for k, v in row.items()) for row in rows)

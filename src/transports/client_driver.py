@@ -9,8 +9,8 @@ timeout); messages sent while it opens wait in its queue. When a connect fails o
 breaks, every request it carried fails at once (Client.on_connection_lost), and the bookie is
 not dialled again until a backoff (doubling up to RECONNECT_BACKOFF_MAX_S) has passed: requests
 meanwhile fail immediately, which the core turns into ensemble changes or other replicas.
-Everything a single call to the core produces is queued before any write happens, so a burst
-of adds to one bookie leaves in one frame.
+Everything queued for a bookie between two writes leaves in one frame, and runs of adds to it
+travel as AddBatchRequests (bkcore.client.batching), expanded back for the core on return.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from typing import Callable
 
 import trio
 
+from bkcore.client.batching import coalesce_adds, expand_batch_response
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import MetaCode, MetaResult
+from bkcore.wire import AddBatchResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 
@@ -67,6 +69,12 @@ class _BookieLink:
         self.is_connecting = False
         self.retry_after: float = 0.0         # trio time before which we do not dial again
         self.backoff_s = RECONNECT_BACKOFF_MIN_S
+        # AddBatchRequests in flight on the current connection: batch id -> the adds it carries.
+        self.batches: dict[int, list] = {}
+        self.batch_ids = itertools.count(1)
+
+    def coalesce(self, messages: list) -> list:
+        return coalesce_adds(messages, self.batch_ids.__next__, self.batches)
 
 
 class ClientDriver:
@@ -215,7 +223,8 @@ class ClientDriver:
                 self.client.on_send_failed(message, destination=link.bookie_id, now_ns=at_ns)
             self.pump()
             return
-        connection = FramedConnection(stream, name=link.bookie_id, on_messages=self._on_messages)
+        connection = FramedConnection(stream, name=link.bookie_id, on_messages=self._on_messages,
+                                      prepare=link.coalesce)
         link.connection = connection
         link.is_connecting = False
         link.backoff_s = RECONNECT_BACKOFF_MIN_S
@@ -227,6 +236,7 @@ class ClientDriver:
         finally:
             if link.connection is connection:
                 link.connection = None
+                link.batches.clear()     # their adds fail with the connection, below
             log.info("connection to bookie %s closed: %s", link.bookie_id, connection.close_reason)
             self.client.on_connection_lost(link.bookie_id, now_ns=now_ns())
             self.pump()
@@ -235,6 +245,12 @@ class ClientDriver:
         client = self.client
         at_ns = now_ns()
         source = connection.name
+        link = self._links[source]
         for message in messages:
-            client.receive(message, source=source, now_ns=at_ns)
+            if type(message) is AddBatchResponse:
+                requests = link.batches.pop(message.request_id, None)
+                for response in expand_batch_response(message, requests) if requests else ():
+                    client.receive(response, source=source, now_ns=at_ns)
+            else:
+                client.receive(message, source=source, now_ns=at_ns)
         self.pump()

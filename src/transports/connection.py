@@ -39,8 +39,12 @@ class FramedConnection:
     def __init__(self, stream: trio.abc.Stream, *, name: str,
                  on_messages: Callable[[list, "FramedConnection"], None],
                  frame_size_max: int = FRAME_SIZE_MAX,
-                 send_queue_size_max: int = SEND_QUEUE_SIZE_MAX_DEFAULT) -> None:
+                 send_queue_size_max: int = SEND_QUEUE_SIZE_MAX_DEFAULT,
+                 prepare: Callable[[list], list] | None = None) -> None:
         self.stream = stream
+        # Rewrites each batch of queued messages just before it is framed (a client coalesces
+        # adds there, when it knows everything that is waiting).
+        self._prepare = prepare
         self.name = name
         self._on_messages = on_messages
         self._frame_size_max = frame_size_max
@@ -81,6 +85,8 @@ class FramedConnection:
                     return
                 continue
             messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
+            if self._prepare is not None:
+                messages = self._prepare(messages)
             for frame in self._frames(messages):
                 await self.stream.send_all(frame)
                 self.sent_frame_count += 1

@@ -74,7 +74,7 @@ async def test_journal_tools_read_a_bookies_files(cluster):
     await bookie.server.checkpoint()
     status, text = await shell("readjournal", "--data-dir", bookie.config.data_dir, "--json", uri=None)
     rows = json.loads(text)
-    entries = [r for r in rows if r["record"] == "EntryRecord" and r["ledger_id"] == ledger.ledger_id]
+    entries = [r for r in rows if r["record"] == "ENTRY" and r["ledger_id"] == ledger.ledger_id]
     assert [r["entry_id"] for r in entries] == [0, 1, 2, 3, 4]
     status, text = await shell("lastmark", "--data-dir", bookie.config.data_dir, "--json", uri=None)
     mark = json.loads(text)["ledgers"]
