@@ -188,16 +188,32 @@ class AddBatchResponse:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class AuthRequest:
+    """The first message on a connection to a bookie that requires a shared secret."""
+
+    TAG: ClassVar[int] = 14
+    request_id: int
+    secret: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthResponse:
+    TAG: ClassVar[int] = 15
+    request_id: int
+    code: int
+
+
 Message = (
     AddRequest | AddResponse | ReadRequest | ReadResponse | WriteLacRequest | WriteLacResponse
     | ReadLacRequest | ReadLacResponse | ForceLedgerRequest | ForceLedgerResponse | ErrorResponse
-    | AddBatchRequest | AddBatchResponse
+    | AddBatchRequest | AddBatchResponse | AuthRequest | AuthResponse
 )
 
 _CLASSES = (
     AddRequest, AddResponse, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
     ReadLacRequest, ReadLacResponse, ForceLedgerRequest, ForceLedgerResponse, ErrorResponse,
-    AddBatchRequest, AddBatchResponse,
+    AddBatchRequest, AddBatchResponse, AuthRequest, AuthResponse,
 )
 # A list field is a list of bytes (the bodies of a batch).
 _TYPE_BY_NAME = {"int": int, "bytes": bytes, "bool": bool, "str": str, "list": list}

@@ -12,13 +12,17 @@ The thin driver around bkcore's BookieStack. What runs where:
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
   metastore session; a lost session opens a new one and registers again.
 
-Connections are named "conn-<n>"; that name is the `source` the core answers to.
+Connections are named "conn-<n>"; that name is the `source` the core answers to. With TLS
+configured every connection is wrapped in TLS; with an auth secret a connection's first message
+must be an AuthRequest carrying it, or the connection is answered UNAUTHORIZED and closed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import itertools
+import ssl
 import logging
 import time
 from dataclasses import dataclass, field
@@ -36,8 +40,9 @@ from bkcore.bookie.journal_files import JournalConfig
 from bkcore.bookie.stack import BookieStack
 from bkcore.effects import JournalWrite, Send
 from bkcore.ledger.layout import LedgerLayout
+from bkcore.errors import Code
 from bkcore.metaops import Create, Delete, Get, MetaCode
-from bkcore.wire import FRAME_SIZE_MAX
+from bkcore.wire import FRAME_SIZE_MAX, AuthRequest, AuthResponse, ErrorResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 from transports.filesystem import OsFileSystem
@@ -56,6 +61,9 @@ class BookieServerConfig:
     port: int = 3181                                # bookiePort
     advertised_address: str = ""                    # bookie id; default host:port
     http_port: int = 0                              # httpServerPort: HTTP admin, 0 = off
+    auth_secret: bytes = b""                        # clients must present it first (b"": no check)
+    tls_cert_file: str = ""                         # TLS when set: certificate chain (PEM)
+    tls_key_file: str = ""                          # and its private key (PEM)
     bookie: BookieConfig = field(default_factory=lambda: BookieConfig(journal_flush_when_queue_empty=True))
     journal: JournalConfig = field(default_factory=JournalConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -96,7 +104,9 @@ class BookieServer:
         self.is_registered_readonly: bool | None = None
         self.listen_port: int | None = None
         self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
-                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0}
+                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0}
+        self._unauthenticated: set[str] = set()     # connections that still owe the secret
+        self._tls = self._tls_context()
         self.journal_write_latency = Histogram()     # write + fdatasync of one group
         self.checkpoint_latency = Histogram()
         self.http_port: int | None = None
@@ -186,8 +196,26 @@ class BookieServer:
         await self.checkpoint()
         log.info("bookie %s shut down: %d requests unanswered", self.config.bookie_id, self.core.journal_waiter_count)
 
-    async def _handle_connection(self, stream: trio.SocketStream) -> None:
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if not self.config.tls_cert_file:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.config.tls_cert_file, self.config.tls_key_file or None)
+        return context
+
+    async def _handle_connection(self, stream: trio.abc.Stream) -> None:
         name = next(self._names)
+        if self._tls is not None:
+            stream = trio.SSLStream(stream, self._tls, server_side=True)
+            try:
+                with trio.fail_after(10):
+                    await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+                log.warning("bookie %s: TLS handshake with a client failed: %r", self.config.bookie_id, exc)
+                await trio.aclose_forcefully(stream)
+                return
+        if self.config.auth_secret:
+            self._unauthenticated.add(name)
         connection = FramedConnection(stream, name=name, on_messages=self._on_messages,
                                       frame_size_max=self.config.frame_size_max,
                                       send_queue_size_max=self.config.connection_send_queue_size_max)
@@ -197,13 +225,34 @@ class BookieServer:
             await connection.run()
         finally:
             del self.connections[name]
+            self._unauthenticated.discard(name)
             self.counts["malformed_frames"] += connection.malformed_frame_count
             if connection.malformed_frame_count:
                 log.warning("bookie %s: closed %s: %s", self.config.bookie_id, name, connection.close_reason)
 
     def _on_messages(self, messages: list, connection: FramedConnection) -> None:
+        if connection.name in self._unauthenticated:
+            messages = self._authenticate(messages, connection)
+            if not messages:
+                return
         self.core.receive_batch(messages, source=connection.name, now_ns=now_ns())
         self._pump()
+
+    def _authenticate(self, messages: list, connection: FramedConnection) -> list:
+        """The first message must be an AuthRequest with the secret; anything else closes."""
+        first = messages[0]
+        if type(first) is AuthRequest and hmac.compare_digest(first.secret, self.config.auth_secret):
+            self._unauthenticated.discard(connection.name)
+            connection.send(AuthResponse(first.request_id, int(Code.OK)))
+            return messages[1:]
+        self.counts["auth_failures"] += 1
+        log.warning("bookie %s: %s did not authenticate; closing it", self.config.bookie_id, connection.name)
+        if type(first) is AuthRequest:
+            connection.send(AuthResponse(first.request_id, int(Code.UNAUTHORIZED)))
+        else:
+            connection.send(ErrorResponse(int(Code.UNAUTHORIZED), "this bookie requires authentication first"))
+        connection.close("authentication failed")
+        return []
 
     def _pump(self) -> None:
         core = self.core

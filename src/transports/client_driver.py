@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import logging
 import random
+import ssl
 from typing import Callable
 
 import trio
@@ -28,7 +29,8 @@ from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import MetaCode, MetaResult
-from bkcore.wire import AddBatchResponse
+from bkcore.errors import Code
+from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 
@@ -79,12 +81,15 @@ class _BookieLink:
 
 class ClientDriver:
     def __init__(self, *, store: MetadataStore, layout: LedgerLayout, config: ClientConfig = ClientConfig(),
-                 client_id: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+                 client_id: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> None:
         self.store = store
         self.layout = layout
         self.client_id = client_id or f"client-{random.getrandbits(32):08x}"
         self.client = Client(client_id=self.client_id, rng=random.Random(), config=config, layout=layout)
         self.connect_timeout_s = connect_timeout_s
+        self.tls = tls
+        self.auth_secret = auth_secret
         self._calls: dict[int, _Call] = {}
         self._op_ids = itertools.count(1)
         self._links: dict[str, _BookieLink] = {}
@@ -212,7 +217,10 @@ class ClientDriver:
             host, port = parse_address(link.bookie_id)
             with trio.fail_after(self.connect_timeout_s):
                 stream = await trio.open_tcp_stream(host, port)
-        except (OSError, trio.TooSlowError, ValueError) as exc:
+                if self.tls is not None:
+                    stream = trio.SSLStream(stream, self.tls, server_hostname=host)
+                    await stream.do_handshake()
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as exc:
             link.is_connecting = False
             link.retry_after = trio.current_time() + link.backoff_s
             link.backoff_s = min(link.backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
@@ -228,6 +236,8 @@ class ClientDriver:
         link.connection = connection
         link.is_connecting = False
         link.backoff_s = RECONNECT_BACKOFF_MIN_S
+        if self.auth_secret:
+            connection.send(AuthRequest(0, self.auth_secret))
         waiting, link.waiting = link.waiting, []
         for message in waiting:
             connection.send(message)
@@ -251,6 +261,9 @@ class ClientDriver:
                 requests = link.batches.pop(message.request_id, None)
                 for response in expand_batch_response(message, requests) if requests else ():
                     client.receive(response, source=source, now_ns=at_ns)
+            elif type(message) is AuthResponse:
+                if message.code != Code.OK:
+                    log.warning("bookie %s refused our auth secret", source)
             else:
                 client.receive(message, source=source, now_ns=at_ns)
         self.pump()

@@ -18,6 +18,7 @@ transports.client_driver.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from typing import AsyncIterator, Sequence
 
 import trio
@@ -229,16 +230,18 @@ def _as_bytes(payload: object) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def connect(uri: str, *, config: ClientConfig = ClientConfig(),
-                  session_timeout_s: float = 10.0) -> AsyncIterator[BookKeeper]:
-    """Connect to the cluster whose metastore `uri` names (memory://, raft://, zk://)."""
+async def connect(uri: str, *, config: ClientConfig = ClientConfig(), session_timeout_s: float = 10.0,
+                  tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> AsyncIterator[BookKeeper]:
+    """Connect to the cluster whose metastore `uri` names (memory://, raft://, zk://). With
+    `tls` bookie connections use TLS (the context verifies the bookies' certificates); with
+    `auth_secret` each bookie connection first proves the cluster's shared secret."""
     from metastore.uri import open_metastore
 
     parsed = parse_metastore_uri(uri)
     store = await open_metastore(parsed, session_timeout_s=session_timeout_s)
     try:
         layout = await resolve_layout(store, parsed)
-        driver = ClientDriver(store=store, layout=layout, config=config)
+        driver = ClientDriver(store=store, layout=layout, config=config, tls=tls, auth_secret=auth_secret)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(driver.run)
