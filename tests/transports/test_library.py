@@ -87,3 +87,21 @@ async def test_wrong_password_and_too_few_bookies_are_typed_errors(cluster):
             await bk.open_ledger(ledger.ledger_id, password=b"wrong")
         with pytest.raises(NotEnoughBookies):
             await bk.create_ledger(ensemble=5, write_quorum=3, ack_quorum=2)
+
+
+async def test_sync_wrapper_from_a_plain_thread(cluster):
+    from bkclient.sync import connect as sync_connect
+
+    def script() -> list[bytes]:
+        with sync_connect(URI) as bk:
+            ledger = bk.create_ledger(password=b"pw")
+            assert ledger.add(b"one") == 0
+            assert ledger.add_many([b"two", b"three"]) == [1, 2]
+            ledger.close()
+            reader = bk.open_ledger(ledger.ledger_id, password=b"pw")
+            assert bk.list_ledgers() == [ledger.ledger_id]
+            with pytest.raises(Unauthorized):
+                bk.open_ledger(ledger.ledger_id, password=b"bad")
+            return reader.read(0, 2)
+
+    assert await trio.to_thread.run_sync(script) == [b"one", b"two", b"three"]

@@ -1,0 +1,108 @@
+"""A small synchronous wrapper for scripts: the async library on a background trio thread.
+
+    from bkclient.sync import connect
+    with connect("raft://127.0.0.1:2281") as bk:
+        ledger = bk.create_ledger(password=b"pw")
+        ledger.add(b"hello")
+        ledger.close()
+        print(bk.open_ledger(ledger.ledger_id, password=b"pw").read(0, 0))
+
+Every call blocks until the async call finishes and raises the same typed exceptions. The
+handles' async iterators (tail) are not offered here; use the async library for tailing.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from transports.library import connect as async_connect
+
+
+class _Portal:
+    """Runs `async with connect(...)` on its own thread until close()."""
+
+    def __init__(self, uri: str, kwargs: dict) -> None:
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self.bk = None
+        self._thread = threading.Thread(target=trio.run, args=(self._main, uri, kwargs), daemon=True,
+                                        name="bkclient-sync")
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    async def _main(self, uri: str, kwargs: dict) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        try:
+            async with async_connect(uri, **kwargs) as bk:
+                self.bk = bk
+                self._ready.set()
+                await self._stop.wait()
+        except BaseException as exc:      # noqa: BLE001 - handed to the caller's thread
+            self._error = exc
+            self._ready.set()
+
+    def call(self, fn, *args, **kwargs):
+        return trio.from_thread.run(lambda: fn(*args, **kwargs), trio_token=self._token)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+            self._thread.join()
+
+
+class _SyncHandle:
+    """Blocking versions of a WriteHandle's or ReadHandle's coroutine methods."""
+
+    _METHODS = ("add", "add_many", "force", "close", "read", "read_lac", "wait_for_lac_beyond")
+
+    def __init__(self, portal: _Portal, handle) -> None:
+        self._portal = portal
+        self._handle = handle
+
+    def __getattr__(self, name: str):
+        value = getattr(self._handle, name)
+        if name in self._METHODS:
+            return lambda *args, **kwargs: self._portal.call(value, *args, **kwargs)
+        return value
+
+
+class SyncBookKeeper:
+    def __init__(self, uri: str, **kwargs) -> None:
+        self._portal = _Portal(uri, kwargs)
+        self._bk = self._portal.bk
+
+    def create_ledger(self, **kwargs) -> _SyncHandle:
+        return _SyncHandle(self._portal, self._portal.call(self._bk.create_ledger, **kwargs))
+
+    def open_ledger(self, ledger_id: int, **kwargs) -> _SyncHandle:
+        return _SyncHandle(self._portal, self._portal.call(self._bk.open_ledger, ledger_id, **kwargs))
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        self._portal.call(self._bk.delete_ledger, ledger_id)
+
+    def list_ledgers(self) -> list[int]:
+        return self._portal.call(self._bk.list_ledgers)
+
+    def list_bookies(self, *, readonly: bool = False) -> list[str]:
+        return self._portal.call(self._bk.list_bookies, readonly=readonly)
+
+    def close(self) -> None:
+        self._portal.close()
+
+    def __enter__(self) -> SyncBookKeeper:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def connect(uri: str, **kwargs) -> SyncBookKeeper:
+    """Blocking connect(); use as a context manager or call close()."""
+    return SyncBookKeeper(uri, **kwargs)
