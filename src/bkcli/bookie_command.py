@@ -43,7 +43,7 @@ async def run_bookie(uri: str, config) -> int:
     parsed = parse_metastore_uri(uri)
     async with await open_metastore(parsed) as store:
         layout = await resolve_layout(store, parsed)
-        server = BookieServer(config, store, layout)
+        server = BookieServer(config, store, layout, reopen_store=lambda: open_metastore(parsed))
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
             print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)

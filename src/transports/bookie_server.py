@@ -10,7 +10,7 @@ The thin driver around bkcore's BookieStack. What runs where:
 - GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
 - the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
-  metastore session; a lost session opens a new one and registers again.
+  metastore session; a lost session opens a new one (reopen_store) and registers again.
 
 Connections are named "conn-<n>"; that name is the `source` the core answers to. With TLS
 configured every connection is wrapped in TLS; with an auth secret a connection's first message
@@ -26,6 +26,7 @@ import ssl
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable
 
 import trio
 
@@ -86,9 +87,12 @@ def now_ns() -> int:
 
 
 class BookieServer:
-    def __init__(self, config: BookieServerConfig, store: MetadataStore, layout: LedgerLayout) -> None:
+    def __init__(self, config: BookieServerConfig, store: MetadataStore, layout: LedgerLayout, *,
+                 reopen_store: Callable[[], Awaitable[MetadataStore]] | None = None) -> None:
         self.config = config
         self.store = store
+        # Opens a new metastore session after this one is lost (None: the bookie exits then).
+        self._reopen_store = reopen_store
         self.layout = layout
         self.fs = OsFileSystem(config.data_dir)
         self.stack: BookieStack | None = None
@@ -415,10 +419,18 @@ class BookieServer:
         """Watch our own registration; if it vanishes (session expired), register again."""
         while True:
             path = self.layout.bookie_path(self.config.bookie_id, is_readonly=bool(self.is_registered_readonly))
+            if self.store.session_lost:
+                if self._reopen_store is None:
+                    raise SystemExit(f"bookie {self.config.bookie_id}: metastore session lost; restart the bookie")
+                log.warning("bookie %s: metastore session lost; registering again on a new one",
+                            self.config.bookie_id)
+                lost, self.store = self.store, await self._reopen_store()
+                with trio.CancelScope(shield=True):
+                    await lost.aclose()
+                await self._register()
+                continue
             result, watch = await self.store.execute_watch(Get(path))
             if result.code is MetaCode.NO_NODE:
-                if self.store.session_lost:
-                    raise SystemExit(f"bookie {self.config.bookie_id}: metastore session lost; restart the bookie")
                 await self._register()
                 continue
             await watch.wait()

@@ -28,7 +28,7 @@ from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
-from bkcore.metaops import MetaCode, MetaResult
+from bkcore.metaops import Children, MetaCode, MetaResult
 from bkcore.errors import Code
 from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse
 from metastore.api import MetadataStore
@@ -104,6 +104,7 @@ class ClientDriver:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._watch_bookies)
             task_status.started()
 
     def close(self) -> None:
@@ -177,6 +178,24 @@ class ClientDriver:
             result = MetaResult(MetaCode.CONNECTION_LOSS)
         self.client.on_metadata_result(effect.token, result, now_ns=now_ns())
         self.pump()
+
+    async def _watch_bookies(self) -> None:
+        """Watch the writable bookies' registrations; when one vanishes (its session expired),
+        open writers replace it at once instead of at their next failed add."""
+        known: set[str] | None = None
+        while True:
+            result, watch = await self.store.execute_watch(Children(self.layout.available_path))
+            if result.code is MetaCode.OK:
+                current = {name for name in result.children if name != "readonly"}
+                lost = sorted(known - current) if known is not None else []
+                known = current
+                if lost:
+                    log.info("bookies %s are gone from %s", lost, self.layout.available_path)
+                    self.client.on_bookies_lost(lost, now_ns=now_ns())
+                    self.pump()
+            if self.store.session_lost:
+                return
+            await watch.wait()
 
     async def _timer_loop(self) -> None:
         while True:

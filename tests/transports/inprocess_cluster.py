@@ -62,7 +62,8 @@ class InProcessCluster:
             parsed = parse_metastore_uri(self.uri)
             with bookie.scope:
                 async with await open_metastore(parsed) as store:
-                    bookie.server = BookieServer(bookie.config, store, await resolve_layout(store, parsed))
+                    bookie.server = BookieServer(bookie.config, store, await resolve_layout(store, parsed),
+                                                 reopen_store=lambda: open_metastore(parsed))
                     await bookie.server.serve(task_status=task_status)
             bookie.stopped.set()
 

@@ -105,3 +105,19 @@ async def test_sync_wrapper_from_a_plain_thread(cluster):
             return reader.read(0, 2)
 
     assert await trio.to_thread.run_sync(script) == [b"one", b"two", b"three"]
+
+
+async def test_a_vanished_registration_moves_an_idle_writer_off_the_bookie(cluster):
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        await ledger.add(b"x")
+        victim = next(b for b in cluster.bookies if b.bookie_id in ledger.metadata.last_ensemble)
+        victim.server.store.expire_session()          # as if its metastore session timed out
+        with trio.fail_after(20):
+            while victim.bookie_id in ledger.metadata.last_ensemble:
+                await trio.sleep(0.01)
+        assert ledger.metadata.ensembles[-1][0] == 1   # the new ensemble starts after the LAC
+        assert await ledger.add(b"y") == 1
+        with trio.fail_after(20):                       # and the bookie registers again
+            while victim.bookie_id not in await bk.list_bookies():
+                await trio.sleep(0.01)

@@ -70,6 +70,13 @@ class Client:
         self.ctx.now_ns = now_ns
         self.ctx.on_connection_lost(destination, now_ns)
 
+    def on_bookies_lost(self, bookie_ids, *, now_ns: int) -> None:
+        """Bookies whose registration vanished: open writers using them change ensembles."""
+        self.ctx.now_ns = now_ns
+        for writer in list(self.ctx.open_writers.values()):
+            for bookie in bookie_ids:
+                writer.on_bookie_lost(bookie, now_ns)
+
     def on_metadata_result(self, token: int, result: object, *, now_ns: int) -> None:
         self.ctx.now_ns = now_ns
         self.ctx.on_metadata_result(token, result, now_ns)

@@ -60,6 +60,8 @@ class ClientContext:
         self._pending_requests: dict[int, _PendingRequest] = {}
         self._next_token = 1
         self._pending_metadata: dict[int, MetadataCallback] = {}
+        # Open application writers by ledger id, told when a bookie's registration vanishes.
+        self.open_writers: dict[int, object] = {}
         # Heap of (at_ns, timer_key); callbacks live in _timer_callbacks, a cancelled timer is
         # simply absent from it (lazy deletion).
         self._timers: list[tuple[int, int]] = []

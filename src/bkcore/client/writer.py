@@ -85,6 +85,8 @@ class LedgerWriter:
         self._explicit_lac_sent = last_add_confirmed
         self._explicit_lac_timer: int | None = None
         self._unusable_bookies: set[str] = set()
+        if not is_recovery:
+            ctx.open_writers[metadata.ledger_id] = self
 
     @property
     def ledger_id(self) -> int:
@@ -219,6 +221,16 @@ class LedgerWriter:
         if not self._is_changing_ensemble:
             self._start_ensemble_change(now_ns, attempt_index=0)
 
+    def on_bookie_lost(self, bookie: str, now_ns: int) -> None:
+        """The bookie's registration vanished (its session expired): replace it now rather than
+        at the next failed add. Deferred-sync ledgers cannot change ensembles, so they wait for
+        a real failure."""
+        if self.state is not WriterState.OPEN or self.metadata.is_deferred_sync:
+            return
+        ensemble = self.metadata.last_ensemble
+        if bookie in ensemble:
+            self._on_bookie_failed(ensemble.index(bookie), bookie, Code.TIMEOUT, now_ns)
+
     def _start_ensemble_change(self, now_ns: int, *, attempt_index: int) -> None:
         if self.ensemble_change_count >= self.ctx.config.ensemble_change_count_max:
             self._fail(TooManyEnsembleChanges(
@@ -322,6 +334,7 @@ class LedgerWriter:
             return
         was_closing = self.state is WriterState.CLOSING
         self.state = WriterState.ERRORED
+        self.ctx.open_writers.pop(self.ledger_id, None)
         self.error = error
         self._is_changing_ensemble = False
         while self._pending:
@@ -370,6 +383,7 @@ class LedgerWriter:
         update_ledger_metadata(self.ctx, self.metadata, transform, self._on_closed, now_ns=now_ns)
 
     def _on_closed(self, metadata: LedgerMetadata | None, error: BKException | None, now_ns: int) -> None:
+        self.ctx.open_writers.pop(self.ledger_id, None)
         if error is None:
             self.metadata = metadata
             self.state = WriterState.CLOSED
