@@ -75,10 +75,11 @@ class EntryLogger:
         self.current_size = ENTRY_LOG_HEADER.size
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        return self.append_many([(ledger_id, entry_id, body)])[0]
+        return Location(*self.append_many([(ledger_id, entry_id, body)])[0])
 
-    def append_many(self, items) -> list[Location]:
-        """append() for many (ledger, entry, body) items, written in few large writes."""
+    def append_many(self, items) -> list[tuple[int, int]]:
+        """append() for many (ledger, entry, body) items, written in few large writes; returns
+        (log id, offset) pairs (plain tuples: a Location each would cost more than the write)."""
         locations = []
         chunks: list[bytes] = []
         pending_size = 0
@@ -92,7 +93,7 @@ class EntryLogger:
                 self._write_out(chunks)
                 chunks, pending_size = [], 0
                 self._roll(self.current_id + 1)
-            locations.append(Location(self.current_id, self.current_size))
+            locations.append((self.current_id, self.current_size))
             chunks.append(pack_header(ENTRY_KEY.size + len(body), checksum(body, checksum(key))) + key)
             chunks.append(body)
             pending_size += record_size
