@@ -19,8 +19,9 @@ from bkcore.client.metadata_update import read_ledger_metadata
 from bkcore.client.reader import LedgerReader
 from bkcore.client.reads import LacRead
 from bkcore.client.recovery import LedgerRecovery
+from bkcore.client.rereplication import FragmentReplication
 from bkcore.client.writer import LedgerWriter
-from bkcore.digest import Digester, DigestType
+from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import BKException, MetadataError, NoSuchLedger, NotEnoughBookies, Unauthorized
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.ledger.metadata import LedgerMetadata, password_hash
@@ -132,6 +133,16 @@ class Client:
 
         read_ledger_metadata(ctx, ledger_id, on_metadata, now_ns=now_ns)
 
+    def replicate_fragment(self, op_id: int, metadata: LedgerMetadata, fragment, target: str, *,
+                           now_ns: int) -> None:
+        """Copy a lost bookie's fragment to `target` and swap it in (see rereplication.py).
+        Completed result: the updated metadata."""
+        self.ctx.now_ns = now_ns
+        ctx = self.ctx
+        FragmentReplication(ctx=ctx, metadata=metadata, fragment=fragment, target=target,
+                            on_done=lambda updated, error, at_ns: ctx.complete(op_id, result=updated, error=error)
+                            ).start(now_ns)
+
     def delete_ledger(self, op_id: int, ledger_id: int, *, now_ns: int) -> None:
         """Remove the ledger's metadata; bookies reclaim its entries in garbage collection."""
         self.ctx.now_ns = now_ns
@@ -210,7 +221,8 @@ class _CreateLedger:
             ledger_id=ledger_id, ensemble_size=spec.ensemble_size, write_quorum_size=spec.write_quorum_size,
             ack_quorum_size=spec.ack_quorum_size, ensembles=((0, self.ensemble),),
             digest_type=spec.digest_type, password_hash=password_hash(self.password), ctime_ns=now_ns,
-            is_deferred_sync=spec.is_deferred_sync, custom_metadata=spec.custom_metadata)
+            is_deferred_sync=spec.is_deferred_sync, custom_metadata=spec.custom_metadata,
+            master_key=master_key(self.password))
         self._create_node(metadata, now_ns)
 
     def _create_node(self, metadata: LedgerMetadata, now_ns: int) -> None:

@@ -53,6 +53,9 @@ class LedgerMetadata:
     length: int = 0
     is_deferred_sync: bool = False
     custom_metadata: tuple[tuple[str, bytes], ...] = ()
+    # The master key bookies check on adds, kept so autorecovery can re-replicate entries
+    # (BookKeeper keeps the ledger password in metadata for the same reason). b"": unknown.
+    master_key: bytes = b""
     version: int = -1
 
     def __post_init__(self) -> None:
@@ -150,6 +153,7 @@ class LedgerMetadata:
             "length": self.length,
             "deferred_sync": self.is_deferred_sync,
             "custom": [[k, v] for k, v in self.custom_metadata],
+            "master_key": self.master_key,
         }, use_bin_type=True)
 
     @classmethod
@@ -166,7 +170,8 @@ class LedgerMetadata:
                 ctime_ns=d["ctime_ns"], state=LedgerState(d["state"]),
                 last_entry_id=d["last_entry_id"], length=d["length"],
                 is_deferred_sync=d["deferred_sync"],
-                custom_metadata=tuple((k, v) for k, v in d["custom"]), version=version)
+                custom_metadata=tuple((k, v) for k, v in d["custom"]), master_key=d.get("master_key", b""),
+                version=version)
         except MetadataFormatError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
