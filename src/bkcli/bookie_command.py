@@ -47,6 +47,8 @@ async def run_bookie(uri: str, config) -> int:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
             print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)
+            if config.autorecovery:
+                nursery.start_soon(run_autorecovery, uri, config)
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
                     print(f"bookie {config.bookie_id}: {signal.Signals(signum).name}, shutting down", flush=True)
@@ -54,3 +56,12 @@ async def run_bookie(uri: str, config) -> int:
                     nursery.cancel_scope.cancel()
                     break
     return 0
+
+
+async def run_autorecovery(uri: str, config) -> None:
+    """The autorecovery daemon of this bookie: an auditor candidate and a replication worker."""
+    from transports.autorecovery import Autorecovery
+    from transports.library import connect
+    async with connect(uri) as bk:
+        await Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
+                           audit_interval_s=config.audit_interval_s, name=f"bookie-{config.bookie_id}").run()

@@ -50,6 +50,12 @@ def add_parser(commands) -> None:
     simple.add_argument("--num-entries", type=int, default=100)
     sanity = command("bookiesanity", "write and read a ledger on every writable bookie, one at a time")
     sanity.add_argument("--num-entries", type=int, default=10)
+    command("listunderreplicated", "ledgers marked under-replicated and their lost bookies")
+    recover = command("recover", "copy a lost bookie's ledger fragments to other bookies")
+    recover.add_argument("bookie", help="host:port of the lost bookie")
+    recover.add_argument("--dry-run", action="store_true", help="only count what would be copied")
+    decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie")
+    decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
     for name, help_text in (("readjournal", "print the records of a bookie's journals"),
                             ("lastmark", "print a bookie's LastLogMark in each ledger directory")):
         files = command(name, help_text, needs_cluster=False)
@@ -80,6 +86,9 @@ async def run_shell(args, out) -> int:
                 result = await handler(bk, args)
     except BKException as exc:
         print(f"bk shell {args.shell_command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except _ShellFailure as exc:
+        sys.stderr.write(f"bk shell {args.shell_command}: {exc}")
         return 1
     text, data = result
     out.write(json.dumps(data, indent=None, sort_keys=True) + "\n" if args.json else text)
@@ -179,6 +188,48 @@ async def _bookiesanity(bk, args):
     return text, reports
 
 
+async def _listunderreplicated(bk, args):
+    from transports.autorecovery import list_underreplicated
+    marks = await list_underreplicated(bk)
+    return _lines(f"{ledger_id}\t{','.join(lost)}" for ledger_id, lost in sorted(marks.items())), \
+        {str(k): v for k, v in sorted(marks.items())}
+
+
+def _progress_bar(done: int, total: int) -> None:
+    width = 30
+    filled = width * done // max(total, 1)
+    sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} ledgers")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+async def _recover(bk, args):
+    from transports.autorecovery import recover_bookie
+    report = await recover_bookie(bk, args.bookie, dry_run=args.dry_run, progress=_progress_bar)
+    verb = "would copy" if args.dry_run else "copied"
+    text = (f"{args.bookie}: {verb} {report.fragments_copied} fragments ({report.entries_copied} entries) "
+            f"of {report.ledgers_checked} ledgers\n" + _lines(f"FAILED: {f}" for f in report.failures))
+    data = {"bookie": args.bookie, "dry_run": args.dry_run, "ledgers_checked": report.ledgers_checked,
+            "fragments": report.fragments_copied, "entries": report.entries_copied, "failures": report.failures}
+    if report.failures:
+        raise _ShellFailure(text)
+    return text, data
+
+
+async def _decommission(bk, args):
+    from bkcore.metaops import Delete
+    from transports.autorecovery import recover_bookie
+    if args.bookie in await bk.list_bookies() or args.bookie in await bk.list_bookies(readonly=True):
+        raise _ShellFailure(f"{args.bookie} is still registered: stop it before decommissioning it\n")
+    report = await recover_bookie(bk, args.bookie, progress=_progress_bar)
+    if report.failures:
+        raise _ShellFailure("".join(f"FAILED: {f}\n" for f in report.failures) + "its cookie is kept\n")
+    await bk.store.execute(Delete(bk.layout.cookie_path(args.bookie)))
+    text = f"{args.bookie} decommissioned: {report.fragments_copied} fragments copied, cookie removed\n"
+    return text, {"bookie": args.bookie, "fragments": report.fragments_copied}
+
+
 def _local_journal(args):
     from bkcore.bookie.journal_files import Journal, JournalConfig
     from transports.filesystem import OsFileSystem
@@ -223,4 +274,9 @@ _HANDLERS = {
     "listbookies": _listbookies, "listledgers": _listledgers, "ledgermetadata": _ledgermetadata,
     "readledger": _readledger, "deleteledger": _deleteledger, "fence": _fence, "simpletest": _simpletest,
     "bookiesanity": _bookiesanity, "readjournal": _readjournal, "lastmark": _lastmark,
+    "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,
 }
+
+
+class _ShellFailure(Exception):
+    """A command that ran but did not achieve its purpose; the text says what is left."""

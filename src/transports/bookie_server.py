@@ -65,6 +65,9 @@ class BookieServerConfig:
     auth_secret: bytes = b""                        # clients must present it first (b"": no check)
     tls_cert_file: str = ""                         # TLS when set: certificate chain (PEM)
     tls_key_file: str = ""                          # and its private key (PEM)
+    autorecovery: bool = False                      # autoRecoveryDaemonEnabled
+    lost_bookie_recovery_delay_s: float = 0.0       # lostBookieRecoveryDelay
+    audit_interval_s: float = 60.0                  # auditorPeriodicCheckInterval
     bookie: BookieConfig = field(default_factory=lambda: BookieConfig(journal_flush_when_queue_empty=True))
     journal: JournalConfig = field(default_factory=JournalConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

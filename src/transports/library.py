@@ -210,6 +210,11 @@ class BookKeeper:
             raise ConnectionError(f"reading ledger {ledger_id}'s metadata failed: {result.code.name}")
         return LedgerMetadata.from_bytes(result.data, version=result.version)
 
+    async def replicate_fragment(self, metadata: LedgerMetadata, fragment, target: str) -> LedgerMetadata:
+        """Copy a lost bookie's fragment to `target` and swap it in; returns the new metadata."""
+        return await self._driver.call(lambda op_id, now_ns: self._driver.client.replicate_fragment(
+            op_id, metadata, fragment, target, now_ns=now_ns))
+
     async def list_ledgers(self) -> list[int]:
         return await ledger_ids_in_metadata(self.store, self.layout)
 

@@ -79,3 +79,23 @@ async def test_journal_tools_read_a_bookies_files(cluster):
     status, text = await shell("lastmark", "--data-dir", bookie.config.data_dir, "--json", uri=None)
     mark = json.loads(text)["ledgers"]
     assert mark["position"] > 0
+
+
+async def test_recover_and_decommission_commands(cluster, nursery):
+    import bkclient
+    async with bkclient.connect(URI) as bk:
+        await cluster.add_bookie()
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        await ledger.add_many([b"x%d" % i for i in range(20)])
+        metadata = await ledger.close()
+    victim = next(b for b in cluster.bookies if b.bookie_id in metadata.all_bookies())
+    status, _ = await shell("decommission", victim.bookie_id)
+    assert status == 1                                    # still running: refused
+    await cluster.stop(victim)
+    status, text = await shell("recover", victim.bookie_id, "--dry-run", "--json")
+    assert status == 0 and json.loads(text)["fragments"] == 1
+    assert (await shell("listunderreplicated"))[1] == ""
+    status, text = await shell("decommission", victim.bookie_id)
+    assert status == 0 and "decommissioned" in text
+    status, text = await shell("ledgermetadata", str(metadata.ledger_id), "--json")
+    assert victim.bookie_id not in str(json.loads(text)["ensembles"])

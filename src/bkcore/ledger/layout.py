@@ -5,6 +5,9 @@ Same paths as BookKeeper under a root (default /ledgers):
   <root>/available/readonly/<bookie>   ephemeral registration of a readonly bookie
   <root>/idgen/ID-<seq>                sequential nodes that hand out ledger ids
   <root>/cookies/<bookie>              the registered copy of a bookie's cookie
+  <root>/underreplication/ledgers/urL%010d   a ledger with fragments on lost bookies
+  <root>/underreplication/locks/urL%010d     ephemeral: a worker is re-replicating it
+  <root>/underreplication/auditor            ephemeral: the elected auditor
   flat layout:          <root>/L%010d
   hierarchical layout:  <root>/00/0000/L0001   (id as 10 digits split 2/4/4)
 """
@@ -37,6 +40,20 @@ class LedgerLayout:
 
     def bookie_path(self, bookie_id: str, *, is_readonly: bool = False) -> str:
         return f"{self.readonly_path if is_readonly else self.available_path}/{bookie_id}"
+
+    @property
+    def underreplicated_path(self) -> str:
+        return f"{self.root}/underreplication/ledgers"
+
+    def underreplicated_ledger_path(self, ledger_id: int) -> str:
+        return f"{self.underreplicated_path}/urL{ledger_id:010d}"
+
+    def replication_lock_path(self, ledger_id: int) -> str:
+        return f"{self.root}/underreplication/locks/urL{ledger_id:010d}"
+
+    @property
+    def auditor_path(self) -> str:
+        return f"{self.root}/underreplication/auditor"
 
     def ledger_path(self, ledger_id: int) -> str:
         assert 0 <= ledger_id < 10**10

@@ -1,0 +1,232 @@
+"""Autorecovery: the auditor that notices lost bookies and the workers that re-replicate.
+
+Auditor (one per cluster, elected by an ephemeral node at <root>/underreplication/auditor):
+every audit round — on any change of the bookie registrations and every audit_interval_s —
+it lists the live bookies (writable and readonly), remembers since when each bookie named by a
+ledger has been missing, and once one has been missing for lost_bookie_recovery_delay_s
+(BookKeeper's lostBookieRecoveryDelay) it marks every ledger with final fragments on it as
+under-replicated: <root>/underreplication/ledgers/urL<id>, whose data lists the lost bookies.
+
+Workers (any number): take a marked ledger's lock (an ephemeral node), copy each fragment on
+a lost bookie to a live writable bookie outside that ensemble (bkcore.client.rereplication),
+and remove the mark once nothing is left on lost bookies. A worker that dies drops its lock
+with its session; another worker takes the ledger over.
+
+recover_bookie() is the same copy for one bookie over every ledger, for `bk shell recover`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+import trio
+
+from bkcore.client.rereplication import fragments_on
+from bkcore.errors import BKException, NoSuchLedger
+from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
+from transports.library import BookKeeper
+
+log = logging.getLogger("bk.autorecovery")
+
+
+@dataclass
+class RecoveryReport:
+    ledgers_checked: int = 0
+    fragments_copied: int = 0
+    entries_copied: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+async def live_bookies(bk: BookKeeper) -> tuple[set[str], set[str]]:
+    """(writable, all live) bookie ids: readonly bookies are alive but take no new copies."""
+    writable = set(await bk.list_bookies())
+    return writable, writable | set(await bk.list_bookies(readonly=True))
+
+
+async def replicate_ledger(bk: BookKeeper, ledger_id: int, lost: set[str], *, dry_run: bool = False,
+                           report: RecoveryReport | None = None) -> bool:
+    """Copy every final fragment of the ledger that lies on a `lost` bookie. True when none is
+    left (or, with dry_run, when there was none)."""
+    report = report if report is not None else RecoveryReport()
+    try:
+        metadata = await bk.ledger_metadata(ledger_id)
+    except NoSuchLedger:
+        return True                                   # deleted meanwhile: nothing to protect
+    report.ledgers_checked += 1
+    writable, _ = await live_bookies(bk)
+    for bookie in sorted(lost):
+        for fragment in fragments_on(metadata, bookie):
+            if dry_run:
+                report.fragments_copied += 1
+                continue
+            ensemble = dict(metadata.ensembles)[fragment.ensemble_start]
+            candidates = sorted(writable - set(ensemble) - lost)
+            if not candidates:
+                report.failures.append(f"ledger {ledger_id}: no writable bookie outside {list(ensemble)}")
+                return False
+            target = random.choice(candidates)
+            try:
+                metadata = await bk.replicate_fragment(metadata, fragment, target)
+            except BKException as exc:
+                report.failures.append(f"ledger {ledger_id} entries {fragment.first_entry_id}.."
+                                       f"{fragment.last_entry_id} from {bookie}: {type(exc).__name__}: {exc}")
+                return False
+            report.fragments_copied += 1
+            report.entries_copied += len(fragment.entry_ids(metadata))
+            log.info("ledger %d: entries %d..%d of %s copied to %s", ledger_id, fragment.first_entry_id,
+                     fragment.last_entry_id, bookie, target)
+    return not dry_run or report.fragments_copied == 0
+
+
+async def recover_bookie(bk: BookKeeper, bookie: str, *, dry_run: bool = False,
+                         progress: Callable[[int, int], None] = lambda done, total: None) -> RecoveryReport:
+    """Re-replicate every ledger fragment on `bookie` (which should be down for good)."""
+    report = RecoveryReport()
+    ledger_ids = await bk.list_ledgers()
+    for index, ledger_id in enumerate(ledger_ids):
+        await replicate_ledger(bk, ledger_id, {bookie}, dry_run=dry_run, report=report)
+        progress(index + 1, len(ledger_ids))
+    return report
+
+
+async def list_underreplicated(bk: BookKeeper) -> dict[int, list[str]]:
+    """Marked ledgers and the lost bookies each mark names."""
+    result = await bk.store.execute(Children(bk.layout.underreplicated_path))
+    marks = {}
+    for name in result.children if result.code is MetaCode.OK else ():
+        if name.startswith("urL") and name[3:].isdigit():
+            ledger_id = int(name[3:])
+            data = await bk.store.execute(Get(bk.layout.underreplicated_ledger_path(ledger_id)))
+            if data.code is MetaCode.OK:
+                marks[ledger_id] = sorted(filter(None, data.data.decode().split("\n")))
+    return marks
+
+
+class Autorecovery:
+    def __init__(self, bk: BookKeeper, *, lost_bookie_recovery_delay_s: float = 0.0,
+                 audit_interval_s: float = 60.0, worker_interval_s: float = 1.0, name: str = "") -> None:
+        self.bk = bk
+        self.layout = bk.layout
+        self.store = bk.store
+        self.delay_s = lost_bookie_recovery_delay_s
+        self.audit_interval_s = audit_interval_s
+        self.worker_interval_s = worker_interval_s
+        self.name = name or f"autorecovery-{random.getrandbits(32):08x}"
+        self.is_auditor = False
+        self._missing_since: dict[str, float] = {}
+        self.counts = {"audits": 0, "ledgers_marked": 0, "ledgers_replicated": 0, "replication_failures": 0}
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._auditor_loop)
+            nursery.start_soon(self._worker_loop)
+
+    # -- auditor ----------------------------------------------------------------------------
+
+    async def _auditor_loop(self) -> None:
+        while True:
+            created = await self.store.execute(Create(self.layout.auditor_path, self.name.encode(), is_ephemeral=True))
+            if created.code is not MetaCode.OK:
+                result, watch = await self.store.execute_watch(Get(self.layout.auditor_path))
+                if result.code is MetaCode.OK:
+                    await watch.wait()                 # someone else audits; wait for its end
+                continue
+            self.is_auditor = True
+            log.info("%s is the auditor", self.name)
+            try:
+                await self._audit_forever()
+            finally:
+                self.is_auditor = False
+
+    async def _audit_forever(self) -> None:
+        while True:
+            _, watch = await self.store.execute_watch(Children(self.layout.available_path))
+            await self.audit()
+            next_round_in = self.audit_interval_s
+            if self._missing_since:                    # come back when a delay runs out
+                next_round_in = min(next_round_in, max(0.05, self.delay_s / 2))
+            with trio.move_on_after(next_round_in):
+                await watch.wait()
+
+    async def audit(self) -> list[int]:
+        """One audit round; returns the ledgers it marked."""
+        self.counts["audits"] += 1
+        _, alive = await live_bookies(self.bk)
+        now = trio.current_time()
+        ledger_ids = await self.bk.list_ledgers()
+        lost_by_ledger: dict[int, set[str]] = {}
+        named: set[str] = set()
+        for ledger_id in ledger_ids:
+            try:
+                metadata = await self.bk.ledger_metadata(ledger_id)
+            except NoSuchLedger:
+                continue
+            for bookie in metadata.all_bookies():
+                named.add(bookie)
+                if bookie in alive:
+                    continue
+                since = self._missing_since.setdefault(bookie, now)
+                if now - since >= self.delay_s and fragments_on(metadata, bookie):
+                    lost_by_ledger.setdefault(ledger_id, set()).add(bookie)
+        for bookie in list(self._missing_since):
+            if bookie in alive or bookie not in named:
+                del self._missing_since[bookie]
+        for ledger_id, lost in sorted(lost_by_ledger.items()):
+            await self._mark(ledger_id, lost)
+        return sorted(lost_by_ledger)
+
+    async def _mark(self, ledger_id: int, lost: set[str]) -> None:
+        path = self.layout.underreplicated_ledger_path(ledger_id)
+        for _ in range(10):
+            current = await self.store.execute(Get(path))
+            if current.code is MetaCode.NO_NODE:
+                result = await self.store.execute(Create(path, "\n".join(sorted(lost)).encode()))
+                if result.code is MetaCode.OK:
+                    self.counts["ledgers_marked"] += 1
+                    log.info("ledger %d is under-replicated: %s lost", ledger_id, sorted(lost))
+                    return
+                continue
+            if current.code is not MetaCode.OK:
+                return
+            known = set(filter(None, current.data.decode().split("\n")))
+            if lost <= known:
+                return
+            merged = "\n".join(sorted(known | lost)).encode()
+            if (await self.store.execute(SetData(path, merged, current.version))).code is MetaCode.OK:
+                return
+
+    # -- workers ----------------------------------------------------------------------------
+
+    async def _worker_loop(self) -> None:
+        while True:
+            result, watch = await self.store.execute_watch(Children(self.layout.underreplicated_path))
+            for name in sorted(result.children) if result.code is MetaCode.OK else ():
+                if name.startswith("urL") and name[3:].isdigit():
+                    await self.work_on(int(name[3:]))
+            with trio.move_on_after(self.worker_interval_s):
+                await watch.wait()
+
+    async def work_on(self, ledger_id: int) -> bool:
+        """Lock, re-replicate and unmark one ledger; False if locked elsewhere or unfinished."""
+        lock = self.layout.replication_lock_path(ledger_id)
+        if (await self.store.execute(Create(lock, self.name.encode(), is_ephemeral=True))).code is not MetaCode.OK:
+            return False
+        try:
+            mark = await self.store.execute(Get(self.layout.underreplicated_ledger_path(ledger_id)))
+            if mark.code is not MetaCode.OK:
+                return False
+            _, alive = await live_bookies(self.bk)
+            lost = set(filter(None, mark.data.decode().split("\n"))) - alive   # back meanwhile: fine
+            report = RecoveryReport()
+            if await replicate_ledger(self.bk, ledger_id, lost, report=report):
+                await self.store.execute(Delete(self.layout.underreplicated_ledger_path(ledger_id), mark.version))
+                self.counts["ledgers_replicated"] += 1
+                return True
+            self.counts["replication_failures"] += 1
+            log.warning("ledger %d not fully re-replicated yet: %s", ledger_id, report.failures)
+            return False
+        finally:
+            await self.store.execute(Delete(lock))
