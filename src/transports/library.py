@@ -112,6 +112,7 @@ class ReadHandle:
     def __init__(self, driver: ClientDriver, reader: LedgerReader) -> None:
         self._driver = driver
         self._reader = reader
+        self._metadata_watch = None      # on this ledger's metadata, while tailing
 
     @property
     def ledger_id(self) -> int:
@@ -139,18 +140,41 @@ class ReadHandle:
         return await self._driver.call(lambda op_id, now_ns: self._reader.read_lac(op_id, now_ns=now_ns))
 
     async def wait_for_lac_beyond(self, lac: int, *, timeout_s: float | None = None) -> int:
-        """Long-poll until the LAC passes `lac` (or the ledger is closed); returns the LAC."""
+        """Long-poll until the LAC passes `lac` or the ledger is closed (the ledger's metadata
+        is watched meanwhile, so a close ends the wait at once); returns the LAC."""
         timeout_ns = None if timeout_s is None else int(timeout_s * 1e9)
-        while self._reader.last_add_confirmed <= lac and not self._reader.is_closed:
-            before = self._reader.last_add_confirmed
-            await self._driver.call(
-                lambda op_id, now_ns: self._reader.long_poll_lac(op_id, now_ns=now_ns, timeout_ns=timeout_ns))
-            if self._reader.last_add_confirmed == before:
-                # The wait timed out with nothing new: was the ledger closed meanwhile?
-                await self._driver.call(lambda op_id, now_ns: self._reader.refresh_metadata(op_id, now_ns=now_ns))
-                if timeout_ns is not None:
-                    break
-        return self._reader.last_add_confirmed
+        reader, driver = self._reader, self._driver
+        while reader.last_add_confirmed <= lac and not reader.is_closed:
+            before = reader.last_add_confirmed
+            async with trio.open_nursery() as nursery:
+                async def long_poll() -> None:
+                    await driver.call(lambda op_id, now_ns: reader.long_poll_lac(op_id, now_ns=now_ns,
+                                                                                 timeout_ns=timeout_ns))
+                    nursery.cancel_scope.cancel()
+
+                async def until_closed() -> None:
+                    while not await self._has_closed():
+                        await self._metadata_watch.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(long_poll)
+                nursery.start_soon(until_closed)
+            if reader.last_add_confirmed == before and timeout_ns is not None:
+                break
+        return reader.last_add_confirmed
+
+    async def _has_closed(self) -> bool:
+        """Whether the ledger is closed, re-reading its metadata only when the one watch this
+        handle keeps on it has fired (so a long tail does not pile up watches)."""
+        if self._reader.is_closed:
+            return True
+        if self._metadata_watch is not None and not self._metadata_watch.is_fired:
+            return False
+        driver = self._driver
+        result, self._metadata_watch = await driver.store.execute_watch(Get(driver.layout.ledger_path(self.ledger_id)))
+        if result.code is MetaCode.OK and LedgerMetadata.from_bytes(result.data, version=result.version).is_closed:
+            await driver.call(lambda op_id, now_ns: self._reader.refresh_metadata(op_id, now_ns=now_ns))
+        return self._reader.is_closed
 
     async def tail(self, start_entry_id: int = 0) -> AsyncIterator[tuple[int, bytes]]:
         """Yield (entry_id, payload) from start_entry_id on, waiting (long poll) for new entries

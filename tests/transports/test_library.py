@@ -5,6 +5,7 @@ import pytest
 import trio
 
 import bkclient
+from bkcore.metaops import Children
 from bkcore.errors import LedgerFenced, NotEnoughBookies, Unauthorized
 from metastore.memory_store import forget_memory_servers
 from inprocess_cluster import InProcessCluster
@@ -112,12 +113,21 @@ async def test_a_vanished_registration_moves_an_idle_writer_off_the_bookie(clust
         ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
         await ledger.add(b"x")
         victim = next(b for b in cluster.bookies if b.bookie_id in ledger.metadata.last_ensemble)
-        victim.server.store.expire_session()          # as if its metastore session timed out
+        await cluster.stop(victim)                    # its session ends; the writer has nothing pending
         with trio.fail_after(20):
             while victim.bookie_id in ledger.metadata.last_ensemble:
                 await trio.sleep(0.01)
         assert ledger.metadata.ensembles[-1][0] == 1   # the new ensemble starts after the LAC
         assert await ledger.add(b"y") == 1
-        with trio.fail_after(20):                       # and the bookie registers again
-            while victim.bookie_id not in await bk.list_bookies():
-                await trio.sleep(0.01)
+
+
+async def test_a_bookie_whose_session_expired_registers_again(cluster):
+    async with bkclient.connect(URI) as bk:
+        bookie = cluster.bookies[0]
+        _, watch = await bk.store.execute_watch(Children(bk.layout.available_path))
+        bookie.server.store.expire_session()          # as if its metastore session timed out
+        with trio.fail_after(10):
+            await watch.wait()                        # the registration vanished...
+            while bookie.bookie_id not in await bk.list_bookies():
+                await trio.sleep(0.01)                # ...and came back on a new session
+        assert not bookie.server.store.session_lost
