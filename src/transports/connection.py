@@ -6,9 +6,10 @@ bookie or client handles a receive buffer at a time, not a message at a time.
 
 Sending: send() only queues (it never blocks the caller); one writer task drains the queue and
 packs everything queued since its last write into as few frames as FRAME_SIZE_MAX allows, so
-replies produced by one batch leave in one write. The queue is bounded in bytes: past
-send_queue_size_max, send() returns False and the caller answers TOO_MANY_REQUESTS or fails the
-request (backpressure instead of growth).
+replies produced by one batch leave in one write. Backpressure: while more than
+send_queue_size_max bytes wait to be sent, the connection stops reading, so a peer that does not
+read its answers fills its own TCP window instead of this process's memory (the bookie core's
+own limits answer TOO_MANY_REQUESTS before that).
 
 Malformed input (bad checksum, oversized length, undecodable message) gets one ErrorResponse
 naming the problem, then the connection closes; the process carries on.
@@ -25,6 +26,8 @@ from bkcore.errors import Code
 from bkcore.wire import FRAME_SIZE_MAX, ErrorResponse, FrameDecoder, MalformedFrame, encode_frame
 
 RECEIVE_SIZE = 256 * 1024
+# Messages handed to the owner at once; between slices the reader waits out a full send queue.
+DELIVERY_SLICE_COUNT = 64
 SEND_QUEUE_SIZE_MAX_DEFAULT = 64 * 1024 * 1024
 # A conservative size for one message in the queue when it has no body (ids, codes, keys).
 MESSAGE_OVERHEAD_SIZE = 64
@@ -52,6 +55,9 @@ class FramedConnection:
         self._send_queue_size = 0
         self.send_queue_size_max = send_queue_size_max
         self._send_wakeup = trio.Event()
+        self._drained = trio.Event()           # set each time the writer takes the queue
+        self.backpressure_wait_count = 0
+        self.send_queue_size_peak = 0
         self.is_closed = False
         self.close_reason = ""
         self.received_frame_count = 0
@@ -61,16 +67,21 @@ class FramedConnection:
     # -- sending ----------------------------------------------------------------------------
 
     def send(self, message: object) -> bool:
-        """Queue a message; False (and nothing queued) if the connection is closed or full."""
+        """Queue a message; False (and nothing queued) if the connection is closed. The queue
+        may pass send_queue_size_max: reading stops until it drains below it again, so a peer
+        that sends faster than it reads its answers is slowed by TCP itself."""
         if self.is_closed:
             return False
-        size = message_size(message)
-        if self._send_queue_size + size > self.send_queue_size_max and self._send_queue:
-            return False
         self._send_queue.append(message)
-        self._send_queue_size += size
+        self._send_queue_size += message_size(message)
+        if self._send_queue_size > self.send_queue_size_peak:
+            self.send_queue_size_peak = self._send_queue_size
         self._send_wakeup.set()
         return True
+
+    @property
+    def is_backed_up(self) -> bool:
+        return self._send_queue_size > self.send_queue_size_max
 
     @property
     def send_queue_size(self) -> int:
@@ -85,6 +96,8 @@ class FramedConnection:
                     return
                 continue
             messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
+            self._drained.set()
+            self._drained = trio.Event()
             if self._prepare is not None:
                 messages = self._prepare(messages)
             for frame in self._frames(messages):
@@ -108,6 +121,9 @@ class FramedConnection:
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(frame_size_max=self._frame_size_max)
         while True:
+            while self.is_backed_up and not self.is_closed:
+                self.backpressure_wait_count += 1
+                await self._drained.wait()
             data = await self.stream.receive_some(RECEIVE_SIZE)
             if not data:
                 self.close_reason = "closed by peer"
@@ -124,8 +140,13 @@ class FramedConnection:
                     self._on_messages(batch, self)
                 await self._refuse(str(exc))
                 return
-            if batch:
-                self._on_messages(batch, self)
+            # Hand the batch over in slices, pausing while the answers back up: one frame of
+            # small requests can ask for far more bytes than it holds (reads of big entries).
+            for start in range(0, len(batch), DELIVERY_SLICE_COUNT):
+                while self.is_backed_up and not self.is_closed:
+                    self.backpressure_wait_count += 1
+                    await self._drained.wait()
+                self._on_messages(batch[start:start + DELIVERY_SLICE_COUNT], self)
 
     async def _refuse(self, reason: str) -> None:
         """Answer a malformed frame with one ErrorResponse and stop reading."""

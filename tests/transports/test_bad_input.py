@@ -131,3 +131,36 @@ async def test_readonly_bookie_refuses_adds_but_serves_reads(cluster):
         by_id = {m.request_id: m for m in answers}
         assert by_id[1].code == Code.READONLY
         assert by_id[2].code == Code.OK
+
+
+async def test_a_client_that_does_not_read_its_answers_is_slowed_not_buffered(nursery, tmp_path):
+    forget_memory_servers()
+    cluster = InProcessCluster(nursery, tmp_path, URI)
+    for _ in range(3):
+        await cluster.add_bookie(connection_send_queue_size_max=1024 * 1024)
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3, password=b"pw")
+        await ledger.add_many([bytes([i]) * 60_000 for i in range(20)])
+    bookie = cluster.bookies[0]
+    host, port = bookie.bookie_id.split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    request_count = 3000                     # ~180 MB of answers if they were all queued
+    frame = encode_frame([ReadRequest(request_id=i, ledger_id=ledger.ledger_id, entry_id=i % 20)
+                          for i in range(request_count)])
+    async with trio.open_nursery() as inner:
+        inner.start_soon(stream.send_all, frame)
+        await trio.sleep(1.0)                # the bookie answers until its queue is full, then waits
+        (connection,) = bookie.server.connections.values()
+        assert connection.backpressure_wait_count >= 1
+        # At most the limit plus one slice of answers (64 x 60 kB) was ever queued.
+        assert connection.send_queue_size_peak < 1024 * 1024 + 64 * 61_000
+        decoder = FrameDecoder()
+        answers = 0
+        with trio.fail_after(60):
+            while answers < request_count:
+                decoder.feed(await stream.receive_some(1 << 20))
+                while (messages := decoder.next_frame()) is not None:
+                    answers += sum(1 for m in messages if m.code == Code.OK)
+    await stream.aclose()
+    for bookie in cluster.bookies:
+        bookie.scope.cancel()
