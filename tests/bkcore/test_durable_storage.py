@@ -147,3 +147,35 @@ def test_crash_between_log_flush_and_index_commit_keeps_the_old_index():
     fill(restarted, 1, 3, first=3)
     restarted.checkpoint()
     assert [restarted.get_entry(1, e) for e in range(6)] == [b"L1-E%d" % e for e in range(6)]
+
+
+def test_a_write_that_fails_half_way_never_misplaces_later_entries(fs, monkeypatch):
+    """A full disk in the middle of a checkpoint's entry-log write: the checkpoint fails, the
+    entries stay in memory, and the next checkpoint writes them to a fresh log whose offsets are
+    right (the failed log's tail is never computed on)."""
+    import bkcore.bookie.entrylog as entrylog
+    from bkcore.bookie.fs import DiskFullError
+    from bkcore.bookie.index import MemoryIndexStore
+
+    monkeypatch.setattr(entrylog, "APPEND_WRITE_SIZE", 300)     # several writes per checkpoint
+    storage = DurableLedgerStorage(fs=fs, index=MemoryIndexStore())
+    storage.set_master_key(1, b"k")
+    for entry_id in range(10):
+        storage.add_entry(1, entry_id, bytes([entry_id]) * 100)
+    real_append, calls = fs.append, []
+
+    def failing_append(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise DiskFullError(f"{path}: no space left on device")
+        return real_append(path, data)
+
+    monkeypatch.setattr(fs, "append", failing_append)
+    with pytest.raises(DiskFullError):
+        storage.checkpoint()
+    monkeypatch.setattr(fs, "append", real_append)
+    for entry_id in range(10, 15):
+        storage.add_entry(1, entry_id, bytes([entry_id]) * 100)
+    storage.checkpoint()
+    storage._read_cache.clear()
+    assert [storage.get_entry(1, e) for e in range(15)] == [bytes([e]) * 100 for e in range(15)]

@@ -47,6 +47,7 @@ class EntryLogger:
         self.entry_log_size_max = entry_log_size_max
         self.current_id: int | None = None
         self.current_size = 0
+        self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
         self._unflushed_ids: list[int] = []
 
     def _path(self, log_id: int) -> str:
@@ -66,47 +67,66 @@ class EntryLogger:
         """Start writing into a new log after every existing one (a log written before a crash
         may end torn; it is never appended to)."""
         self.fs.makedirs(self.ledger_dir)
-        self._roll(max(self.log_ids(), default=0) + 1)
+        self._roll()
 
-    def _roll(self, log_id: int) -> None:
+    def _roll(self) -> None:
+        """Start the next log. Ids already on disk are skipped: a log whose header write failed
+        half-way is never appended to."""
+        log_id = max(self.current_id or 0, *self.log_ids(), 0) + 1
+        self._needs_roll = True
         self.fs.append(self._path(log_id), ENTRY_LOG_HEADER.pack(ENTRY_LOG_MAGIC, ENTRY_LOG_FORMAT_VERSION, log_id))
         self._unflushed_ids.append(log_id)
         self.current_id = log_id
         self.current_size = ENTRY_LOG_HEADER.size
+        self._needs_roll = False
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
         return Location(*self.append_many([(ledger_id, entry_id, body)])[0])
 
     def append_many(self, items) -> list[tuple[int, int]]:
         """append() for many (ledger, entry, body) items, written in few large writes; returns
-        (log id, offset) pairs (plain tuples: a Location each would cost more than the write)."""
+        (log id, offset) pairs (plain tuples: a Location each would cost more than the write).
+
+        current_size only ever counts bytes that were written: if a write fails (a full disk),
+        the log's tail is uncertain, so the next append starts a new log rather than compute
+        offsets in this one."""
+        if self._needs_roll:
+            self._roll()
         locations = []
         chunks: list[bytes] = []
         pending_size = 0
+        offset = self.current_size
         pack_key, pack_header, checksum = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
         fixed_size = RECORD_HEADER.size + ENTRY_KEY.size
         for ledger_id, entry_id, body in items:
             # header | key | body without copying the body: the checksum runs over key then body.
             key = pack_key(ledger_id, entry_id)
             record_size = fixed_size + len(body)
-            if self.current_size > ENTRY_LOG_HEADER.size and self.current_size + record_size > self.entry_log_size_max:
-                self._write_out(chunks)
+            if offset > ENTRY_LOG_HEADER.size and offset + record_size > self.entry_log_size_max:
+                self._write_out(chunks, offset)
                 chunks, pending_size = [], 0
-                self._roll(self.current_id + 1)
-            locations.append((self.current_id, self.current_size))
+                self._roll()
+                offset = self.current_size
+            locations.append((self.current_id, offset))
             chunks.append(pack_header(ENTRY_KEY.size + len(body), checksum(body, checksum(key))) + key)
             chunks.append(body)
             pending_size += record_size
-            self.current_size += record_size
+            offset += record_size
             if pending_size >= APPEND_WRITE_SIZE:
-                self._write_out(chunks)
+                self._write_out(chunks, offset)
                 chunks, pending_size = [], 0
-        self._write_out(chunks)
+        self._write_out(chunks, offset)
         return locations
 
-    def _write_out(self, chunks: list[bytes]) -> None:
-        if chunks:
+    def _write_out(self, chunks: list[bytes], end_offset: int) -> None:
+        if not chunks:
+            return
+        try:
             self.fs.append(self._path(self.current_id), b"".join(chunks))
+        except BaseException:
+            self._needs_roll = True
+            raise
+        self.current_size = end_offset
 
     def is_finished(self, log_id: int) -> bool:
         """Flushed and no longer written to: only such logs may be compacted or deleted."""
