@@ -30,6 +30,7 @@ def add_parser(commands) -> None:
     command("listbookies", "bookies registered as writable (or --readonly)").add_argument(
         "--readonly", action="store_true")
     command("listledgers", "ids of every ledger with metadata")
+    command("bookieinfo", "disk space, state and ledger count of every registered bookie")
     command("ledgermetadata", "one ledger's metadata").add_argument("ledger_id", type=int)
     read = command("readledger", "print a ledger's entries (recovering it first unless --no-recovery)")
     read.add_argument("ledger_id", type=int)
@@ -102,6 +103,15 @@ def _lines(items) -> str:
 async def _listbookies(bk, args):
     bookies = await bk.list_bookies(readonly=args.readonly)
     return _lines(bookies), bookies
+
+
+async def _bookieinfo(bk, args):
+    rows = [await bk.bookie_info(b) for b in sorted(await bk.list_bookies() + await bk.list_bookies(readonly=True))]
+    gib = 1024 ** 3
+    text = _lines(f"{r['bookie']}\t{'readonly' if r['readonly'] else 'writable'}\t"
+                  f"free {r['free_disk_space'] / gib:.1f} of {r['total_disk_space'] / gib:.1f} GiB\t"
+                  f"{r['ledgers']} ledgers" for r in rows)
+    return text, rows
 
 
 async def _listledgers(bk, args):
@@ -271,7 +281,7 @@ def _lastmark(_, args):
 
 
 _HANDLERS = {
-    "listbookies": _listbookies, "listledgers": _listledgers, "ledgermetadata": _ledgermetadata,
+    "listbookies": _listbookies, "listledgers": _listledgers, "bookieinfo": _bookieinfo, "ledgermetadata": _ledgermetadata,
     "readledger": _readledger, "deleteledger": _deleteledger, "fence": _fence, "simpletest": _simpletest,
     "bookiesanity": _bookiesanity, "readjournal": _readjournal, "lastmark": _lastmark,
     "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,

@@ -204,16 +204,36 @@ class AuthResponse:
     code: int
 
 
+@dataclass(frozen=True, slots=True)
+class BookieInfoRequest:
+    """What a bookie says about itself (BookKeeper's GetBookieInfo): disk space and state.
+    Answered by the bookie's driver, which knows its disks; the core never sees it."""
+
+    TAG: ClassVar[int] = 16
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookieInfoResponse:
+    TAG: ClassVar[int] = 17
+    request_id: int
+    code: int
+    free_disk_space: int = 0
+    total_disk_space: int = 0
+    is_readonly: bool = False
+    ledger_count: int = 0
+
+
 Message = (
     AddRequest | AddResponse | ReadRequest | ReadResponse | WriteLacRequest | WriteLacResponse
     | ReadLacRequest | ReadLacResponse | ForceLedgerRequest | ForceLedgerResponse | ErrorResponse
-    | AddBatchRequest | AddBatchResponse | AuthRequest | AuthResponse
+    | AddBatchRequest | AddBatchResponse | AuthRequest | AuthResponse | BookieInfoRequest | BookieInfoResponse
 )
 
 _CLASSES = (
     AddRequest, AddResponse, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
     ReadLacRequest, ReadLacResponse, ForceLedgerRequest, ForceLedgerResponse, ErrorResponse,
-    AddBatchRequest, AddBatchResponse, AuthRequest, AuthResponse,
+    AddBatchRequest, AddBatchResponse, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse,
 )
 # A list field is a list of bytes (the bodies of a batch).
 _TYPE_BY_NAME = {"int": int, "bytes": bytes, "bool": bool, "str": str, "list": list}

@@ -43,7 +43,7 @@ from bkcore.effects import JournalWrite, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.errors import Code
 from bkcore.metaops import Create, Delete, Get, MetaCode
-from bkcore.wire import FRAME_SIZE_MAX, AuthRequest, AuthResponse, ErrorResponse
+from bkcore.wire import FRAME_SIZE_MAX, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse, ErrorResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 from transports.filesystem import OsFileSystem
@@ -242,8 +242,19 @@ class BookieServer:
             messages = self._authenticate(messages, connection)
             if not messages:
                 return
+        if any(type(m) is BookieInfoRequest for m in messages):
+            for message in messages:
+                if type(message) is BookieInfoRequest:
+                    connection.send(self._bookie_info(message.request_id))
+            messages = [m for m in messages if type(m) is not BookieInfoRequest]
         self.core.receive_batch(messages, source=connection.name, now_ns=now_ns())
         self._pump()
+
+    def _bookie_info(self, request_id: int) -> BookieInfoResponse:
+        used, total = self.fs.usage()
+        return BookieInfoResponse(request_id, int(Code.OK), free_disk_space=max(0, total - used),
+                                  total_disk_space=total, is_readonly=self.is_readonly,
+                                  ledger_count=len(self.stack.storage.ledger_ids()))
 
     def _authenticate(self, messages: list, connection: FramedConnection) -> list:
         """The first message must be an AuthRequest with the secret; anything else closes."""

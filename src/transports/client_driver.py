@@ -30,7 +30,7 @@ from bkcore.effects import Completed, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, MetaCode, MetaResult
 from bkcore.errors import Code
-from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse
+from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 
@@ -97,6 +97,9 @@ class ClientDriver:
         self._timer_at_ns: int | None = None
         self._timer_changed = trio.Event()
         self._on_completed: dict[int, Callable[[Completed], None]] = {}
+        # Driver-level requests (bookie info) use ids far above the core's.
+        self._info_ids = itertools.count(1 << 62)
+        self._info_waiters: dict[int, _Call] = {}
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -211,6 +214,18 @@ class ClientDriver:
             self.client.on_timer(now_ns())
             self.pump()
 
+    async def bookie_info(self, bookie_id: str, *, timeout_s: float = 10.0) -> BookieInfoResponse:
+        """Ask one bookie about its disks and state (a driver-level request the core never sees)."""
+        request_id = next(self._info_ids)
+        waiter = self._info_waiters[request_id] = _Call()
+        self._send(bookie_id, BookieInfoRequest(request_id))
+        try:
+            with trio.fail_after(timeout_s):
+                await waiter.done.wait()
+        finally:
+            self._info_waiters.pop(request_id, None)
+        return waiter.result
+
     # -- bookie connections -----------------------------------------------------------------
 
     def _send(self, bookie_id: str, message: object) -> None:
@@ -280,6 +295,11 @@ class ClientDriver:
                 requests = link.batches.pop(message.request_id, None)
                 for response in expand_batch_response(message, requests) if requests else ():
                     client.receive(response, source=source, now_ns=at_ns)
+            elif type(message) is BookieInfoResponse:
+                waiter = self._info_waiters.pop(message.request_id, None)
+                if waiter is not None:
+                    waiter.result = message
+                    waiter.done.set()
             elif type(message) is AuthResponse:
                 if message.code != Code.OK:
                     log.warning("bookie %s refused our auth secret", source)

@@ -242,6 +242,13 @@ class BookKeeper:
     async def list_ledgers(self) -> list[int]:
         return await ledger_ids_in_metadata(self.store, self.layout)
 
+    async def bookie_info(self, bookie_id: str) -> dict:
+        """A bookie's disk space, state and ledger count, asked over its own connection."""
+        info = await self._driver.bookie_info(bookie_id)
+        return {"bookie": bookie_id, "free_disk_space": info.free_disk_space,
+                "total_disk_space": info.total_disk_space, "readonly": info.is_readonly,
+                "ledgers": info.ledger_count}
+
     async def list_bookies(self, *, readonly: bool = False) -> list[str]:
         path = self.layout.readonly_path if readonly else self.layout.available_path
         result = await self.store.execute(Children(path))

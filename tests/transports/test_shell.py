@@ -99,3 +99,10 @@ async def test_recover_and_decommission_commands(cluster, nursery):
     assert status == 0 and "decommissioned" in text
     status, text = await shell("ledgermetadata", str(metadata.ledger_id), "--json")
     assert victim.bookie_id not in str(json.loads(text)["ensembles"])
+
+
+async def test_bookieinfo_asks_every_bookie(cluster):
+    status, text = await shell("bookieinfo", "--json")
+    rows = json.loads(text)
+    assert status == 0 and [r["bookie"] for r in rows] == sorted(b.bookie_id for b in cluster.bookies)
+    assert all(0 < r["free_disk_space"] <= r["total_disk_space"] and r["readonly"] is False for r in rows)
