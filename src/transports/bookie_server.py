@@ -46,6 +46,7 @@ from bkcore.metaops import Create, Delete, Get, MetaCode
 from bkcore.wire import FRAME_SIZE_MAX, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse, ErrorResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
+from transports.timer import CoreTimer, now_ns
 from transports.filesystem import OsFileSystem
 from transports.http_admin import AdminHttpServer
 from transports.lmdb_index import LmdbIndexStore
@@ -85,10 +86,6 @@ class BookieServerConfig:
         return self.advertised_address or f"{self.host}:{self.port}"
 
 
-def now_ns() -> int:
-    return int(trio.current_time() * 1e9)
-
-
 class BookieServer:
     def __init__(self, config: BookieServerConfig, store: MetadataStore, layout: LedgerLayout, *,
                  reopen_store: Callable[[], Awaitable[MetadataStore]] | None = None) -> None:
@@ -105,8 +102,7 @@ class BookieServer:
         self._journal_send: trio.MemorySendChannel | None = None
         self._journal_lock = trio.Lock()        # journal writes vs. deleting old journals
         self._storage_lock = trio.Lock()        # checkpoints vs. compaction (entry logs, index)
-        self._timer_changed = trio.Event()
-        self._timer_at_ns: int | None = None
+        self._timer = CoreTimer(self._on_timer_due)
         self.is_readonly = False          # refusing normal adds, registered under readonly/
         self.is_registered_readonly: bool | None = None
         self.listen_port: int | None = None
@@ -173,7 +169,7 @@ class BookieServer:
             send, receive = trio.open_memory_channel(1)
             self._journal_send = send
             nursery.start_soon(self._journal_loop, receive)
-            nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._timer.run)
             nursery.start_soon(self._checkpoint_loop)
             nursery.start_soon(self._gc_loop)
             nursery.start_soon(self._disk_loop)
@@ -286,9 +282,7 @@ class BookieServer:
                 else:
                     raise AssertionError(f"bookie effect {effect!r}")
         deadline_ns = core.next_deadline_ns()
-        if deadline_ns != self._timer_at_ns:
-            self._timer_at_ns = deadline_ns
-            self._timer_changed.set()
+        self._timer.set(deadline_ns)
 
     async def _journal_loop(self, receive: trio.MemoryReceiveChannel) -> None:
         stack = self.stack
@@ -309,19 +303,9 @@ class BookieServer:
         self.stack.write_journal(effect, now_ms=int(time.time() * 1000))
         self.stack.sync_journal(effect.token)
 
-    async def _timer_loop(self) -> None:
-        while True:
-            at_ns = self._timer_at_ns
-            self._timer_changed = trio.Event()
-            if at_ns is None:
-                await self._timer_changed.wait()
-                continue
-            with trio.move_on_at(at_ns / 1e9):
-                await self._timer_changed.wait()
-                continue
-            self._timer_at_ns = None
-            self.core.on_timer(now_ns())
-            self._pump()
+    def _on_timer_due(self, at_ns: int) -> None:
+        self.core.on_timer(at_ns)
+        self._pump()
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -33,16 +33,13 @@ from bkcore.errors import Code
 from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
+from transports.timer import CoreTimer, now_ns
 
 log = logging.getLogger("bk.client")
 
 CONNECT_TIMEOUT_S = 5.0
 RECONNECT_BACKOFF_MIN_S = 0.1
 RECONNECT_BACKOFF_MAX_S = 2.0
-
-
-def now_ns() -> int:
-    return int(trio.current_time() * 1e9)
 
 
 def parse_address(bookie_id: str) -> tuple[str, int]:
@@ -94,8 +91,7 @@ class ClientDriver:
         self._op_ids = itertools.count(1)
         self._links: dict[str, _BookieLink] = {}
         self._nursery: trio.Nursery | None = None
-        self._timer_at_ns: int | None = None
-        self._timer_changed = trio.Event()
+        self._timer = CoreTimer(self._on_timer_due)
         self._on_completed: dict[int, Callable[[Completed], None]] = {}
         # Driver-level requests (bookie info) use ids far above the core's.
         self._info_ids = itertools.count(1 << 62)
@@ -106,7 +102,7 @@ class ClientDriver:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            nursery.start_soon(self._timer_loop)
+            nursery.start_soon(self._timer.run)
             nursery.start_soon(self._watch_bookies)
             task_status.started()
 
@@ -159,9 +155,7 @@ class ClientDriver:
                 else:
                     raise AssertionError(f"client effect {effect!r}")
         deadline_ns = client.next_deadline_ns()
-        if deadline_ns != self._timer_at_ns:
-            self._timer_at_ns = deadline_ns
-            self._timer_changed.set()
+        self._timer.set(deadline_ns)
 
     def _complete(self, effect: Completed) -> None:
         callback = self._on_completed.pop(effect.op_id, None)
@@ -200,19 +194,9 @@ class ClientDriver:
                 return
             await watch.wait()
 
-    async def _timer_loop(self) -> None:
-        while True:
-            at_ns = self._timer_at_ns
-            self._timer_changed = trio.Event()
-            if at_ns is None:
-                await self._timer_changed.wait()
-                continue
-            with trio.move_on_at(at_ns / 1e9):
-                await self._timer_changed.wait()
-                continue
-            self._timer_at_ns = None
-            self.client.on_timer(now_ns())
-            self.pump()
+    def _on_timer_due(self, at_ns: int) -> None:
+        self.client.on_timer(at_ns)
+        self.pump()
 
     async def bookie_info(self, bookie_id: str, *, timeout_s: float = 10.0) -> BookieInfoResponse:
         """Ask one bookie about its disks and state (a driver-level request the core never sees)."""

@@ -5,22 +5,14 @@ import pytest
 import trio
 
 import bkclient
-from inprocess_cluster import InProcessCluster
-from metastore.memory_store import forget_memory_servers
 from transports.autorecovery import Autorecovery, list_underreplicated, recover_bookie
 
 URI = "memory://autorecovery"
 
 
 @pytest.fixture
-async def cluster(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(5):
-        await cluster.add_bookie()
-    yield cluster
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+async def cluster(start_cluster):
+    return await start_cluster(URI, 5)
 
 
 async def closed_ledgers(bk, count: int):

@@ -13,21 +13,13 @@ from bkcore.errors import Code
 from bkcore.wire import (
     AddRequest, AddResponse, ErrorResponse, FrameDecoder, ReadRequest, ReadResponse, encode_frame,
 )
-from inprocess_cluster import InProcessCluster
-from metastore.memory_store import forget_memory_servers
 
 URI = "memory://badinput"
 
 
 @pytest.fixture
-async def cluster(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(3):
-        await cluster.add_bookie()
-    yield cluster
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+async def cluster(start_cluster):
+    return await start_cluster(URI, 3)
 
 
 async def exchange(bookie_id: str, data: bytes, *, expect_close: bool) -> list:
@@ -133,11 +125,8 @@ async def test_readonly_bookie_refuses_adds_but_serves_reads(cluster):
         assert by_id[2].code == Code.OK
 
 
-async def test_a_client_that_does_not_read_its_answers_is_slowed_not_buffered(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(3):
-        await cluster.add_bookie(connection_send_queue_size_max=1024 * 1024)
+async def test_a_client_that_does_not_read_its_answers_is_slowed_not_buffered(start_cluster):
+    cluster = await start_cluster(URI, 3, connection_send_queue_size_max=1024 * 1024)
     async with bkclient.connect(URI) as bk:
         ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3, password=b"pw")
         await ledger.add_many([bytes([i]) * 60_000 for i in range(20)])
@@ -162,5 +151,3 @@ async def test_a_client_that_does_not_read_its_answers_is_slowed_not_buffered(nu
                 while (messages := decoder.next_frame()) is not None:
                     answers += sum(1 for m in messages if m.code == Code.OK)
     await stream.aclose()
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()

@@ -6,8 +6,6 @@ import pathlib
 import pytest
 import trio
 
-from inprocess_cluster import InProcessCluster
-from metastore.memory_store import forget_memory_servers
 
 URI = "memory://examples"
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
@@ -21,14 +19,8 @@ def load(name: str):
 
 
 @pytest.fixture
-async def cluster(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(3):
-        await cluster.add_bookie()
-    yield cluster
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+async def cluster(start_cluster):
+    return await start_cluster(URI, 3)
 
 
 async def test_ledger_basics(cluster, capsys):

@@ -6,8 +6,7 @@ import pytest
 import trio
 
 import bkclient
-from inprocess_cluster import InProcessCluster, free_port
-from metastore.memory_store import forget_memory_servers
+from inprocess_cluster import free_port
 
 URI = "memory://http"
 
@@ -23,14 +22,11 @@ async def http_get(port: int, path: str, *, method: str = "GET") -> tuple[int, s
 
 
 @pytest.fixture
-async def bookies(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
+async def bookies(start_cluster):
+    cluster = await start_cluster(URI, 0)
     for _ in range(3):
         await cluster.add_bookie(http_port=free_port())
-    yield cluster.bookies
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+    return cluster.bookies
 
 
 async def test_endpoints(bookies, monkeypatch):

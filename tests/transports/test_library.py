@@ -7,21 +7,13 @@ import trio
 import bkclient
 from bkcore.metaops import Children
 from bkcore.errors import LedgerFenced, NotEnoughBookies, Unauthorized
-from metastore.memory_store import forget_memory_servers
-from inprocess_cluster import InProcessCluster
 
 URI = "memory://library"
 
 
 @pytest.fixture
-async def cluster(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(4):
-        await cluster.add_bookie()
-    yield cluster
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+async def cluster(start_cluster):
+    return await start_cluster(URI, 4)
 
 
 async def test_write_close_and_read_back(cluster):

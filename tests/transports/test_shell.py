@@ -7,21 +7,13 @@ import pytest
 
 from bkcli.main import build_parser
 from bkcli.shell_command import run_shell
-from inprocess_cluster import InProcessCluster
-from metastore.memory_store import forget_memory_servers
 
 URI = "memory://shell"
 
 
 @pytest.fixture
-async def cluster(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(3):
-        await cluster.add_bookie()
-    yield cluster
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+async def cluster(start_cluster):
+    return await start_cluster(URI, 3)
 
 
 async def shell(*argv: str, uri: str | None = URI) -> tuple[int, str]:

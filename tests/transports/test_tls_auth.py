@@ -9,8 +9,6 @@ import trustme
 import bkclient
 from bkcore.errors import BKException
 from bkcore.wire import ErrorResponse, FrameDecoder, ReadLacRequest, encode_frame
-from inprocess_cluster import InProcessCluster
-from metastore.memory_store import forget_memory_servers
 
 URI = "memory://secure"
 
@@ -21,20 +19,15 @@ def ca():
 
 
 @pytest.fixture
-async def secure_cluster(nursery, tmp_path, ca):
-    forget_memory_servers()
+async def secure_cluster(start_cluster, tmp_path, ca):
     cert = ca.issue_cert("127.0.0.1")
     cert_path, key_path = tmp_path / "bookie.pem", tmp_path / "bookie.key"
     cert.cert_chain_pems[0].write_to_path(str(cert_path))
     for pem in cert.cert_chain_pems[1:]:
         pem.write_to_path(str(cert_path), append=True)
     cert.private_key_pem.write_to_path(str(key_path))
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    for _ in range(3):
-        await cluster.add_bookie(auth_secret=b"s3cret", tls_cert_file=str(cert_path), tls_key_file=str(key_path))
-    yield cluster
-    for bookie in cluster.bookies:
-        bookie.scope.cancel()
+    return await start_cluster(URI, 3, auth_secret=b"s3cret", tls_cert_file=str(cert_path),
+                               tls_key_file=str(key_path))
 
 
 async def test_tls_with_the_secret_works(secure_cluster, ca):
@@ -67,10 +60,8 @@ async def test_wrong_secret_or_no_tls_is_refused(secure_cluster, ca):
     await stream.aclose()
 
 
-async def test_secret_without_tls_refuses_an_unauthenticated_request(nursery, tmp_path):
-    forget_memory_servers()
-    cluster = InProcessCluster(nursery, tmp_path, URI)
-    bookie = await cluster.add_bookie(auth_secret=b"s3cret")
+async def test_secret_without_tls_refuses_an_unauthenticated_request(start_cluster):
+    (bookie,) = (await start_cluster(URI, 1, auth_secret=b"s3cret")).bookies
     host, port = bookie.bookie_id.split(":")
     stream = await trio.open_tcp_stream(host, int(port))
     await stream.send_all(encode_frame([ReadLacRequest(1, 1)]))
@@ -79,4 +70,3 @@ async def test_secret_without_tls_refuses_an_unauthenticated_request(nursery, tm
         while (frame := decoder.next_frame()) is None:
             decoder.feed(await stream.receive_some(1024))
     assert isinstance(frame[0], ErrorResponse) and "authentication" in frame[0].reason
-    bookie.scope.cancel()

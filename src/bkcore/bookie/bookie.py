@@ -251,15 +251,9 @@ class Bookie:
         self._maybe_flush(now_ns)
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
-        self._has_served = True
-        row = _REQUEST_TABLE.get(type(message))
-        if row is None or not row[0](message):
-            self._counts["malformed"] += 1
-            return
-        row[1](self, message, source, now_ns)
-        self._maybe_flush(now_ns)
+        self.receive_batch((message,), source=source, now_ns=now_ns)
 
-    def receive_batch(self, messages: list, *, source: str, now_ns: int) -> None:
+    def receive_batch(self, messages, *, source: str, now_ns: int) -> None:
         """Handle every request of one receive buffer, then decide about the journal once: a
         bookie flushing "when the queue is empty" treats the end of a batch as empty."""
         self._has_served = True
