@@ -68,3 +68,36 @@ class MetaResult:
     version: int = -1
     children: tuple[str, ...] = ()
     path: str = ""
+
+
+# -- plain-value forms, for metastore protocols and replicated logs ---------------------------
+
+_OP_KINDS = {Get: 1, Create: 2, SetData: 3, Delete: 4, Children: 5}
+_OP_CLASSES = {kind: cls for cls, kind in _OP_KINDS.items()}
+
+
+def op_to_list(op: MetaOp) -> list:
+    return [_OP_KINDS[type(op)], *(getattr(op, name) for name in op.__slots__)]
+
+
+def op_from_list(value: object) -> MetaOp:
+    """Rebuild an op; raises ValueError for anything that is not one."""
+    if not isinstance(value, list) or not value or value[0] not in _OP_CLASSES:
+        raise ValueError(f"not a metadata op: {value!r:.80}")
+    cls = _OP_CLASSES[value[0]]
+    try:
+        op = cls(*value[1:])
+    except TypeError as exc:
+        raise ValueError(f"bad {cls.__name__}: {exc}") from None
+    if not isinstance(op.path, str) or (hasattr(op, "data") and not isinstance(op.data, bytes)):
+        raise ValueError(f"bad {cls.__name__} field types")
+    return op
+
+
+def result_to_list(result: MetaResult) -> list:
+    return [int(result.code), result.data, result.version, list(result.children), result.path]
+
+
+def result_from_list(value: list) -> MetaResult:
+    code, data, version, children, path = value
+    return MetaResult(MetaCode(code), data, version, tuple(children), path)

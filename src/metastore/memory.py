@@ -224,6 +224,34 @@ class MemoryMetastore:
         changes, self._changes = self._changes, []
         return changes
 
+    # -- whole state (raft-lite snapshots) ---------------------------------------------------
+
+    def export_state(self) -> list:
+        """Everything that determines future answers, as plain msgpack-able values."""
+        nodes = [[path, n.data, n.version, n.owner_session_id, n.sequence_no]
+                 for path, n in sorted(self._nodes.items())]
+        return [nodes, sorted(self._sessions), self._next_session_id]
+
+    @classmethod
+    def from_state(cls, state: list, **kwargs) -> MemoryMetastore:
+        """The inverse of export_state()."""
+        nodes, session_ids, next_session_id = state
+        store = cls(**kwargs)
+        store._sessions = {session_id: set() for session_id in session_ids}
+        store._next_session_id = next_session_id
+        store._nodes = {}
+        for path, data, version, owner, sequence_no in nodes:
+            store._nodes[path] = _Node(data=data, version=version, owner_session_id=owner, sequence_no=sequence_no)
+        for path in store._nodes:
+            if path != "/":
+                parent, name = _parent_and_name(path)
+                store._nodes[parent].children.add(name)
+            owner = store._nodes[path].owner_session_id
+            if owner is not None:
+                store._sessions[owner].add(path)
+        store._node_count_peak = len(store._nodes)
+        return store
+
     # -- introspection ----------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, tuple[bytes, int]]:

@@ -1,0 +1,256 @@
+"""RaftWorld: raft-lite nodes on the simulator's event loop, with a seeded lossy network,
+partitions and crashes. Durable state is what the nodes' Save* effects wrote (a crash loses
+nothing else); clients submit commands to whoever is leader and record a history.
+
+Used by tests of the raft core (election, log conflicts, snapshots, leader failure) and by the
+linearizability check of compare-and-set histories under partitions.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import dataclass, field
+
+from bkcore.metaops import Create, Get, MetaCode, SetData, op_to_list, result_from_list
+from metastore.raftlite.core import (
+    Changed, PersistentState, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
+)
+from sim.loop import EventLoop
+
+MS = 1_000_000
+
+
+@dataclass
+class HistoryOp:
+    """One client operation: kind "cas" (expected version, new data) or "get"."""
+    kind: str
+    args: tuple
+    invoked_ns: int
+    completed_ns: int | None = None
+    result: tuple | None = None      # cas: (ok, new_version); get: (data, version); None: unknown
+
+
+@dataclass
+class _Node:
+    durable: PersistentState
+    core: RaftNode | None = None
+    incarnation: int = 0
+
+
+@dataclass
+class RaftWorld:
+    seed: int
+    node_count: int = 3
+    loss_probability: float = 0.0
+    config: RaftConfig = field(default_factory=lambda: RaftConfig(snapshot_threshold=50))
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        self.loop = EventLoop()
+        self.ids = list(range(1, self.node_count + 1))
+        self.nodes = {i: _Node(PersistentState()) for i in self.ids}
+        self.blocked: set[tuple[int, int]] = set()
+        self.replies: dict[object, Reply] = {}
+        self._reply_times: dict[object, int] = {}
+        self.history: list[HistoryOp] = []
+        self.applied_changes = 0
+        for i in self.ids:
+            self._start(i)
+
+    # -- nodes ----------------------------------------------------------------------------------
+
+    def _start(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        node.incarnation += 1
+        node.core = RaftNode(node_id=node_id, peer_ids=self.ids, rng=random.Random(self.rng.getrandbits(32)),
+                             config=self.config, restored=copy.deepcopy(node.durable), now_ns=self.loop.now_ns)
+        self._arm(node_id)
+
+    def crash(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        node.core = None
+        node.incarnation += 1
+
+    def restart(self, node_id: int) -> None:
+        if self.nodes[node_id].core is None:
+            self._start(node_id)
+
+    def partition(self, group: set[int]) -> None:
+        """Cut every link between `group` and the rest (both ways)."""
+        self.blocked = {(a, b) for a in self.ids for b in self.ids if (a in group) != (b in group)}
+
+    def heal(self) -> None:
+        self.blocked = set()
+
+    def leader(self) -> int | None:
+        leaders = [i for i, n in self.nodes.items() if n.core is not None and n.core.is_leader]
+        return max(leaders, key=lambda i: self.nodes[i].core.term) if leaders else None
+
+    # -- driving -------------------------------------------------------------------------------
+
+    def _arm(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        incarnation = node.incarnation
+        self.loop.call_at(max(node.core.next_deadline_ns(), self.loop.now_ns), self._timer, node_id, incarnation)
+
+    def _timer(self, node_id: int, incarnation: int) -> None:
+        node = self.nodes[node_id]
+        if node.core is None or node.incarnation != incarnation:
+            return
+        node.core.on_timer(self.loop.now_ns)
+        self._perform(node_id)
+
+    def _perform(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        for effect in node.core.take_effects():
+            kind = type(effect)
+            if kind is Send:
+                if (node_id, effect.destination) in self.blocked or self.rng.random() < self.loss_probability:
+                    continue
+                delay = MS + self.rng.randrange(4 * MS)
+                target = self.nodes[effect.destination]
+                self.loop.call_at(self.loop.now_ns + delay, self._deliver, effect.destination, target.incarnation,
+                                  node_id, copy.deepcopy(effect.message))
+            elif kind is SaveHardState:
+                node.durable.term, node.durable.voted_for = effect.term, effect.voted_for
+            elif kind is SaveLog:
+                keep = effect.first_index - node.durable.snapshot_index - 1
+                node.durable.log = node.durable.log[:max(0, keep)] + copy.deepcopy(effect.entries)
+            elif kind is SaveSnapshot:
+                durable = node.durable
+                drop = effect.index - durable.snapshot_index
+                durable.log = durable.log[drop:] if drop <= len(durable.log) else []
+                durable.snapshot_index, durable.snapshot_term = effect.index, effect.term
+                durable.snapshot_state = copy.deepcopy(effect.state)
+            elif kind is Reply:
+                self.replies[effect.token] = effect
+                self._reply_times[effect.token] = self.loop.now_ns
+            elif kind is Changed:
+                self.applied_changes += len(effect.changes)
+        node.core.invariants()
+        self._arm(node_id)
+
+    def _deliver(self, node_id: int, incarnation: int, source: int, message: list) -> None:
+        node = self.nodes[node_id]
+        if node.core is None or node.incarnation != incarnation or (source, node_id) in self.blocked:
+            return
+        node.core.receive(source, message, self.loop.now_ns)
+        self._perform(node_id)
+
+    def run_for(self, duration_ns: int) -> None:
+        self.loop.run_until(self.loop.now_ns + duration_ns)
+
+    def wait_for_leader(self, timeout_ns: int = 10_000 * MS) -> int:
+        deadline = self.loop.now_ns + timeout_ns
+        while self.loop.now_ns < deadline:
+            leader = self.leader()
+            if leader is not None and self.nodes[leader].core.term_at(self.nodes[leader].core.commit_index) \
+                    == self.nodes[leader].core.term:
+                return leader
+            self.run_for(10 * MS)
+        raise AssertionError(f"no leader within {timeout_ns / 1e9:g}s (seed {self.seed})")
+
+    # -- clients -------------------------------------------------------------------------------
+
+    def submit(self, command: list, *, timeout_ns: int = 2_000 * MS) -> Reply | None:
+        """Propose at the current leader and wait for the answer (None: none came)."""
+        leader = self.leader()
+        if leader is None:
+            return None
+        token = ("cmd", self.rng.getrandbits(64))
+        self.nodes[leader].core.propose(token, command, self.loop.now_ns)
+        self._perform(leader)
+        return self._await(token, timeout_ns)
+
+    def read(self, op, *, timeout_ns: int = 2_000 * MS) -> Reply | None:
+        leader = self.leader()
+        if leader is None:
+            return None
+        token = ("read", self.rng.getrandbits(64))
+        self.nodes[leader].core.read(token, op, self.loop.now_ns)
+        self._perform(leader)
+        return self._await(token, timeout_ns)
+
+    def _await(self, token, timeout_ns: int) -> Reply | None:
+        deadline = self.loop.now_ns + timeout_ns
+        while token not in self.replies and self.loop.now_ns < deadline:
+            self.run_for(MS)
+        reply = self.replies.pop(token, None)
+        return reply if reply is not None and not reply.error else None
+
+    # -- a register for linearizability checks -------------------------------------------------
+
+    REGISTER = "/register"
+
+    def create_register(self) -> None:
+        self.wait_for_leader()
+        reply = self.submit(["op", 0, op_to_list(Create(self.REGISTER, b"init"))])
+        assert reply is not None and result_from_list(reply.result).code is MetaCode.OK
+
+    def start_register_op(self, kind: str, args: tuple = ()) -> None:
+        """Start a cas or get at the current leader without waiting (concurrent clients)."""
+        op = HistoryOp(kind, args, self.loop.now_ns)
+        self.history.append(op)
+        # Any node that believes it leads: a deposed leader cut off from the rest is a fair
+        # target too, and must not answer with stale data.
+        leaders = [i for i, n in self.nodes.items() if n.core is not None and n.core.is_leader]
+        if not leaders:
+            return                               # never sent: unknown outcome, harmlessly
+        leader = self.rng.choice(leaders)
+        token = ("register", len(self.history) - 1)
+        core = self.nodes[leader].core
+        if kind == "cas":
+            core.propose(token, ["op", 0, op_to_list(SetData(self.REGISTER, args[1], args[0]))], self.loop.now_ns)
+        else:
+            core.read(token, Get(self.REGISTER), self.loop.now_ns)
+        self._perform(leader)
+
+    def collect_register_results(self) -> None:
+        for index, op in enumerate(self.history):
+            reply = self.replies.pop(("register", index), None)
+            if reply is None or reply.error:
+                continue
+            result = result_from_list(reply.result)
+            op.completed_ns = self._reply_times.get(("register", index), self.loop.now_ns)
+            op.result = ((result.code is MetaCode.OK, result.version) if op.kind == "cas"
+                         else (result.data, result.version))
+
+
+def check_register_linearizable(history: list[HistoryOp], initial: tuple = (b"init", 0)) -> bool:
+    """Wing-Gong search: is there an order of the operations, each placed between its
+    invocation and completion, that a single register explains? Operations with no answer may
+    have happened (any time after their invocation) or not at all."""
+    ops = [op for op in history if op.result is not None or op.kind == "cas"]   # unanswered reads: no effect
+    memo: set = set()
+
+    def step(state: tuple, op: HistoryOp) -> tuple | None:
+        data, version = state
+        if op.kind == "get":
+            return state if op.result is None or op.result == state else None
+        expected, new_data = op.args
+        ok = expected == version
+        if op.result is not None and op.result != ((True, version + 1) if ok else (False, version)):
+            return None
+        return (new_data, version + 1) if ok else state
+
+    def search(remaining: frozenset, state: tuple) -> bool:
+        if all(ops[i].result is None for i in remaining):
+            return True
+        key = (remaining, state)
+        if key in memo:
+            return False
+        memo.add(key)
+        horizon = min(ops[i].completed_ns for i in remaining if ops[i].result is not None)
+        for i in sorted(remaining, key=lambda i: ops[i].invoked_ns):
+            op = ops[i]
+            if op.invoked_ns > horizon:
+                break
+            after = step(state, op)
+            if after is not None and search(remaining - {i}, after):
+                return True
+            if op.result is None and search(remaining - {i}, state):    # it never happened
+                return True
+        return False
+
+    return search(frozenset(range(len(ops))), initial)
