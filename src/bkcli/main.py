@@ -19,10 +19,13 @@ def _refuse_optimized() -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
     commands = parser.add_subparsers(dest="command", required=True)
-    from bkcli import bench_commands, bookie_command, shell_command, sim_commands, standalone_command
+    from bkcli import (
+        bench_commands, bookie_command, metastore_command, shell_command, sim_commands, standalone_command,
+    )
 
     standalone_command.add_parser(commands)
     bookie_command.add_parser(commands)
+    metastore_command.add_parser(commands)
     shell_command.add_parser(commands)
     sim_commands.add_parser(commands)
     bench_commands.add_parser(commands)

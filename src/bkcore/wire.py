@@ -298,7 +298,11 @@ def decode_messages(body: bytes) -> list[Message]:
 
 
 def encode_frame(messages: list[Message]) -> bytes:
-    body = encode_messages(messages)
+    return frame_body(encode_messages(messages))
+
+
+def frame_body(body: bytes) -> bytes:
+    """length | crc32c | body: the framing every protocol here shares."""
     if len(body) + 4 > FRAME_SIZE_MAX:
         raise ValueError(f"frame of {len(body)} bytes exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}; send fewer messages per frame")
     return FRAME_HEADER.pack(len(body) + 4, crc32c.crc32c(body)) + body
@@ -311,9 +315,12 @@ class FrameDecoder:
     MalformedFrame at once, before the body arrives.
     """
 
-    def __init__(self, *, frame_size_max: int = FRAME_SIZE_MAX) -> None:
+    def __init__(self, *, frame_size_max: int = FRAME_SIZE_MAX, decode=None) -> None:
         self._buffer = bytearray()
         self._frame_size_max = frame_size_max
+        # What a frame's body becomes: bookie messages by default; other protocols that share
+        # this framing (raft-lite) pass their own decoder.
+        self._decode = decode or decode_messages
 
     def feed(self, data: bytes) -> None:
         self._buffer += data
@@ -331,4 +338,4 @@ class FrameDecoder:
         del self._buffer[:end]
         if crc32c.crc32c(body) != checksum:
             raise MalformedFrame("frame checksum mismatch")
-        return decode_messages(body)
+        return self._decode(body)

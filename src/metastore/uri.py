@@ -71,7 +71,7 @@ async def open_metastore(uri: str | MetastoreUri, *, session_timeout_s: float = 
         from metastore.memory_store import MemoryStore, memory_server
         return MemoryStore(memory_server(parsed.name))
     if parsed.backend == "raft":
-        from metastore.raft.client import open_raft_store
+        from metastore.raftlite.client import open_raft_store
         return await open_raft_store(parsed.hosts, session_timeout_s=session_timeout_s)
     from metastore.zookeeper import open_zookeeper_store
     return await open_zookeeper_store(parsed.hosts, session_timeout_s=session_timeout_s)

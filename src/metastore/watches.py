@@ -22,7 +22,9 @@ class WatchTable:
         self._children_watches: dict[str, list[Watch]] = {}
 
     def add(self, path: str, *, is_children: bool) -> Watch:
-        watch = Watch()
+        return self.add_watch(path, Watch(), is_children=is_children)
+
+    def add_watch(self, path: str, watch: Watch, *, is_children: bool) -> Watch:
         table = self._children_watches if is_children else self._data_watches
         table.setdefault(path, []).append(watch)
         return watch

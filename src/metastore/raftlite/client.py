@@ -1,0 +1,228 @@
+"""raft:// — the MetadataStore of a raft-lite cluster (see server.py for the protocol).
+
+One connection at a time, to the leader: a member that is not the leader answers "not leader"
+with the leader's address and the client follows it (or tries the next member). The session
+opened on first connect is kept alive by pings every third of its timeout and re-attached after
+a reconnect; if the cluster says it is gone, `session_lost` becomes true and every later call
+answers SESSION_EXPIRED. When a connection drops, requests in flight answer CONNECTION_LOSS
+(their outcome is unknown) and every watch fires, as the api requires.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import trio
+
+from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult, op_to_list, result_from_list
+from metastore.api import MetadataStore, Watch
+from metastore.raftlite.server import _Connection, is_connection_failure
+
+log = logging.getLogger("bk.metastore.client")
+
+CONNECT_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 10.0
+
+
+class _NotLeader(Exception):
+    def __init__(self, hint: str | None) -> None:
+        super().__init__(hint or "no leader known")
+        self.hint = hint
+
+
+class RaftStore(MetadataStore):
+    def __init__(self, hosts: tuple[tuple[str, int], ...], *, session_timeout_s: float) -> None:
+        self.hosts = [f"{h}:{p}" for h, p in hosts]
+        self.session_timeout_s = session_timeout_s
+        self._cluster_timeout_s = session_timeout_s     # until a member says otherwise
+        self.session_id: int | None = None
+        self._lost = False
+        self._connection: _Connection | None = None
+        self._connected = trio.Event()
+        self._pending: dict[int, tuple[trio.Event, list]] = {}
+        self._watches: dict[int, Watch] = {}
+        self._ids = itertools.count(1)
+        self._host_index = 0
+        self._scope: trio.CancelScope | None = None
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the connection task (a trio system task: it outlives the caller and ends at
+        aclose()) and wait for the session."""
+        self._scope = trio.CancelScope()
+        trio.lowlevel.spawn_system_task(self._run_guarded)
+        with trio.move_on_after(max(REQUEST_TIMEOUT_S, self.session_timeout_s)):
+            await self._connected.wait()
+        if self._connection is None:
+            await self.aclose()
+            raise ConnectionError(f"raft://{','.join(self.hosts)}: no member answered with a session; "
+                                  f"is the metastore running? (bk standalone, or bk metastore)")
+
+    async def _run_guarded(self) -> None:
+        with self._scope:
+            try:
+                await self._run()
+            except Exception as exc:       # a bug must not take the whole program down
+                log.exception("raft-lite client failed: %r", exc)
+                self._mark_lost(f"client error {exc!r}")
+                self._drop_connection()
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        hint: str | None = None
+        while not self._lost:
+            address = hint or self.hosts[self._host_index % len(self.hosts)]
+            hint = None
+            self._host_index += 1
+            try:
+                hint = await self._serve_connection(address)
+                backoff = 0.05
+            except BaseException as exc:
+                if not is_connection_failure(exc):
+                    raise
+                log.debug("raft member %s: %r", address, exc)
+            self._drop_connection()
+            await trio.sleep(backoff if hint is None else 0)
+            backoff = min(backoff * 2, 1.0)
+
+    async def _serve_connection(self, address: str) -> str | None:
+        """Talk to one member until the connection fails; returns a leader hint if redirected."""
+        host, _, port = address.rpartition(":")
+        with trio.fail_after(CONNECT_TIMEOUT_S):
+            stream = await trio.open_tcp_stream(host, int(port))
+        connection = _Connection(stream)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.write_loop)
+                nursery.start_soon(self._read, connection, nursery)
+                connection.send(["client"])
+                try:
+                    if self.session_id is None:
+                        self.session_id = await self._call(connection, ["open"])
+                    elif not await self._call(connection, ["attach", self.session_id]):
+                        self._mark_lost("the cluster says the session expired")
+                        return None
+                except _NotLeader as redirect:
+                    nursery.cancel_scope.cancel()
+                    return redirect.hint
+                self._connection = connection
+                self._connected.set()
+                while True:
+                    await trio.sleep(min(self.session_timeout_s, self._cluster_timeout_s) / 3)
+                    if not await self._call(connection, ["ping", self.session_id]):
+                        self._mark_lost("the cluster says the session expired")
+                        nursery.cancel_scope.cancel()
+                        return None
+        except _NotLeader as redirect:
+            return redirect.hint
+        finally:
+            connection.is_closed = True
+            await trio.aclose_forcefully(stream)
+
+    async def _read(self, connection: _Connection, nursery: trio.Nursery) -> None:
+        try:
+            async for message in connection.messages():
+                if message[0] == "r":
+                    waiter = self._pending.pop(message[1], None)
+                    if waiter is not None:
+                        waiter[1].extend([message[2], message[3]])
+                        waiter[0].set()
+                elif message[0] == "hello":
+                    self._cluster_timeout_s = message[1] / 1000
+                elif message[0] == "w":
+                    watch = self._watches.pop(message[1], None)
+                    if watch is not None:
+                        watch.fire("changed")
+        finally:
+            nursery.cancel_scope.cancel()
+
+    async def _call(self, connection: _Connection, message: list):
+        request_id = next(self._ids)
+        event, answer = trio.Event(), []
+        self._pending[request_id] = (event, answer)
+        connection.send([message[0], request_id, *message[1:]])
+        with trio.fail_after(REQUEST_TIMEOUT_S):
+            await event.wait()
+        if not answer:
+            raise trio.BrokenResourceError("connection lost")
+        error, payload = answer
+        if error == "not leader":
+            raise _NotLeader(payload)
+        if error:
+            raise ValueError(error)
+        return payload
+
+    def _drop_connection(self) -> None:
+        self._connection = None
+        if not self._lost:
+            self._connected = trio.Event()
+        for event, _ in self._pending.values():
+            event.set()                       # empty answer: connection lost
+        self._pending.clear()
+        watches, self._watches = self._watches, {}
+        for watch in watches.values():
+            watch.fire("connection lost")
+
+    def _mark_lost(self, why: str) -> None:
+        if not self._lost:
+            log.warning("raft-lite session %s lost: %s", self.session_id, why)
+        self._lost = True
+        self._connected.set()
+
+    # -- MetadataStore ----------------------------------------------------------------------
+
+    @property
+    def session_lost(self) -> bool:
+        return self._lost
+
+    async def execute(self, op: MetaOp) -> MetaResult:
+        return (await self._execute(op, 0))[0]
+
+    async def execute_watch(self, op: Get | Children) -> tuple[MetaResult, Watch]:
+        if not isinstance(op, (Get, Children)):
+            raise TypeError(f"only Get and Children can be watched, not {type(op).__name__}")
+        watch_id = next(self._ids)
+        watch = Watch()
+        self._watches[watch_id] = watch
+        result, _ = await self._execute(op, watch_id)
+        if result.code is MetaCode.CONNECTION_LOSS:
+            watch.fire("connection lost")
+        return result, watch
+
+    async def _execute(self, op: MetaOp, watch_id: int) -> tuple[MetaResult, None]:
+        if self._lost:
+            return MetaResult(MetaCode.SESSION_EXPIRED), None
+        with trio.move_on_after(self.session_timeout_s):
+            await self._connected.wait()
+        connection = self._connection
+        if connection is None or self._lost:
+            return MetaResult(MetaCode.SESSION_EXPIRED if self._lost else MetaCode.CONNECTION_LOSS), None
+        try:
+            payload = await self._call(connection, ["op", self.session_id, op_to_list(op), watch_id])
+        except (_NotLeader, trio.BrokenResourceError, trio.TooSlowError):
+            return MetaResult(MetaCode.CONNECTION_LOSS), None
+        return result_from_list(payload), None
+
+    async def aclose(self) -> None:
+        if self._scope is None:
+            return
+        connection = self._connection
+        if connection is not None and not self._lost:
+            with trio.move_on_after(2):
+                try:
+                    await self._call(connection, ["close", self.session_id])
+                except (_NotLeader, ValueError, trio.BrokenResourceError, trio.TooSlowError):
+                    pass                        # closing is best effort; the session will expire
+        self._lost = True
+        self._scope.cancel()
+        self._scope = None
+        self._drop_connection()
+
+
+async def open_raft_store(hosts: tuple[tuple[str, int], ...], *, session_timeout_s: float) -> MetadataStore:
+    """Connect to a raft-lite cluster and open a session."""
+    store = RaftStore(hosts, session_timeout_s=session_timeout_s)
+    await store.start()
+    return store

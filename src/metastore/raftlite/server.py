@@ -1,0 +1,299 @@
+"""A raft-lite node over trio: peers and metastore clients on one TCP port.
+
+Every frame (bkcore.wire framing: length | crc32c | msgpack) holds one message, a list. A
+connection first says who it is: ["peer", node_id] or ["client"]. Peers then exchange the core's
+messages. Clients are first told ["hello", session_timeout_ms] (the cluster's session timeout, which
+they ping well within), then send requests and get ["r", request_id, error, payload] answers,
+plus ["w", watch_id] when a watch fires:
+
+    ["open", rid]                        a new session            -> session id
+    ["attach", rid, session]             continue a session (after a reconnect) -> True/False
+    ["ping", rid, session]               keep the session alive   -> True/False
+    ["op", rid, session, op, watch_id]   one metadata op (watch_id > 0: also watch the node or
+                                         its children, for Get / Children) -> MetaResult list
+    ["close", rid, session]              end the session (its ephemeral nodes go)
+
+Only the leader serves clients; others answer error "not leader" with the leader's address
+as payload, so a client can follow it. Effects of the core are performed strictly in order by
+one task, Save* in a worker thread (fsync) before anything after them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import msgpack
+import trio
+
+from bkcore.metaops import Children, Get, op_from_list, op_to_list
+from bkcore.wire import FrameDecoder, MalformedFrame, frame_body
+from metastore.api import Watch
+from metastore.raftlite.core import (
+    Changed, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
+)
+from metastore.raftlite.storage import RaftStorage
+from metastore.watches import WatchTable
+from transports.timer import CoreTimer, now_ns
+
+log = logging.getLogger("bk.metastore")
+
+RECEIVE_SIZE = 256 * 1024
+
+
+def encode(message: list) -> bytes:
+    return frame_body(msgpack.packb(message, use_bin_type=True))
+
+
+def decode(body: bytes):
+    try:
+        return [msgpack.unpackb(body, raw=False, strict_map_key=False)]
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise MalformedFrame(f"not msgpack: {exc}") from None
+
+
+CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError, MalformedFrame)
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """A broken or bad connection (possibly inside an exception group from a nursery)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_connection_failure(e) for e in exc.exceptions)
+    return isinstance(exc, CONNECTION_ERRORS)
+
+
+class _Connection:
+    """A framed connection with a send queue drained by its own task."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.outbox: list[bytes] = []
+        self.wakeup = trio.Event()
+        self.is_closed = False
+
+    def send(self, message: list) -> None:
+        if not self.is_closed:
+            self.outbox.append(encode(message))
+            self.wakeup.set()
+
+    async def write_loop(self) -> None:
+        while True:
+            await self.wakeup.wait()
+            self.wakeup = trio.Event()
+            data, self.outbox = b"".join(self.outbox), []
+            if data:
+                await self.stream.send_all(data)
+
+    async def messages(self):
+        decoder = FrameDecoder(decode=decode)
+        while True:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            if not data:
+                return
+            decoder.feed(data)
+            while (frame := decoder.next_frame()) is not None:
+                yield frame[0]
+
+
+class _RemoteWatch(Watch):
+    """A watch whose firing is a notification to the client that set it."""
+
+    def __init__(self, connection: _Connection, watch_id: int) -> None:
+        super().__init__()
+        self.connection = connection
+        self.watch_id = watch_id
+
+    def fire(self, reason: str = "changed") -> None:
+        if not self.is_fired:
+            super().fire(reason)
+            self.connection.send(["w", self.watch_id])
+
+
+class RaftServer:
+    def __init__(self, *, node_id: int, addresses: dict[int, tuple[str, int]], data_dir: str,
+                 config: RaftConfig = RaftConfig()) -> None:
+        self.node_id = node_id
+        self.addresses = addresses
+        self.storage = RaftStorage(data_dir)
+        restored = self.storage.load()
+        if self.storage.tail_problem:
+            log.warning("metastore node %d: %s", node_id, self.storage.tail_problem)
+        self.core = RaftNode(node_id=node_id, peer_ids=list(addresses), rng=random.Random(), config=config,
+                             restored=restored, now_ns=now_ns())
+        self._effects_send, self._effects_receive = trio.open_memory_channel(float("inf"))
+        self._peer_outboxes: dict[int, _Connection | None] = {p: None for p in self.core.peer_ids}
+        self._peer_wakeups = {p: trio.Event() for p in self.core.peer_ids}
+        self._peer_queues: dict[int, list[list]] = {p: [] for p in self.core.peer_ids}
+        self.watches = WatchTable()
+        self._timer = CoreTimer(self._on_timer)
+        self._nursery: trio.Nursery | None = None
+
+    # -- core plumbing ------------------------------------------------------------------------
+
+    def _pump(self) -> None:
+        effects = self.core.take_effects()
+        if effects:
+            self._effects_send.send_nowait(effects)
+        self._timer.set(self.core.next_deadline_ns())
+
+    def _on_timer(self, at_ns: int) -> None:
+        self.core.on_timer(at_ns)
+        self._pump()
+
+    async def _effects_loop(self) -> None:
+        async for effects in self._effects_receive:
+            for effect in effects:
+                kind = type(effect)
+                if kind is Send:
+                    self._send_to_peer(effect.destination, effect.message)
+                elif kind is SaveLog:
+                    await trio.to_thread.run_sync(self.storage.save_log, effect.first_index, effect.entries)
+                elif kind is SaveHardState:
+                    await trio.to_thread.run_sync(self.storage.save_hard_state, effect.term, effect.voted_for)
+                elif kind is SaveSnapshot:
+                    await trio.to_thread.run_sync(self.storage.save_snapshot, effect.index, effect.term, effect.state)
+                elif kind is Reply:
+                    connection, request_id = effect.token
+                    if effect.error:
+                        connection.send(["r", request_id, "not leader", self._leader_address()])
+                    else:
+                        connection.send(["r", request_id, "", effect.result])
+                elif kind is Changed:
+                    self.watches.fire_changes(effect.changes)
+
+    def _leader_address(self) -> str | None:
+        leader = self.core.leader_id
+        if leader is None or leader not in self.addresses:
+            return None
+        host, port = self.addresses[leader]
+        return f"{host}:{port}"
+
+    # -- peers ----------------------------------------------------------------------------------
+
+    def _send_to_peer(self, peer: int, message: list) -> None:
+        queue = self._peer_queues[peer]
+        if len(queue) < 10_000:              # a peer that is away loses messages, as a network would
+            queue.append(message)
+            self._peer_wakeups[peer].set()
+
+    async def _peer_sender(self, peer: int) -> None:
+        host, port = self.addresses[peer]
+        while True:
+            try:
+                with trio.fail_after(2):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError):
+                self._peer_queues[peer].clear()
+                await trio.sleep(0.1)
+                continue
+            try:
+                await stream.send_all(encode(["peer", self.node_id]))
+                while True:
+                    await self._peer_wakeups[peer].wait()
+                    self._peer_wakeups[peer] = trio.Event()
+                    queue, self._peer_queues[peer] = self._peer_queues[peer], []
+                    await stream.send_all(b"".join(encode(m) for m in queue))
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await trio.sleep(0.05)
+            finally:
+                await trio.aclose_forcefully(stream)
+
+    # -- serving --------------------------------------------------------------------------------
+
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._effects_loop)
+            nursery.start_soon(self._timer.run)
+            for peer in self.core.peer_ids:
+                nursery.start_soon(self._peer_sender, peer)
+            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            self._pump()
+            log.info("metastore node %d listening on %s:%d", self.node_id, host, port)
+            task_status.started(listeners[0].socket.getsockname()[1])
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        connection = _Connection(stream)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.write_loop)
+                messages = connection.messages()
+                hello = await messages.__anext__()
+                if hello[0] == "peer" and isinstance(hello[1], int):
+                    async for message in messages:
+                        self.core.receive(hello[1], message, now_ns())
+                        self._pump()
+                elif hello[0] == "client":
+                    # Sessions live as long as the cluster says: the client pings often enough.
+                    connection.send(["hello", self.core.config.session_timeout_ns // 1_000_000])
+                    async for message in messages:
+                        self._on_client(connection, message)
+                        self._pump()
+                nursery.cancel_scope.cancel()
+        except BaseException as exc:
+            # A peer or client that breaks, or sends nonsense, loses its connection; nothing else.
+            if not (is_connection_failure(exc) or _is_bad_input(exc)):
+                raise
+        finally:
+            connection.is_closed = True
+            await trio.aclose_forcefully(stream)
+
+    def _on_client(self, connection: _Connection, message: list) -> None:
+        kind, request_id = message[0], message[1]
+        core, at_ns = self.core, now_ns()
+        if not core.is_leader:
+            connection.send(["r", request_id, "not leader", self._leader_address()])
+            return
+        token = (connection, request_id)
+        if kind == "open":
+            core.propose(token, ["open"], at_ns)
+        elif kind in ("attach", "ping"):
+            connection.send(["r", request_id, "", core.keepalive(message[2], at_ns)])
+        elif kind == "close":
+            core.propose(token, ["close", message[2]], at_ns)
+        elif kind == "op":
+            session, op_list, watch_id = message[2], message[3], message[4]
+            core.keepalive(session, at_ns)
+            op = op_from_list(op_list)
+            if isinstance(op, (Get, Children)):
+                if watch_id:
+                    self.watches.add_watch(op.path, _RemoteWatch(connection, watch_id),
+                                           is_children=isinstance(op, Children))
+                core.read(token, op, at_ns)
+            else:
+                core.propose(token, ["op", session, op_to_list(op)], at_ns)
+        else:
+            connection.send(["r", request_id, f"unknown request {kind!r}", None])
+
+
+def _is_bad_input(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_bad_input(e) or is_connection_failure(e) for e in exc.exceptions)
+    return isinstance(exc, (StopAsyncIteration, TypeError, IndexError, ValueError, KeyError))
+
+
+def parse_peers(text: str) -> dict[int, tuple[str, int]]:
+    """ "1=127.0.0.1:2281,2=127.0.0.1:2282" -> {1: ("127.0.0.1", 2281), ...}"""
+    peers = {}
+    for part in text.split(","):
+        node, _, address = part.partition("=")
+        host, _, port = address.rpartition(":")
+        if not node.strip().isdigit() or not host or not port.isdigit():
+            raise ValueError(f"peer {part!r} is not ID=HOST:PORT")
+        peers[int(node)] = (host, int(port))
+    return peers
+
+
+async def run_raft_node(*, node_id: int, peers: dict[int, tuple[str, int]], data_dir: str,
+                        config: RaftConfig = RaftConfig(), task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve node `node_id` (its address is peers[node_id]) until cancelled."""
+    if node_id not in peers:
+        raise ValueError(f"node {node_id} is not among the peers {sorted(peers)}")
+    server = RaftServer(node_id=node_id, addresses=peers, data_dir=data_dir, config=config)
+    host, port = peers[node_id]
+    try:
+        await server.serve(host, port, task_status=task_status)
+    finally:
+        server.storage.close()
+

@@ -1,0 +1,69 @@
+"""raft-lite over real TCP: a 3-node cluster in this process keeps the store contract, and
+survives its leader being stopped; a 1-node cluster works too."""
+
+import socket
+
+import pytest
+import trio
+
+from bkcore.metaops import Create, Get, MetaCode
+from metastore.raftlite.core import MS, RaftConfig
+from metastore.raftlite.server import RaftServer
+from metastore.uri import open_metastore
+from store_contract import check_store_contract
+
+CONFIG = RaftConfig(election_timeout_min_ns=150 * MS, election_timeout_max_ns=300 * MS,
+                    heartbeat_interval_ns=30 * MS, session_timeout_ns=2_000 * MS)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def start_cluster(nursery, tmp_path, count: int) -> tuple[str, dict]:
+    """(uri, {node id: (server, cancel scope)})"""
+    peers = {i: ("127.0.0.1", free_port()) for i in range(1, count + 1)}
+    nodes = {}
+    for node_id, (host, port) in peers.items():
+        server = RaftServer(node_id=node_id, addresses=peers, data_dir=str(tmp_path / f"n{node_id}"), config=CONFIG)
+        scope = trio.CancelScope()
+        nodes[node_id] = (server, scope)
+
+        async def run(server=server, scope=scope, host=host, port=port, task_status=trio.TASK_STATUS_IGNORED):
+            with scope:
+                await server.serve(host, port, task_status=task_status)
+
+        await nursery.start(run)
+    return "raft://" + ",".join(f"{h}:{p}" for h, p in peers.values()), nodes
+
+
+async def test_three_nodes_keep_the_store_contract(nursery, tmp_path):
+    uri, _ = await start_cluster(nursery, tmp_path, 3)
+    await check_store_contract(lambda: open_metastore(uri, session_timeout_s=2.0))
+
+
+async def test_one_node_cluster(nursery, tmp_path):
+    uri, _ = await start_cluster(nursery, tmp_path, 1)
+    async with await open_metastore(uri) as store:
+        assert (await store.execute(Create("/solo", b"1"))).code is MetaCode.OK
+        assert (await store.execute(Get("/solo"))).data == b"1"
+
+
+async def test_the_cluster_survives_its_leader_stopping(nursery, tmp_path):
+    uri, scopes = await start_cluster(nursery, tmp_path, 3)
+    async with await open_metastore(uri, session_timeout_s=3.0) as store:
+        assert (await store.execute(Create("/before", b"x"))).code is MetaCode.OK
+        await store.execute(Create("/eph", b"", is_ephemeral=True))
+        (leader,) = [(server, scope) for server, scope in scopes.values() if server.core.is_leader]
+        leader[1].cancel()
+        with trio.fail_after(20):
+            while True:
+                result = await store.execute(Create("/after", b"y"))
+                if result.code in (MetaCode.OK, MetaCode.NODE_EXISTS):
+                    break
+                await trio.sleep(0.05)
+        assert (await store.execute(Get("/before"))).data == b"x"
+        assert (await store.execute(Get("/eph"))).code is MetaCode.OK    # the session lived on
+        assert not store.session_lost
