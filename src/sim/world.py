@@ -15,7 +15,7 @@ Every random choice comes from generators seeded from the run's seed, in a fixed
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from bkcore.bookie.bookie import BookieConfig
@@ -28,11 +28,13 @@ from bkcore.bookie.cookie import Cookie, CookieError
 from bkcore.bookie.diskmonitor import DiskUsageMonitor
 from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
+from bkcore.client.batching import coalesce_adds, expand_batch_response
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
+from bkcore.wire import AddBatchRequest, AddBatchResponse
 from metastore.memory import MemoryMetastore
 from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
@@ -76,6 +78,13 @@ class _BookieNode(_Node):
 @dataclass(slots=True)
 class _ClientNode(_Node):
     on_completed: Callable[[str, Completed, int], None] | None = None
+    # AddBatchRequests in flight, as the real client driver keeps them (bkcore.client.batching).
+    batches: dict = field(default_factory=dict)
+    next_batch_id: int = 1
+
+    def new_batch_id(self) -> int:
+        self.next_batch_id += 1
+        return self.next_batch_id
 
 
 @dataclass(slots=True)
@@ -340,14 +349,22 @@ class SimWorld:
             sender = self.clients.get(source)
             if sender is not None and sender.paused_until_ns <= self.loop.now_ns:
                 self.trace.record(self.loop.now_ns, "refused", source, destination)
-                sender.core.on_send_failed(message, destination=destination, now_ns=self.loop.now_ns)
+                carried = (sender.batches.pop(message.request_id, None) or []
+                           if type(message) is AddBatchRequest else [message])
+                for request in carried:
+                    sender.core.on_send_failed(request, destination=destination, now_ns=self.loop.now_ns)
                 self._pump(sender)
             return
         if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._deliver, destination, source, message, incarnation)
             return
         self.trace.record(self.loop.now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
-        node.core.receive(message, source=source, now_ns=self.loop.now_ns)
+        if type(message) is AddBatchResponse and type(node) is _ClientNode:
+            requests = node.batches.pop(message.request_id, None)
+            for response in expand_batch_response(message, requests) if requests else ():
+                node.core.receive(response, source=source, now_ns=self.loop.now_ns)
+        else:
+            node.core.receive(message, source=source, now_ns=self.loop.now_ns)
         self._pump(node)
 
     def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
@@ -391,12 +408,31 @@ class SimWorld:
             effects = node.core.take_effects()
             if not effects:
                 break
+            if type(node) is _ClientNode:
+                effects = self._coalesce_adds(node, effects)
             for effect in effects:
                 self._perform(node, effect)
         else:
             raise AssertionError(f"{node.name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
         if node.core is not None:
             self._arm_timer(node)
+
+    @staticmethod
+    def _coalesce_adds(node: _ClientNode, effects: list) -> list:
+        """What the real driver does before framing: runs of adds for one bookie become
+        AddBatchRequests (one message, one network delay, one answer)."""
+        by_destination: dict[str, list] = {}
+        others = []
+        for effect in effects:
+            if type(effect) is Send:
+                by_destination.setdefault(effect.destination, []).append(effect.message)
+            else:
+                others.append(effect)
+        if all(len(messages) < 2 for messages in by_destination.values()):
+            return effects
+        sends = [Send(destination, message) for destination, messages in by_destination.items()
+                 for message in coalesce_adds(messages, node.new_batch_id, node.batches)]
+        return sends + others
 
     def _perform(self, node: _Node, effect: object) -> None:
         now_ns = self.loop.now_ns
