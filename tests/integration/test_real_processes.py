@@ -47,3 +47,31 @@ async def test_sigkill_a_bookie_while_writing_then_recover_from_another_client(c
         assert all(entries[entry_id] == payload for entry_id, payload in acknowledged.items())
         with pytest.raises(bkclient.LedgerFenced):
             await ledger.add(b"after recovery")
+
+
+async def test_sigkill_the_metastore_leader_while_writing(cluster):
+    from metastore.raftlite.client import member_status
+    acknowledged: dict[int, bytes] = {}
+    async with bkclient.connect(cluster.metastore_uri) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+        statuses = [await member_status(f"127.0.0.1:{port}") for port in cluster.metastore_ports]
+        (leader_index,) = [i for i, status in enumerate(statuses) if status["role"] == "leader"]
+        async with trio.open_nursery() as nursery:
+            async def write() -> None:
+                for batch in range(6):
+                    payloads = [b"%d-%d" % (batch, i) for i in range(50)]
+                    with trio.fail_after(60):
+                        acknowledged.update(zip(await ledger.add_many(payloads), payloads))
+                    await trio.sleep(0.1)
+            nursery.start_soon(write)
+            await trio.sleep(0.2)
+            cluster.metastore_nodes[leader_index].kill()       # SIGKILL
+        # Metadata operations need the new leader: close the ledger, create another, list.
+        with trio.fail_after(30):
+            closed = await ledger.close()
+            other = await bk.create_ledger(password=b"pw")
+        assert closed.last_entry_id == max(acknowledged)
+        assert set(await bk.list_ledgers()) == {ledger.ledger_id, other.ledger_id}
+        reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
+        entries = await reader.read(0, reader.last_add_confirmed)
+        assert all(entries[entry_id] == payload for entry_id, payload in acknowledged.items())

@@ -226,3 +226,23 @@ async def open_raft_store(hosts: tuple[tuple[str, int], ...], *, session_timeout
     store = RaftStore(hosts, session_timeout_s=session_timeout_s)
     await store.start()
     return store
+
+
+async def member_status(address: str, *, timeout_s: float = 2.0) -> dict:
+    """What one raft-lite member says of itself: node, role, term, leader, commit_index."""
+    host, _, port = address.rpartition(":")
+    with trio.fail_after(timeout_s):
+        stream = await trio.open_tcp_stream(host, int(port))
+        connection = _Connection(stream)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.write_loop)
+                connection.send(["client"])
+                connection.send(["status", 1])
+                async for message in connection.messages():
+                    if message[0] == "r":
+                        nursery.cancel_scope.cancel()
+                        return message[3]
+        finally:
+            await trio.aclose_forcefully(stream)
+    raise ConnectionError(f"raft-lite member {address} closed without answering")

@@ -12,6 +12,7 @@ plus ["w", watch_id] when a watch fires:
     ["op", rid, session, op, watch_id]   one metadata op (watch_id > 0: also watch the node or
                                          its children, for Get / Children) -> MetaResult list
     ["close", rid, session]              end the session (its ephemeral nodes go)
+    ["status", rid]                      this member's role, term, leader and indexes (any member)
 
 Only the leader serves clients; others answer error "not leader" with the leader's address
 as payload, so a client can follow it. Effects of the core are performed strictly in order by
@@ -242,6 +243,11 @@ class RaftServer:
     def _on_client(self, connection: _Connection, message: list) -> None:
         kind, request_id = message[0], message[1]
         core, at_ns = self.core, now_ns()
+        if kind == "status":
+            connection.send(["r", request_id, "", {"node": self.node_id, "role": core.role.value, "term": core.term,
+                                                   "leader": core.leader_id, "commit_index": core.commit_index,
+                                                   "last_index": core.last_index}])
+            return
         if not core.is_leader:
             connection.send(["r", request_id, "not leader", self._leader_address()])
             return
