@@ -58,9 +58,12 @@ def add_parser(commands) -> None:
     decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie")
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
     for name, help_text in (("readjournal", "print the records of a bookie's journals"),
+                            ("readlog", "print the records of a bookie's entry logs (all, or --log-id)"),
                             ("lastmark", "print a bookie's LastLogMark in each ledger directory")):
         files = command(name, help_text, needs_cluster=False)
         files.add_argument("--data-dir", required=True, help="the bookie's dataDir")
+        if name == "readlog":
+            files.add_argument("--log-id", type=lambda v: int(v, 16), default=None, help="one log, hex id")
 
 
 def cmd_shell(args) -> int:
@@ -273,6 +276,21 @@ def _readjournal(_, args):
     return text, rows
 
 
+def _readlog(_, args):
+    from bkcore.bookie.entrylog import EntryLogger
+    from transports.filesystem import OsFileSystem
+    logger = EntryLogger(fs=OsFileSystem(args.data_dir), ledger_dir="ledgers", entry_log_size_max=1)
+    rows = []
+    for log_id in [args.log_id] if args.log_id is not None else logger.log_ids():
+        for offset, ledger_id, entry_id, size in logger.scan(log_id):
+            if ledger_id is None:
+                rows.append({"log": f"{log_id:x}", "offset": offset, "problem": size})
+            else:
+                rows.append({"log": f"{log_id:x}", "offset": offset, "ledger_id": ledger_id,
+                             "entry_id": entry_id, "size": size})
+    return _lines(" ".join(f"{k}={v}" for k, v in row.items()) for row in rows), rows
+
+
 def _lastmark(_, args):
     journal = _local_journal(args)
     marks = dict(zip(journal.config.ledger_dirs, journal.read_last_marks()))
@@ -283,7 +301,7 @@ def _lastmark(_, args):
 _HANDLERS = {
     "listbookies": _listbookies, "listledgers": _listledgers, "bookieinfo": _bookieinfo, "ledgermetadata": _ledgermetadata,
     "readledger": _readledger, "deleteledger": _deleteledger, "fence": _fence, "simpletest": _simpletest,
-    "bookiesanity": _bookiesanity, "readjournal": _readjournal, "lastmark": _lastmark,
+    "bookiesanity": _bookiesanity, "readjournal": _readjournal, "readlog": _readlog, "lastmark": _lastmark,
     "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,
 }
 

@@ -43,7 +43,10 @@ from bkcore.effects import JournalWrite, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.errors import Code
 from bkcore.metaops import Create, Delete, Get, MetaCode
-from bkcore.wire import FRAME_SIZE_MAX, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse, ErrorResponse
+from bkcore.wire import (
+    FRAME_SIZE_MAX, AddBatchRequest, AddBatchResponse, AddRequest, AddResponse, AuthRequest, AuthResponse,
+    BookieInfoRequest, BookieInfoResponse, ErrorResponse, ReadRequest, ReadResponse,
+)
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 from transports.timer import CoreTimer, now_ns
@@ -112,6 +115,9 @@ class BookieServer:
         self._tls = self._tls_context()
         self.journal_write_latency = Histogram()     # write + fdatasync of one group
         self.checkpoint_latency = Histogram()
+        self.add_latency = Histogram()               # request received -> answer queued
+        self.read_latency = Histogram()              # (long polls excluded)
+        self._request_started: dict[str, dict] = {}  # connection -> (kind, request id) -> time
         self.http_port: int | None = None
 
     @property
@@ -223,11 +229,13 @@ class BookieServer:
                                       frame_size_max=self.config.frame_size_max,
                                       send_queue_size_max=self.config.connection_send_queue_size_max)
         self.connections[name] = connection
+        self._request_started[name] = {}
         self.counts["connections"] += 1
         try:
             await connection.run()
         finally:
             del self.connections[name]
+            del self._request_started[name]
             self._unauthenticated.discard(name)
             self.counts["malformed_frames"] += connection.malformed_frame_count
             if connection.malformed_frame_count:
@@ -243,6 +251,15 @@ class BookieServer:
                 if type(message) is BookieInfoRequest:
                     connection.send(self._bookie_info(message.request_id))
             messages = [m for m in messages if type(m) is not BookieInfoRequest]
+        started = self._request_started.get(connection.name)
+        if started is not None:
+            at = time.perf_counter()
+            for message in messages:
+                kind = type(message)
+                if kind is AddRequest or kind is AddBatchRequest:
+                    started["add", message.request_id] = at
+                elif kind is ReadRequest and not message.long_poll_timeout_ns:
+                    started["read", message.request_id] = at
         self.core.receive_batch(messages, source=connection.name, now_ns=now_ns())
         self._pump()
 
@@ -277,12 +294,25 @@ class BookieServer:
                     connection = self.connections.get(effect.destination)
                     if connection is not None:
                         connection.send(effect.message)   # a client that left just misses its answer
+                        self._observe_latency(effect.destination, effect.message)
                 elif kind is JournalWrite:
                     self._journal_send.send_nowait(effect)   # the core keeps at most one in flight
                 else:
                     raise AssertionError(f"bookie effect {effect!r}")
         deadline_ns = core.next_deadline_ns()
         self._timer.set(deadline_ns)
+
+    def _observe_latency(self, connection_name: str, message: object) -> None:
+        kind = type(message)
+        if kind is AddResponse or kind is AddBatchResponse:
+            key, histogram = ("add", message.request_id), self.add_latency
+        elif kind is ReadResponse:
+            key, histogram = ("read", message.request_id), self.read_latency
+        else:
+            return
+        started = self._request_started.get(connection_name, {}).pop(key, None)
+        if started is not None:
+            histogram.observe(time.perf_counter() - started)
 
     async def _journal_loop(self, receive: trio.MemoryReceiveChannel) -> None:
         stack = self.stack
@@ -348,7 +378,8 @@ class BookieServer:
                   "send_queue_bytes": sum(c.send_queue_size for c in self.connections.values()),
                   "disk_usage": self.monitor.usage}
         return render_prometheus(counters=counters, gauges=gauges, histograms={
-            "journal_write_seconds": self.journal_write_latency, "checkpoint_seconds": self.checkpoint_latency})
+            "journal_write_seconds": self.journal_write_latency, "checkpoint_seconds": self.checkpoint_latency,
+            "add_request_seconds": self.add_latency, "read_request_seconds": self.read_latency})
 
     async def _checkpoint_loop(self) -> None:
         while True:

@@ -42,6 +42,7 @@ async def test_endpoints(bookies, monkeypatch):
     lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
     assert int(lines["bookie_adds_ok_count"]) == 20
     assert int(lines['bookie_journal_write_seconds_bucket{le="+Inf"}']) >= 1
+    assert int(lines["bookie_add_request_seconds_count"]) >= 1      # 20 adds, coalesced in batches
     assert int(lines["bookie_server_checkpoints"]) >= 1
     status, text = await http_get(server.http_port, "/api/v1/bookie/state")
     state = json.loads(text)

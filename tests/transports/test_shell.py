@@ -68,6 +68,9 @@ async def test_journal_tools_read_a_bookies_files(cluster):
     rows = json.loads(text)
     entries = [r for r in rows if r["record"] == "ENTRY" and r["ledger_id"] == ledger.ledger_id]
     assert [r["entry_id"] for r in entries] == [0, 1, 2, 3, 4]
+    status, text = await shell("readlog", "--data-dir", bookie.config.data_dir, "--json", uri=None)
+    logged = [r for r in json.loads(text) if r.get("ledger_id") == ledger.ledger_id]
+    assert status == 0 and sorted(r["entry_id"] for r in logged) == [0, 1, 2, 3, 4]
     status, text = await shell("lastmark", "--data-dir", bookie.config.data_dir, "--json", uri=None)
     mark = json.loads(text)["ledgers"]
     assert mark["position"] > 0

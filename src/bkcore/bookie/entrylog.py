@@ -140,6 +140,26 @@ class EntryLogger:
             self.fs.sync_dir(self.ledger_dir)
         self._unflushed_ids = [self.current_id]
 
+    def scan(self, log_id: int):
+        """Every record of a log in order, for tools: yields (offset, ledger, entry, body size);
+        stops at the first record that is cut short or fails its checksum, yielding
+        (offset, None, None, problem) for it."""
+        path = self._path(log_id)
+        data = self.fs.read(path)
+        if len(data) < ENTRY_LOG_HEADER.size or data[:4] != ENTRY_LOG_MAGIC:
+            yield 0, None, None, f"{path}: not an entry log (bad header)"
+            return
+        offset = ENTRY_LOG_HEADER.size
+        while offset + RECORD_HEADER.size <= len(data):
+            length, checksum = RECORD_HEADER.unpack_from(data, offset)
+            payload = data[offset + RECORD_HEADER.size:offset + RECORD_HEADER.size + length]
+            if len(payload) != length or length < ENTRY_KEY.size or crc32c.crc32c(payload) != checksum:
+                yield offset, None, None, f"bad or torn record at offset {offset}"
+                return
+            ledger_id, entry_id = ENTRY_KEY.unpack_from(payload)
+            yield offset, ledger_id, entry_id, length - ENTRY_KEY.size
+            offset += RECORD_HEADER.size + length
+
     def read(self, location: Location, *, ledger_id: int, entry_id: int) -> bytes:
         path = self._path(location.log_id)
         what = f"ledger {ledger_id} entry {entry_id} at {path}:{location.offset}"
