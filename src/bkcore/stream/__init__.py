@@ -1,0 +1,1 @@
+"""Log streams over ledgers (issue 5): records, positions, segments."""
