@@ -1,0 +1,169 @@
+"""Stream and segment metadata: what the metastore holds about a log stream, and queries on it.
+
+    <root>/streams/<namespace>                      namespace node: default StreamSettings
+    <root>/streams/<namespace>/<stream>             stream node: StreamMetadata
+    <root>/streams/<namespace>/<stream>/segments/<seqno:010d>   one SegmentMetadata each
+
+A stream is a sequence of segments, each one ledger. Only the last segment may be in progress;
+a completed segment knows its last entry and txid; a truncated one has had its ledger deleted.
+Every value is msgpack with a format number, changed by compare-and-set like ledger metadata.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+
+import msgpack
+
+from bkcore.stream.records import DLSN
+
+SEGMENT_FORMAT = 1
+STREAM_FORMAT = 1
+
+
+class SegmentState(Enum):
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    TRUNCATED = "truncated"
+
+
+class StreamMetadataError(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSettings:
+    ensemble_size: int = 3
+    write_quorum_size: int = 3
+    ack_quorum_size: int = 2
+    segment_rolling_size: int = 128 * 1024 * 1024     # bytes before a new segment
+    segment_rolling_interval_s: int = 3600            # seconds before a new segment
+    retention_s: int = 0                              # 0: keep segments until truncated
+    retention_size: int = 0                           # 0: no size limit
+
+    def __post_init__(self) -> None:
+        if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
+            raise ValueError("stream settings need ensemble >= write quorum >= ack quorum >= 1")
+        if min(self.segment_rolling_size, self.segment_rolling_interval_s) <= 0 or \
+                min(self.retention_s, self.retention_size) < 0:
+            raise ValueError("rolling limits must be positive and retention limits non-negative")
+
+    def to_list(self) -> list:
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+    @classmethod
+    def from_list(cls, values: list) -> StreamSettings:
+        return cls(*values)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentMetadata:
+    seqno: int
+    ledger_id: int
+    state: SegmentState = SegmentState.IN_PROGRESS
+    first_txid: int = -1                 # -1: no record yet
+    last_txid: int = -1
+    last_entry_id: int = -1              # for completed segments
+    record_count: int = 0
+    size: int = 0                        # bytes of record payloads
+    ctime_s: int = 0
+    is_end_of_stream: bool = False
+    version: int = -1
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb([SEGMENT_FORMAT, self.seqno, self.ledger_id, self.state.value, self.first_txid,
+                              self.last_txid, self.last_entry_id, self.record_count, self.size, self.ctime_s,
+                              self.is_end_of_stream])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, version: int) -> SegmentMetadata:
+        try:
+            fmt, *values = msgpack.unpackb(data)
+            if fmt != SEGMENT_FORMAT:
+                raise StreamMetadataError(f"segment metadata format {fmt} is not {SEGMENT_FORMAT}")
+            seqno, ledger_id, state, *rest = values
+            return cls(seqno, ledger_id, SegmentState(state), *rest, version=version)
+        except StreamMetadataError:
+            raise
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise StreamMetadataError(f"unreadable segment metadata: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMetadata:
+    settings: StreamSettings
+    truncated_to: DLSN = DLSN(0, 0, 0)     # records before it are gone (or going)
+    version: int = -1
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb([STREAM_FORMAT, self.settings.to_list(), list(self.truncated_to)])
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, version: int) -> StreamMetadata:
+        try:
+            fmt, settings, truncated_to = msgpack.unpackb(data)
+            if fmt != STREAM_FORMAT:
+                raise StreamMetadataError(f"stream metadata format {fmt} is not {STREAM_FORMAT}")
+            return cls(StreamSettings.from_list(settings), DLSN(*truncated_to), version=version)
+        except StreamMetadataError:
+            raise
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise StreamMetadataError(f"unreadable stream metadata: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLayout:
+    root: str = "/ledgers"
+
+    def namespace_path(self, namespace: str) -> str:
+        return f"{self.root}/streams/{_check_name(namespace)}"
+
+    def stream_path(self, namespace: str, stream: str) -> str:
+        return f"{self.namespace_path(namespace)}/{_check_name(stream)}"
+
+    def segments_path(self, namespace: str, stream: str) -> str:
+        return f"{self.stream_path(namespace, stream)}/segments"
+
+    def segment_path(self, namespace: str, stream: str, seqno: int) -> str:
+        return f"{self.segments_path(namespace, stream)}/{seqno:010d}"
+
+
+def _check_name(name: str) -> str:
+    if not name or "/" in name or name in (".", "..") or name == "segments" or len(name) > 200:
+        raise ValueError(f"{name!r} is not a valid namespace or stream name")
+    return name
+
+
+def segment_for_txid(segments: list[SegmentMetadata], txid: int) -> SegmentMetadata | None:
+    """The first live segment that can hold a record with txid >= `txid` (binary search over
+    segments ordered by seqno, whose txids never decrease); None if every segment ends before."""
+    live = [s for s in segments if s.state is not SegmentState.TRUNCATED and s.first_txid >= 0]
+    index = bisect.bisect_left([s.last_txid if s.state is SegmentState.COMPLETED else 2**63 for s in live], txid)
+    return live[index] if index < len(live) else None
+
+
+def segments_before(segments: list[SegmentMetadata], position: DLSN) -> list[SegmentMetadata]:
+    """Completed segments wholly before `position`: truncate(position) deletes them."""
+    return [s for s in segments if s.state is SegmentState.COMPLETED and s.seqno < position.segment]
+
+
+def segments_past_retention(segments: list[SegmentMetadata], settings: StreamSettings, *, now_s: int,
+                            protect_from: DLSN | None = None) -> list[SegmentMetadata]:
+    """Completed segments that retention lets go: older than retention_s, or beyond
+    retention_size counted from the newest segment. Segments at or after `protect_from` (what an
+    active cursor has not consumed yet) stay; so does the in-progress segment."""
+    completed = [s for s in segments if s.state is SegmentState.COMPLETED
+                 and (protect_from is None or s.seqno < protect_from.segment)]
+    retire = set()
+    if settings.retention_s:
+        retire.update(s.seqno for s in completed if now_s - s.ctime_s > settings.retention_s)
+    if settings.retention_size:
+        kept_size = 0
+        for segment in sorted(segments, key=lambda s: -s.seqno):
+            kept_size += segment.size
+            if kept_size > settings.retention_size:
+                retire.add(segment.seqno)
+    return [s for s in completed if s.seqno in retire]
