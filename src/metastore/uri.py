@@ -73,5 +73,5 @@ async def open_metastore(uri: str | MetastoreUri, *, session_timeout_s: float = 
     if parsed.backend == "raft":
         from metastore.raftlite.client import open_raft_store
         return await open_raft_store(parsed.hosts, session_timeout_s=session_timeout_s)
-    from metastore.zookeeper import open_zookeeper_store
+    from metastore.zk_store import open_zookeeper_store
     return await open_zookeeper_store(parsed.hosts, session_timeout_s=session_timeout_s)

@@ -1,5 +1,5 @@
-"""Real processes on 127.0.0.1: a raft-lite metastore of three nodes and bookie processes on
-real disks, driven through the library. A bookie is SIGKILLed while a writer keeps adding; the
+"""Real processes on 127.0.0.1: a 3-node metastore (raft-lite, and ZooKeeper in a second
+configuration) and bookie processes on real disks, driven through the library. A bookie is SIGKILLed while a writer keeps adding; the
 writer changes ensembles; another client recovers the ledger and every acknowledged entry is
 there with the right bytes."""
 
@@ -14,12 +14,56 @@ from bkcli.local_processes import free_port
 from bkcli.standalone_command import StandaloneCluster
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    cluster = StandaloneCluster(str(tmp_path / "cluster"), bookie_ports=[free_port() for _ in range(4)],
-                                metastore_ports=[free_port() for _ in range(3)])
+class ZkCluster:
+    """Bookie processes on a 3-node ZooKeeper ensemble."""
+
+    def __init__(self, root: str) -> None:
+        from zk_cluster import ZkEnsemble
+        self.ensemble = ZkEnsemble(os.path.join(root, "zk"), 3)
+        self.root = root
+        self.bookies = []
+
+    def start(self) -> None:
+        from bkcli.local_processes import spawn_bookie
+        self.ensemble.start()
+        self.metastore_uri = f"zk://{self.ensemble.hosts}/ledgers"
+        for index in range(4):
+            self.bookies.append(spawn_bookie(data_dir=os.path.join(self.root, f"bookie{index}"),
+                                             metastore_uri=self.metastore_uri))
+
+    def kill_metastore_leader(self) -> None:
+        self.ensemble.kill(self.ensemble.leader())
+
+    def stop(self) -> None:
+        for bookie in self.bookies:
+            bookie.stop()
+        self.ensemble.stop()
+
+
+class RaftCluster(StandaloneCluster):
+    def __init__(self, root: str) -> None:
+        super().__init__(os.path.join(root, "cluster"), bookie_ports=[free_port() for _ in range(4)],
+                         metastore_ports=[free_port() for _ in range(3)])
+
+    def kill_metastore_leader(self) -> None:
+        from metastore.raftlite.client import member_status
+
+        async def find_leader() -> int:
+            statuses = [await member_status(f"127.0.0.1:{port}") for port in self.metastore_ports]
+            (index,) = [i for i, status in enumerate(statuses) if status["role"] == "leader"]
+            return index
+
+        self.metastore_nodes[trio.run(find_leader)].kill()
+
+
+@pytest.fixture(params=["raft", "zk"])
+def cluster(request, tmp_path):
+    cluster = RaftCluster(str(tmp_path)) if request.param == "raft" else ZkCluster(str(tmp_path))
     try:
-        cluster.start(log=lambda line: None)
+        if request.param == "raft":
+            cluster.start(log=lambda line: None)
+        else:
+            cluster.start()
         yield cluster
     finally:
         cluster.stop()
@@ -50,12 +94,9 @@ async def test_sigkill_a_bookie_while_writing_then_recover_from_another_client(c
 
 
 async def test_sigkill_the_metastore_leader_while_writing(cluster):
-    from metastore.raftlite.client import member_status
     acknowledged: dict[int, bytes] = {}
     async with bkclient.connect(cluster.metastore_uri) as bk:
         ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
-        statuses = [await member_status(f"127.0.0.1:{port}") for port in cluster.metastore_ports]
-        (leader_index,) = [i for i, status in enumerate(statuses) if status["role"] == "leader"]
         async with trio.open_nursery() as nursery:
             async def write() -> None:
                 for batch in range(6):
@@ -65,9 +106,9 @@ async def test_sigkill_the_metastore_leader_while_writing(cluster):
                     await trio.sleep(0.1)
             nursery.start_soon(write)
             await trio.sleep(0.2)
-            cluster.metastore_nodes[leader_index].kill()       # SIGKILL
+            await trio.to_thread.run_sync(cluster.kill_metastore_leader)      # SIGKILL
         # Metadata operations need the new leader: close the ledger, create another, list.
-        with trio.fail_after(30):
+        with trio.fail_after(60):
             closed = await ledger.close()
             other = await bk.create_ledger(password=b"pw")
         assert closed.last_entry_id == max(acknowledged)
