@@ -218,39 +218,40 @@ class RaftWorld:
 
 
 def check_register_linearizable(history: list[HistoryOp], initial: tuple = (b"init", 0)) -> bool:
-    """Wing-Gong search: is there an order of the operations, each placed between its
-    invocation and completion, that a single register explains? Operations with no answer may
-    have happened (any time after their invocation) or not at all."""
-    ops = [op for op in history if op.result is not None or op.kind == "cas"]   # unanswered reads: no effect
-    memo: set = set()
+    """Is there an order of the operations, each placed between its invocation and its
+    completion (unanswered ones: any time after invocation, or never), that one register
+    with versioned compare-and-set explains? (Wing-Gong search; an unanswered operation that would
+    not change the state is never placed, since leaving it out is the same history.)"""
+    ops = [op for op in history if op.result is not None or op.kind == "cas"]
+    failed: set = set()      # (remaining, state) pairs known to lead nowhere
 
     def step(state: tuple, op: HistoryOp) -> tuple | None:
         data, version = state
         if op.kind == "get":
             return state if op.result is None or op.result == state else None
         expected, new_data = op.args
-        ok = expected == version
-        if op.result is not None and op.result != ((True, version + 1) if ok else (False, version)):
+        succeeds = expected == version
+        if op.result is not None and op.result != ((True, version + 1) if succeeds else (False, version)):
             return None
-        return (new_data, version + 1) if ok else state
+        return (new_data, version + 1) if succeeds else state
 
     def search(remaining: frozenset, state: tuple) -> bool:
-        if all(ops[i].result is None for i in remaining):
+        answered = [i for i in remaining if ops[i].result is not None]
+        if not answered:
             return True
-        key = (remaining, state)
-        if key in memo:
+        if (remaining, state) in failed:
             return False
-        memo.add(key)
-        horizon = min(ops[i].completed_ns for i in remaining if ops[i].result is not None)
-        for i in sorted(remaining, key=lambda i: ops[i].invoked_ns):
+        horizon_ns = min(ops[i].completed_ns for i in answered)
+        for i in sorted(remaining, key=lambda i: (ops[i].invoked_ns, i)):
             op = ops[i]
-            if op.invoked_ns > horizon:
+            if op.invoked_ns > horizon_ns:
                 break
             after = step(state, op)
-            if after is not None and search(remaining - {i}, after):
+            if after is None or (op.result is None and after == state):
+                continue
+            if search(remaining - {i}, after):
                 return True
-            if op.result is None and search(remaining - {i}, state):    # it never happened
-                return True
+        failed.add((remaining, state))
         return False
 
     return search(frozenset(range(len(ops))), initial)

@@ -7,10 +7,8 @@ entries only through an entry of the current term), read-index and session rules
 effect ordering the drivers rely on (every Save* before the Send that depends on it). The
 simulator tests (test_raftlite.py, test_raft_sim.py) cover the same rules under random faults;
 here each rule is pinned by one small scenario so a regression names itself.
-
-Tests marked xfail(strict=True) reproduce bugs found in review; each says what goes wrong.
-When the bug is fixed the test passes, strict xfail turns that into a failure, and the marker
-should be removed.
+The last group feeds malformed and random peer messages: a node ignores what it cannot trust
+and never breaks an invariant.
 """
 
 from __future__ import annotations
@@ -300,10 +298,6 @@ def test_a_leader_without_a_majority_answers_nothing():
     assert "w" not in cluster.replies
 
 
-@pytest.mark.xfail(strict=True, reason="bug: _on_append sets commit_index = min(leader_commit, match) "
-                   "without max(); a stale append delivered late moves commit_index back below "
-                   "last_applied and invariants() fails (needs reordering and a batch cut by "
-                   "entries_per_append_max)")
 def test_commit_index_never_moves_back_on_a_stale_append():
     # The leader has 8 entries, all committed; this follower catches up in batches of two
     # (entries_per_append_max=2), and the first batch is delivered a second time, late.
@@ -433,9 +427,6 @@ def test_a_new_leader_gives_every_session_a_fresh_full_timeout():
     assert cluster.now_ns - elected_at_ns > CONFIG.session_timeout_ns - 1_000 * MS
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a new leader answers keepalive/attach from state it has "
-                   "not yet applied; a session whose open entry is committed but not applied here is "
-                   "reported gone and the client marks itself lost (should wait for its own no-op)")
 def test_a_new_leader_does_not_call_a_committed_session_gone_before_applying_it():
     leader = node(1, term=1, log=[[1, NOOP], [1, ["open"]]])   # session 1 opened under term 1
     leader.on_timer(leader.next_deadline_ns())
@@ -458,7 +449,6 @@ MALFORMED = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="bug: receive() trusts the shape of peer messages (see MALFORMED)")
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_a_malformed_peer_message_is_ignored(case):
     as_leader, message = MALFORMED[case]
@@ -485,7 +475,6 @@ MESSAGES = st.one_of(
 )
 
 
-@pytest.mark.xfail(strict=False, reason="finds the MALFORMED cases; make it a plain test once they are fixed")
 @settings(max_examples=300, deadline=None)
 @given(messages=st.lists(MESSAGES, max_size=6), as_leader=st.booleans())
 def test_random_peer_messages_are_accepted_or_ignored(messages, as_leader):

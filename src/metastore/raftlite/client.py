@@ -39,7 +39,7 @@ class RaftStore(MetadataStore):
         self.session_id: int | None = None
         self._lost = False
         self._connection: _Connection | None = None
-        self._connected = trio.Event()
+        self._state_changed = trio.Event()
         self._pending: dict[int, tuple[trio.Event, list]] = {}
         self._watches: dict[int, Watch] = {}
         self._ids = itertools.count(1)
@@ -53,8 +53,7 @@ class RaftStore(MetadataStore):
         aclose()) and wait for the session."""
         self._scope = trio.CancelScope()
         trio.lowlevel.spawn_system_task(self._run_guarded)
-        with trio.move_on_after(max(REQUEST_TIMEOUT_S, self.session_timeout_s)):
-            await self._connected.wait()
+        await self._wait_connected(max(REQUEST_TIMEOUT_S, self.session_timeout_s))
         if self._connection is None:
             await self.aclose()
             raise ConnectionError(f"raft://{','.join(self.hosts)}: no member answered with a session; "
@@ -93,33 +92,46 @@ class RaftStore(MetadataStore):
         with trio.fail_after(CONNECT_TIMEOUT_S):
             stream = await trio.open_tcp_stream(host, int(port))
         connection = _Connection(stream)
+        redirect: list[str | None] = []
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.write_loop)
                 nursery.start_soon(self._read, connection, nursery)
                 connection.send(["client"])
                 try:
-                    if self.session_id is None:
-                        self.session_id = await self._call(connection, ["open"])
-                    elif not await self._call(connection, ["attach", self.session_id]):
-                        self._mark_lost("the cluster says the session expired")
-                        return None
-                except _NotLeader as redirect:
-                    nursery.cancel_scope.cancel()
-                    return redirect.hint
-                self._connection = connection
-                self._connected.set()
-                while True:
-                    await trio.sleep(min(self.session_timeout_s, self._cluster_timeout_s) / 3)
-                    if not await self._call(connection, ["ping", self.session_id]):
-                        self._mark_lost("the cluster says the session expired")
-                        nursery.cancel_scope.cancel()
-                        return None
-        except _NotLeader as redirect:
-            return redirect.hint
+                    await self._converse(connection)
+                except _NotLeader as exc:            # caught here, inside: never in a group
+                    redirect.append(exc.hint)
+                nursery.cancel_scope.cancel()
         finally:
             connection.is_closed = True
             await trio.aclose_forcefully(stream)
+        return redirect[0] if redirect else None
+
+    async def _converse(self, connection: _Connection) -> None:
+        """Open or re-attach the session, then keep it alive until something fails."""
+        if self.session_id is None:
+            self.session_id = await self._call(connection, ["open"])
+        elif not await self._call(connection, ["attach", self.session_id]):
+            self._mark_lost("the cluster says the session expired")
+            return
+        self._connection = connection
+        self._notify()
+        while True:
+            await trio.sleep(min(self.session_timeout_s, self._cluster_timeout_s) / 3)
+            if not await self._call(connection, ["ping", self.session_id]):
+                self._mark_lost("the cluster says the session expired")
+                return
+
+    def _notify(self) -> None:
+        """Wake everyone waiting for the connection state to change (connected, dropped, lost)."""
+        self._state_changed.set()
+        self._state_changed = trio.Event()
+
+    async def _wait_connected(self, timeout_s: float) -> None:
+        with trio.move_on_after(timeout_s):
+            while self._connection is None and not self._lost:
+                await self._state_changed.wait()
 
     async def _read(self, connection: _Connection, nursery: trio.Nursery) -> None:
         try:
@@ -156,8 +168,7 @@ class RaftStore(MetadataStore):
 
     def _drop_connection(self) -> None:
         self._connection = None
-        if not self._lost:
-            self._connected = trio.Event()
+        self._notify()
         for event, _ in self._pending.values():
             event.set()                       # empty answer: connection lost
         self._pending.clear()
@@ -169,7 +180,7 @@ class RaftStore(MetadataStore):
         if not self._lost:
             log.warning("raft-lite session %s lost: %s", self.session_id, why)
         self._lost = True
-        self._connected.set()
+        self._notify()
 
     # -- MetadataStore ----------------------------------------------------------------------
 
@@ -194,8 +205,7 @@ class RaftStore(MetadataStore):
     async def _execute(self, op: MetaOp, watch_id: int) -> tuple[MetaResult, None]:
         if self._lost:
             return MetaResult(MetaCode.SESSION_EXPIRED), None
-        with trio.move_on_after(self.session_timeout_s):
-            await self._connected.wait()
+        await self._wait_connected(self.session_timeout_s)
         connection = self._connection
         if connection is None or self._lost:
             return MetaResult(MetaCode.SESSION_EXPIRED if self._lost else MetaCode.CONNECTION_LOSS), None

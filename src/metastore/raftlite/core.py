@@ -259,8 +259,12 @@ class RaftNode:
         self._serve_reads()
         return True
 
-    def keepalive(self, session_id: int, now_ns: int) -> bool:
-        """A client of `session_id` was heard from; False if the session is gone."""
+    def keepalive(self, session_id: int, now_ns: int) -> bool | None:
+        """A client of `session_id` was heard from; False if the session is gone, None if this
+        new leader cannot tell yet (it has not applied everything committed before it: its own
+        first entry is not committed)."""
+        if self.is_leader and self.term_at(self.commit_index) != self.term:
+            return None
         if session_id not in self.sm._sessions:
             return False
         if self.is_leader:
@@ -313,21 +317,15 @@ class RaftNode:
     # -- messages -------------------------------------------------------------------------------
 
     def receive(self, source: int, message: list, now_ns: int) -> None:
+        """A peer's message. One that does not have the shape of its kind is ignored whole:
+        frames are checksummed and peers run this code, but a node never trusts the network."""
         self._now_ns = now_ns
-        try:
-            kind, term = message[0], message[1]
-        except (TypeError, IndexError, KeyError):
+        if not _is_well_formed(message):
             return
-        if not isinstance(term, int):
-            return
+        term = message[1]
         if term > self.term:
             self._step_down(term, now_ns)
-        handler = _HANDLERS.get(kind)
-        if handler is not None:
-            try:
-                handler(self, source, message, now_ns)
-            except (TypeError, ValueError, IndexError):
-                return   # a malformed peer message changes nothing
+        _HANDLERS[message[0]](self, source, message, now_ns)
 
     def _on_vote(self, source: int, message: list, now_ns: int) -> None:
         _, term, candidate, last_index, last_term = message
@@ -375,7 +373,7 @@ class RaftNode:
             self._effects.append(SaveLog(index, new))
             break
         match = prev_index + len(entries)
-        if leader_commit > self.commit_index:
+        if min(leader_commit, match) > self.commit_index:      # a stale append never moves it back
             self.commit_index = min(leader_commit, match)
             self._apply_committed()
         self._effects.append(Send(source, ["append_r", self.term, True, match, seq]))
@@ -405,11 +403,15 @@ class RaftNode:
         self.leader_id = leader
         self._reset_election_timer(now_ns)
         if index > self.commit_index:
+            try:
+                sm = MemoryMetastore.from_state(state, is_recording_changes=True)
+            except (TypeError, ValueError, KeyError, IndexError):
+                return             # not a state machine: install nothing
             keep = self.term_at(index) == snap_term
             self.log = self.log[index - self.snapshot_index:] if keep else []
             self.snapshot_index, self.snapshot_term = index, snap_term
             self._snapshot_state = state
-            self.sm = MemoryMetastore.from_state(state, is_recording_changes=True)
+            self.sm = sm
             self.commit_index = self.last_applied = index
             self._effects.append(SaveSnapshot(index, snap_term, state))
             if not keep:
@@ -494,6 +496,41 @@ class RaftNode:
             assert self.log[i][0] >= self.log[i - 1][0], "terms in a log never decrease"
         if self.is_leader:
             assert self.voted_for == self.node_id
+
+
+def _ints(*values) -> bool:
+    return all(type(v) is int for v in values)
+
+
+def _are_entries(entries: object, prev_term: int, term: int) -> bool:
+    """[[term, command], ...] with terms that never go back, from prev_term up to the sender's."""
+    if type(entries) is not list:
+        return False
+    last = prev_term
+    for entry in entries:
+        if (type(entry) is not list or len(entry) != 2 or type(entry[0]) is not int or type(entry[1]) is not list
+                or not entry[1] or not last <= entry[0] <= term):
+            return False
+        last = entry[0]
+    return True
+
+
+def _is_well_formed(m: object) -> bool:
+    if type(m) is not list or len(m) < 2 or type(m[0]) is not str or type(m[1]) is not int or m[1] < 0:
+        return False
+    kind = m[0]
+    if kind == "vote":
+        return len(m) == 5 and _ints(*m[2:]) and min(m[3:]) >= 0
+    if kind == "vote_r":
+        return len(m) == 3 and type(m[2]) is bool
+    if kind == "append":
+        return (len(m) == 8 and _ints(m[2], m[3], m[4], m[6], m[7]) and m[3] >= 0 and m[4] >= 0
+                and _are_entries(m[5], m[4], m[1]))
+    if kind == "append_r":
+        return len(m) == 5 and type(m[2]) is bool and _ints(m[3], m[4])
+    if kind == "snap":
+        return len(m) == 7 and _ints(m[2], m[3], m[4], m[6]) and m[3] >= 0 and type(m[5]) is list
+    return False
 
 
 _HANDLERS = {

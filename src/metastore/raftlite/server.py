@@ -126,16 +126,35 @@ class RaftServer:
         self._peer_wakeups = {p: trio.Event() for p in self.core.peer_ids}
         self._peer_queues: dict[int, list[list]] = {p: [] for p in self.core.peer_ids}
         self.watches = WatchTable()
+        self._deferred_keepalives: list = []     # (connection, request id, session)
         self._timer = CoreTimer(self._on_timer)
         self._nursery: trio.Nursery | None = None
 
     # -- core plumbing ------------------------------------------------------------------------
 
     def _pump(self) -> None:
+        if self._deferred_keepalives:
+            self._answer_deferred_keepalives()
         effects = self.core.take_effects()
         if effects:
             self._effects_send.send_nowait(effects)
         self._timer.set(self.core.next_deadline_ns())
+
+    def _answer_deferred_keepalives(self) -> None:
+        core = self.core
+        if not core.is_leader:
+            waiting, self._deferred_keepalives = self._deferred_keepalives, []
+            for connection, request_id, _ in waiting:
+                connection.send(["r", request_id, "not leader", self._leader_address()])
+            return
+        still = []
+        for connection, request_id, session in self._deferred_keepalives:
+            alive = core.keepalive(session, now_ns())
+            if alive is None:
+                still.append((connection, request_id, session))
+            else:
+                connection.send(["r", request_id, "", alive])
+        self._deferred_keepalives = still
 
     def _on_timer(self, at_ns: int) -> None:
         self.core.on_timer(at_ns)
@@ -255,7 +274,11 @@ class RaftServer:
         if kind == "open":
             core.propose(token, ["open"], at_ns)
         elif kind in ("attach", "ping"):
-            connection.send(["r", request_id, "", core.keepalive(message[2], at_ns)])
+            alive = core.keepalive(message[2], at_ns)
+            if alive is None:        # a new leader not caught up yet: answer once it is
+                self._deferred_keepalives.append((connection, request_id, message[2]))
+            else:
+                connection.send(["r", request_id, "", alive])
         elif kind == "close":
             core.propose(token, ["close", message[2]], at_ns)
         elif kind == "op":
