@@ -32,7 +32,7 @@ TimerCallback = Callable[[int], None]                     # (now_ns)
 class _PendingRequest:
     destination: str
     on_response: ResponseCallback
-    timer_key: int
+    timeout_ns: int              # which deadline bucket holds it
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +58,10 @@ class ClientContext:
         self.now_ns = 0
         self._next_request_id = 1
         self._pending_requests: dict[int, _PendingRequest] = {}
+        # Request deadlines without a heap entry each: one insertion-ordered dict per timeout
+        # value, request id -> deadline. Requests are sent at non-decreasing times, so within a
+        # bucket deadlines only grow and the first entry is always the next to expire.
+        self._request_deadlines: dict[int, dict[int, int]] = {}
         self._next_token = 1
         self._pending_metadata: dict[int, MetadataCallback] = {}
         # Open application writers by ledger id, told when a bookie's registration vanishes.
@@ -99,7 +103,13 @@ class ClientContext:
         timers = self._timers
         while timers and timers[0][1] not in self._timer_callbacks:
             heapq.heappop(timers)
-        return timers[0][0] if timers else None
+        deadline = timers[0][0] if timers else None
+        for bucket in self._request_deadlines.values():
+            if bucket:
+                first = next(iter(bucket.values()))
+                if deadline is None or first < deadline:
+                    deadline = first
+        return deadline
 
     def on_timer(self, now_ns: int) -> None:
         timers = self._timers
@@ -108,6 +118,14 @@ class ClientContext:
             callback = self._timer_callbacks.pop(key, None)
             if callback is not None:
                 callback(now_ns)
+        for timeout_ns in sorted(self._request_deadlines):
+            bucket = self._request_deadlines[timeout_ns]
+            while bucket:
+                request_id, deadline = next(iter(bucket.items()))
+                if deadline > now_ns:
+                    break
+                del bucket[request_id]
+                self._on_request_timeout(request_id, now_ns)
 
     # -- bookie requests ------------------------------------------------------------------
 
@@ -116,8 +134,14 @@ class ClientContext:
         """Send `build(request_id)` to a bookie; `on_response` gets the answer or None on timeout."""
         request_id = self._next_request_id
         self._next_request_id += 1
-        timer_key = self.call_at(now_ns + timeout_ns, lambda at_ns: self._on_request_timeout(request_id, at_ns))
-        self._pending_requests[request_id] = _PendingRequest(destination, on_response, timer_key)
+        bucket = self._request_deadlines.get(timeout_ns)
+        if bucket is None:
+            bucket = self._request_deadlines[timeout_ns] = {}
+        deadline = now_ns + timeout_ns
+        if bucket:
+            deadline = max(deadline, next(reversed(bucket.values())))   # keep the bucket in order
+        bucket[request_id] = deadline
+        self._pending_requests[request_id] = _PendingRequest(destination, on_response, timeout_ns)
         self._pending_peak = max(self._pending_peak, len(self._pending_requests))
         self._effects.append(Send(destination=destination, message=build(request_id)))
         self._sent_count += 1
@@ -127,7 +151,7 @@ class ClientContext:
         """Stop waiting for a request (its answer, if any, will be dropped)."""
         pending = self._pending_requests.pop(request_id, None)
         if pending is not None:
-            self.cancel_timer(pending.timer_key)
+            self._request_deadlines[pending.timeout_ns].pop(request_id, None)
 
     def on_response(self, message: object, *, source: str, now_ns: int) -> None:
         request_id = getattr(message, "request_id", None)
@@ -136,7 +160,7 @@ class ClientContext:
             self._dropped_count += 1
             return
         del self._pending_requests[request_id]
-        self.cancel_timer(pending.timer_key)
+        self._request_deadlines[pending.timeout_ns].pop(request_id, None)
         self._responses_count += 1
         pending.on_response(message, now_ns)
 
@@ -145,7 +169,7 @@ class ClientContext:
         (the same outcome as its timeout, only sooner)."""
         pending = self._pending_requests.get(request_id)
         if pending is not None and pending.destination == destination:
-            self.cancel_timer(pending.timer_key)
+            self._request_deadlines[pending.timeout_ns].pop(request_id, None)
             self._on_request_timeout(request_id, now_ns)
 
     def on_connection_lost(self, destination: str, now_ns: int) -> None:
