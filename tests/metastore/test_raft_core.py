@@ -19,7 +19,7 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bkcore.metaops import Create, Get, MetaCode, SetData, op_to_list, result_from_list
+from bkcore.metaops import Create, Get, MetaCode, op_to_list, result_from_list
 from metastore.raftlite.core import (
     MS, PersistentState, RaftConfig, RaftNode, Reply, Role, SaveHardState, SaveLog, SaveSnapshot, Send,
 )

@@ -1,11 +1,10 @@
 """raft-lite core in the simulator: elections, the paper's safety scenarios, snapshots, leader
-failure, sessions, and linearizable compare-and-set histories under partitions."""
+failure, sessions, and the register checker itself. Linearizability of compare-and-set histories
+under partitions, crashes and loss is in test_raft_sim.py."""
 
-import pytest
-from hypothesis import given, settings, strategies as st
 
 from bkcore.metaops import Children, Create, Get, MetaCode, op_to_list, result_from_list
-from metastore.raftlite.core import RaftConfig, Reply, Role
+from metastore.raftlite.core import RaftConfig, Role
 from sim.raftlite_world import MS, HistoryOp, RaftWorld, check_register_linearizable
 
 
@@ -128,44 +127,3 @@ def test_checker_rejects_an_impossible_history():
     good = [HistoryOp("cas", (0, b"a"), 0, 10, (True, 1)), HistoryOp("get", (), 5, 30, (b"a", 1)),
             HistoryOp("cas", (0, b"b"), 1, None, None)]
     assert check_register_linearizable(good)
-
-
-def run_register_workload(seed: int) -> RaftWorld:
-    world = RaftWorld(seed=seed, loss_probability=0.05)
-    world.create_register()
-    rng = world.rng
-    for step in range(80):
-        roll = rng.random()
-        if roll < 0.08:
-            world.partition({rng.choice(world.ids)})
-        elif roll < 0.12:
-            world.heal()
-        elif roll < 0.15:
-            victim = rng.choice(world.ids)
-            world.crash(victim)
-            world.loop.call_later(300 * MS, world.restart, victim)
-        elif roll < 0.6:
-            world.start_register_op("cas", (rng.randrange(4), b"v%d" % step))
-        else:
-            world.start_register_op("get")
-        world.run_for(rng.randrange(1, 100) * MS)
-    world.heal()
-    for i in world.ids:
-        world.restart(i)
-    world.run_for(3_000 * MS)
-    world.collect_register_results()
-    assert any(op.result is not None for op in world.history), "no operation completed"
-    return world
-
-
-@settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1))
-def test_compare_and_set_histories_are_linearizable_under_partitions_and_crashes(seed):
-    assert check_register_linearizable(run_register_workload(seed).history), f"seed {seed}"
-
-
-def test_a_fixed_sweep_of_register_histories_is_linearizable():
-    # These seeds include deposed leaders that still believe they lead (reads served without
-    # the heartbeat round are caught here).
-    bad = [seed for seed in range(40) if not check_register_linearizable(run_register_workload(seed).history)]
-    assert not bad, f"non-linearizable histories for seeds {bad}"

@@ -3,7 +3,6 @@ survives its leader being stopped; a 1-node cluster works too."""
 
 import socket
 
-import pytest
 import trio
 
 from bkcore.metaops import Create, Get, MetaCode
