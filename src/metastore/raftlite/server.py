@@ -40,6 +40,7 @@ from transports.timer import CoreTimer, now_ns
 log = logging.getLogger("bk.metastore")
 
 RECEIVE_SIZE = 256 * 1024
+EFFECT_BACKLOG_MAX = 1000      # effect batches waiting to be performed before inputs pause
 
 
 def encode(message: list) -> bytes:
@@ -121,7 +122,12 @@ class RaftServer:
             log.warning("metastore node %d: %s", node_id, self.storage.tail_problem)
         self.core = RaftNode(node_id=node_id, peer_ids=list(addresses), rng=random.Random(), config=config,
                              restored=restored, now_ns=now_ns())
+        # The core's effects must all be performed, in order, so the channel cannot refuse any;
+        # instead its backlog is bounded from the input side: connections stop reading while
+        # more than EFFECT_BACKLOG_MAX batches wait (see _wait_for_backlog).
         self._effects_send, self._effects_receive = trio.open_memory_channel(float("inf"))
+        self._effects_backlog = 0
+        self._backlog_drained = trio.Event()
         self._peer_outboxes: dict[int, _Connection | None] = {p: None for p in self.core.peer_ids}
         self._peer_wakeups = {p: trio.Event() for p in self.core.peer_ids}
         self._peer_queues: dict[int, list[list]] = {p: [] for p in self.core.peer_ids}
@@ -138,7 +144,12 @@ class RaftServer:
         effects = self.core.take_effects()
         if effects:
             self._effects_send.send_nowait(effects)
+            self._effects_backlog += 1
         self._timer.set(self.core.next_deadline_ns())
+
+    async def _wait_for_backlog(self) -> None:
+        while self._effects_backlog >= EFFECT_BACKLOG_MAX:
+            await self._backlog_drained.wait()
 
     def _answer_deferred_keepalives(self) -> None:
         core = self.core
@@ -162,6 +173,10 @@ class RaftServer:
 
     async def _effects_loop(self) -> None:
         async for effects in self._effects_receive:
+            self._effects_backlog -= 1
+            if self._effects_backlog < EFFECT_BACKLOG_MAX:
+                self._backlog_drained.set()
+                self._backlog_drained = trio.Event()
             for effect in effects:
                 kind = type(effect)
                 if kind is Send:
@@ -242,12 +257,14 @@ class RaftServer:
                 hello = await messages.__anext__()
                 if hello[0] == "peer" and isinstance(hello[1], int):
                     async for message in messages:
+                        await self._wait_for_backlog()
                         self.core.receive(hello[1], message, now_ns())
                         self._pump()
                 elif hello[0] == "client":
                     # Sessions live as long as the cluster says: the client pings often enough.
                     connection.send(["hello", self.core.config.session_timeout_ns // 1_000_000])
                     async for message in messages:
+                        await self._wait_for_backlog()
                         self._on_client(connection, message)
                         self._pump()
                 nursery.cancel_scope.cancel()
