@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 import trio
 
@@ -28,7 +28,6 @@ from bkcore.client.config import ClientConfig
 from bkcore.client.reader import LedgerReader
 from bkcore.client.writer import LedgerWriter
 from bkcore.digest import DigestType
-from bkcore.effects import Completed
 from bkcore.errors import BKException, IllegalOperation, NoSuchLedger
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.metaops import Children, Get, MetaCode
@@ -78,24 +77,30 @@ class WriteHandle:
         remaining = [len(payloads)]
         done = trio.Event()
 
-        def on_completed(index: int, completed: Completed) -> None:
-            if completed.error is not None:
-                errors.append(completed.error)
+        def on_done(index: int, entry_id: int | None, error: BKException | None) -> None:
+            if error is not None:
+                errors.append(error)
             else:
-                results[index] = completed.result
+                results[index] = entry_id
             remaining[0] -= 1
             if remaining[0] == 0:
                 done.set()
 
-        writer = self._writer
         for index, payload in enumerate(payloads):
-            self._driver.start_with_callback(
-                lambda op_id, now_ns, p=payload: writer.add(op_id, p, now_ns=now_ns),
-                lambda completed, i=index: on_completed(i, completed))
+            self.start_add(payload, lambda entry_id, error, i=index: on_done(i, entry_id, error))
         await done.wait()
         if errors:
             raise errors[0]
         return results
+
+    def start_add(self, payload: bytes, on_done: Callable[[int | None, BKException | None], None]) -> None:
+        """Start one add without waiting for it: `on_done(entry_id, None)` or
+        `on_done(None, error)` runs in the trio loop once it resolves (adds resolve in order)."""
+        payload = _as_bytes(payload)
+        writer = self._writer
+        self._driver.start_with_callback(lambda op_id, now_ns: writer.add(op_id, payload, now_ns=now_ns),
+                                         lambda completed: on_done(completed.result, None) if completed.error is None
+                                         else on_done(None, completed.error))
 
     async def force(self) -> int:
         """Make every acknowledged entry durable (deferred-sync ledgers); returns the LAC."""
@@ -200,6 +205,15 @@ class BookKeeper:
         self._driver = driver
         self.store = store
         self.layout = driver.layout
+        self._streams = None
+
+    @property
+    def streams(self):
+        """Log streams over this client's ledgers (transports.streams.Streams)."""
+        from transports.streams import Streams
+        if self._streams is None:
+            self._streams = Streams(self)
+        return self._streams
 
     async def create_ledger(self, *, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
                             password: bytes = b"", digest: str = "crc32c", deferred_sync: bool = False,

@@ -4,20 +4,25 @@ import pytest
 from hypothesis import given, strategies as st
 
 from bkcore.stream.records import (
-    DLSN, Record, RecordBatcher, RecordFormatError, pack_records, positioned, unpack_records,
+    DLSN, Record, RecordBatcher, RecordFormatError, StreamEntry, pack_entry, positioned, unpack_entry,
 )
 
 
-@given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=50)), max_size=30), st.booleans())
-def test_records_round_trip(items, is_end):
-    records = [Record(t, p) for t, p in items]
-    assert unpack_records(pack_records(records, is_end_of_stream=is_end)) == (records, is_end)
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=50)), max_size=30), st.booleans(),
+       st.integers(0, 2**40), st.integers(0, 2**40), st.integers(-1, 2**62))
+def test_entries_round_trip(items, is_end, records_before, bytes_before, last_txid):
+    entry = StreamEntry(tuple(Record(t, p) for t, p in items), records_before, bytes_before, last_txid, is_end)
+    assert unpack_entry(pack_entry(entry)) == entry
+    assert entry.records_through == records_before + len(items)
+    assert entry.bytes_through == bytes_before + sum(len(p) for _, p in items)
 
 
 def test_bad_payloads_are_refused():
-    for junk in [b"", b"\x01\x02", pack_records([]).replace(b"\x01", b"\x07", 1)]:
+    good = pack_entry(StreamEntry((Record(1, b"x"),)))
+    for junk in [b"", b"\x01\x02", good.replace(b"\x01", b"\x07", 1), pack_entry(StreamEntry(()))[:-1],
+                 good.replace(b"\xc4\x01x", b"\xa1x")]:
         with pytest.raises(RecordFormatError):
-            unpack_records(junk)
+            unpack_entry(junk)
 
 
 def test_dlsn_orders_and_parses():
@@ -33,11 +38,13 @@ def test_batcher_fills_entries_up_to_the_limit_and_keeps_order():
     for txid in range(20):
         full = batcher.add(Record(txid, b"x" * 40))
         if full:
-            entries.append(full)
-    entries.append(batcher.flush())
+            entries.append(pack_entry(StreamEntry(tuple(full), 2**40, 2**40, 2**62)))
+    entries.append(pack_entry(StreamEntry(tuple(batcher.flush()), 2**40, 2**40, 2**62)))
+    assert batcher.flush() == [] and batcher.pending_count == 0
     assert all(len(entry) <= 200 for entry in entries) and len(entries) > 1
-    txids = [r.txid for e, payload in enumerate(entries) for r in unpack_records(payload)[0]]
+    txids = [r.txid for payload in entries for r in unpack_entry(payload).records]
     assert txids == list(range(20))
-    assert [p.dlsn for p in positioned(7, 3, entries[0])][:2] == [DLSN(7, 3, 0), DLSN(7, 3, 1)]
+    first = unpack_entry(entries[0])
+    assert [p.dlsn for p in positioned(7, 3, first)][:2] == [DLSN(7, 3, 0), DLSN(7, 3, 1)]
     with pytest.raises(ValueError):
         batcher.add(Record(99, b"y" * 500))

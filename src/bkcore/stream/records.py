@@ -2,12 +2,16 @@
 
 A stream writer batches records (each an application txid and a payload) into one ledger entry:
 
-    entry payload = msgpack [FORMAT, flags, [[txid, payload], ...]]
+    entry payload = msgpack [FORMAT, flags, records_before, bytes_before, last_txid,
+                             [[txid, payload], ...]]
 
-flags bit 0 marks the end of the stream (the entry holds no records then). A record's position
-is its DLSN (DistributedLog's name): (segment sequence number, entry id, slot in the entry),
-ordered lexicographically and written "seq:entry:slot". Txids are non-decreasing along a
-stream; the writer enforces it.
+flags bit 0 marks the end of the stream (the entry then holds no records). records_before and
+bytes_before count the segment's records and payload bytes before this entry, and last_txid is
+the newest txid of the stream up to and including this entry, so the last entry of a segment
+alone tells a recovering writer the segment's totals. A record's position is its DLSN
+(DistributedLog's name): (segment sequence number, entry id, slot in the entry), ordered
+lexicographically and written "seq:entry:slot". Txids never decrease along a stream; the writer
+enforces it.
 """
 
 from __future__ import annotations
@@ -58,23 +62,44 @@ class PositionedRecord:
     payload: bytes
 
 
-def pack_records(records: list[Record], *, is_end_of_stream: bool = False) -> bytes:
-    return msgpack.packb([RECORDS_FORMAT, END_OF_STREAM_FLAG if is_end_of_stream else 0,
-                          [[r.txid, r.payload] for r in records]], use_bin_type=True)
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """One ledger entry of a stream: a batch of records and the segment's counters before it."""
+
+    records: tuple[Record, ...]
+    records_before: int = 0
+    bytes_before: int = 0
+    last_txid: int = -1
+    is_end_of_stream: bool = False
+
+    @property
+    def records_through(self) -> int:
+        return self.records_before + len(self.records)
+
+    @property
+    def bytes_through(self) -> int:
+        return self.bytes_before + sum(len(r.payload) for r in self.records)
 
 
-def unpack_records(payload: bytes) -> tuple[list[Record], bool]:
-    """(records, is_end_of_stream) of one entry."""
+def pack_entry(entry: StreamEntry) -> bytes:
+    return msgpack.packb([RECORDS_FORMAT, END_OF_STREAM_FLAG if entry.is_end_of_stream else 0,
+                          entry.records_before, entry.bytes_before, entry.last_txid,
+                          [[r.txid, r.payload] for r in entry.records]], use_bin_type=True)
+
+
+def unpack_entry(payload: bytes) -> StreamEntry:
     try:
-        version, flags, items = msgpack.unpackb(payload, raw=False)
-        records = [Record(txid, data) for txid, data in items]
+        version, flags, records_before, bytes_before, last_txid, items = msgpack.unpackb(payload, raw=False)
+        records = tuple(Record(txid, data) for txid, data in items)
+        flags = int(flags)
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise RecordFormatError(f"not a batch of stream records: {exc}") from None
     if version != RECORDS_FORMAT:
         raise RecordFormatError(f"stream record format {version} is not {RECORDS_FORMAT}")
-    if not all(type(r.txid) is int and type(r.payload) is bytes for r in records):
-        raise RecordFormatError("stream records must be (int txid, bytes payload)")
-    return records, bool(flags & END_OF_STREAM_FLAG)
+    if not all(type(r.txid) is int and type(r.payload) is bytes for r in records) or \
+            not all(type(n) is int for n in (records_before, bytes_before, last_txid)):
+        raise RecordFormatError("stream records must be (int txid, bytes payload) with int counters")
+    return StreamEntry(records, records_before, bytes_before, last_txid, bool(flags & END_OF_STREAM_FLAG))
 
 
 class RecordBatcher:
@@ -84,40 +109,43 @@ class RecordBatcher:
     # Bytes msgpack adds around a record and around the batch (generous upper bounds).
     RECORD_OVERHEAD = 16
     BATCH_OVERHEAD = 16
+    HEADER_OVERHEAD = 40      # format, flags and the three counters
 
     def __init__(self, *, entry_size_max: int = 1024 * 1024, record_count_max: int = 10_000) -> None:
         self.entry_size_max = entry_size_max
         self.record_count_max = record_count_max
         self._records: list[Record] = []
-        self._size = self.BATCH_OVERHEAD
+        self._size = self.BATCH_OVERHEAD + self.HEADER_OVERHEAD
 
-    def add(self, record: Record) -> bytes | None:
-        """Add a record; returns a full entry payload when the record does not fit the current
-        one (the record then starts the next entry)."""
-        size = len(record.payload) + self.RECORD_OVERHEAD
-        if size + self.BATCH_OVERHEAD > self.entry_size_max:
+    def check(self, record: Record) -> None:
+        """Refuse a record that could never fit an entry (before anything is queued)."""
+        if len(record.payload) + self.RECORD_OVERHEAD + self.BATCH_OVERHEAD + self.HEADER_OVERHEAD > self.entry_size_max:
             raise ValueError(f"record of {len(record.payload)} bytes exceeds the entry size limit "
                              f"{self.entry_size_max}")
-        full = None
-        if self._records and (self._size + size > self.entry_size_max or len(self._records) >= self.record_count_max):
-            full = self.flush()
+
+    def fits(self, record: Record) -> bool:
+        """Whether `record` can join the current entry (always true for the first record)."""
+        return not self._records or (self._size + len(record.payload) + self.RECORD_OVERHEAD <= self.entry_size_max
+                                     and len(self._records) < self.record_count_max)
+
+    def add(self, record: Record) -> list[Record] | None:
+        """Add a record; returns the records of a full entry when the record does not fit the
+        current one (the record then starts the next entry)."""
+        self.check(record)
+        full = None if self.fits(record) else self.flush()
         self._records.append(record)
-        self._size += size
+        self._size += len(record.payload) + self.RECORD_OVERHEAD
         return full
 
-    def flush(self) -> bytes | None:
-        """The pending records as one entry payload (None if there are none)."""
-        if not self._records:
-            return None
-        payload = pack_records(self._records)
-        self._records, self._size = [], self.BATCH_OVERHEAD
-        return payload
+    def flush(self) -> list[Record]:
+        """The pending records, to become one entry (empty if there are none)."""
+        records, self._records, self._size = self._records, [], self.BATCH_OVERHEAD + self.HEADER_OVERHEAD
+        return records
 
     @property
     def pending_count(self) -> int:
         return len(self._records)
 
 
-def positioned(segment: int, entry_id: int, payload: bytes) -> list[PositionedRecord]:
-    records, _ = unpack_records(payload)
-    return [PositionedRecord(DLSN(segment, entry_id, slot), r.txid, r.payload) for slot, r in enumerate(records)]
+def positioned(segment: int, entry_id: int, entry: StreamEntry) -> list[PositionedRecord]:
+    return [PositionedRecord(DLSN(segment, entry_id, slot), r.txid, r.payload) for slot, r in enumerate(entry.records)]

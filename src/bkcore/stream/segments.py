@@ -3,6 +3,7 @@
     <root>/streams/<namespace>                      namespace node: default StreamSettings
     <root>/streams/<namespace>/<stream>             stream node: StreamMetadata
     <root>/streams/<namespace>/<stream>/segments/<seqno:010d>   one SegmentMetadata each
+    <root>/streams/<namespace>/<stream>/cursors/<name>          a cursor's committed DLSN
 
 A stream is a sequence of segments, each one ledger. Only the last segment may be in progress;
 a completed segment knows its last entry and txid; a truncated one has had its ledger deleted.
@@ -43,6 +44,7 @@ class StreamSettings:
     segment_rolling_interval_s: int = 3600            # seconds before a new segment
     retention_s: int = 0                              # 0: keep segments until truncated
     retention_size: int = 0                           # 0: no size limit
+    retention_keeps_unconsumed: bool = False          # retention spares what a cursor has not read
 
     def __post_init__(self) -> None:
         if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
@@ -130,19 +132,41 @@ class StreamLayout:
     def segment_path(self, namespace: str, stream: str, seqno: int) -> str:
         return f"{self.segments_path(namespace, stream)}/{seqno:010d}"
 
+    def cursors_path(self, namespace: str, stream: str) -> str:
+        return f"{self.stream_path(namespace, stream)}/cursors"
+
+    def cursor_path(self, namespace: str, stream: str, cursor: str) -> str:
+        return f"{self.cursors_path(namespace, stream)}/{_check_name(cursor)}"
+
 
 def _check_name(name: str) -> str:
-    if not name or "/" in name or name in (".", "..") or name == "segments" or len(name) > 200:
-        raise ValueError(f"{name!r} is not a valid namespace or stream name")
+    if not isinstance(name, str) or not name or "/" in name or name in (".", "..") or len(name) > 200 \
+            or not name.isprintable():
+        raise ValueError(f"{name!r} is not a valid name (1 to 200 printable characters, no '/')")
     return name
 
 
 def segment_for_txid(segments: list[SegmentMetadata], txid: int) -> SegmentMetadata | None:
     """The first live segment that can hold a record with txid >= `txid` (binary search over
     segments ordered by seqno, whose txids never decrease); None if every segment ends before."""
-    live = [s for s in segments if s.state is not SegmentState.TRUNCATED and s.first_txid >= 0]
+    live = [s for s in segments if s.state is SegmentState.IN_PROGRESS
+            or (s.state is SegmentState.COMPLETED and s.record_count > 0)]
     index = bisect.bisect_left([s.last_txid if s.state is SegmentState.COMPLETED else 2**63 for s in live], txid)
     return live[index] if index < len(live) else None
+
+
+def stream_last_txid(segments: list[SegmentMetadata]) -> int:
+    """The newest txid in sealed segments (-1 if none): a new writer's txids start above it."""
+    return max((s.last_txid for s in segments if s.state is not SegmentState.IN_PROGRESS), default=-1)
+
+
+def start_of(segments: list[SegmentMetadata], position: DLSN) -> DLSN | None:
+    """Where reading from `position` begins: the position itself if its segment is live, else
+    the start of the next live segment; None if no live segment is at or after it."""
+    for segment in segments:
+        if segment.seqno >= position.segment and segment.state is not SegmentState.TRUNCATED:
+            return position if segment.seqno == position.segment else DLSN(segment.seqno, 0, 0)
+    return None
 
 
 def segments_before(segments: list[SegmentMetadata], position: DLSN) -> list[SegmentMetadata]:

@@ -1,0 +1,87 @@
+"""What a stream writer knows about the segment it is writing: txids, counters, when to roll.
+
+The async writer (transports/streams) owns the ledger and the metastore calls; every decision
+about records lives here, as plain code over plain values, so it is tested without a cluster:
+
+- txids: a record without one gets the previous txid + 1; one below the stream's newest is
+  refused (TxidOutOfOrder) before anything is written;
+- entries: a batch of records is packed with the segment's counters before it, so the last
+  entry of a segment alone tells a recovering writer the segment's totals;
+- rolling: a new segment once the open one holds segment_rolling_size payload bytes or has been
+  open segment_rolling_interval_s seconds;
+- completion: the metadata of a sealed segment, from the writer's counters or, for a segment
+  whose writer vanished, from its first and last entries after ledger recovery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bkcore.stream.errors import TxidOutOfOrder
+from bkcore.stream.records import Record, StreamEntry, pack_entry
+from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings
+
+
+class SegmentWriteState:
+    def __init__(self, segment: SegmentMetadata, settings: StreamSettings, *, last_txid: int) -> None:
+        self.segment = segment
+        self.settings = settings
+        self.assigned_txid = last_txid     # newest txid handed to a record (maybe not yet written)
+        self.packed_txid = last_txid       # newest txid packed into an entry
+        self.first_txid = -1
+        self.record_count = 0
+        self.size = 0
+
+    def assign_txid(self, txid: int | None) -> int:
+        """The txid of the next record: `txid` itself if it does not go backwards, or the
+        previous one + 1 when the caller gives none."""
+        if txid is None:
+            txid = max(self.assigned_txid + 1, 0)
+        elif type(txid) is not int or txid < 0:
+            raise TxidOutOfOrder(f"a txid is a non-negative int, not {txid!r}")
+        elif txid < self.assigned_txid:
+            raise TxidOutOfOrder(f"txid {txid} is below {self.assigned_txid}, which the stream already has; "
+                                 f"txids never decrease")
+        self.assigned_txid = txid
+        return txid
+
+    def pack(self, records: list[Record]) -> bytes:
+        """The entry payload of `records` (the next entry of this segment)."""
+        entry = StreamEntry(tuple(records), self.record_count, self.size, records[-1].txid if records else self.packed_txid)
+        if records and self.first_txid < 0:
+            self.first_txid = records[0].txid
+        self.record_count = entry.records_through
+        self.size = entry.bytes_through
+        self.packed_txid = entry.last_txid
+        return pack_entry(entry)
+
+    def pack_end_of_stream(self) -> bytes:
+        return pack_entry(StreamEntry((), self.record_count, self.size, self.packed_txid, is_end_of_stream=True))
+
+    def should_roll(self, now_s: int) -> bool:
+        """Whether the next records belong in a new segment (never for an empty one)."""
+        if self.record_count == 0:
+            return False
+        return (self.size >= self.settings.segment_rolling_size
+                or now_s - self.segment.ctime_s >= self.settings.segment_rolling_interval_s)
+
+    def completed(self, last_entry_id: int, *, is_end_of_stream: bool = False) -> SegmentMetadata:
+        return dataclasses.replace(self.segment, state=SegmentState.COMPLETED, first_txid=self.first_txid,
+                                   last_txid=self.packed_txid if self.record_count else -1,
+                                   last_entry_id=last_entry_id, record_count=self.record_count, size=self.size,
+                                   is_end_of_stream=is_end_of_stream)
+
+
+def recovered_segment(segment: SegmentMetadata, *, last_entry_id: int, first_entry: StreamEntry | None,
+                      last_entry: StreamEntry | None) -> SegmentMetadata:
+    """The completed metadata of an in-progress segment whose ledger recovery sealed at
+    `last_entry_id` (-1: empty), from its first and last entries."""
+    if last_entry_id < 0 or last_entry is None:
+        return dataclasses.replace(segment, state=SegmentState.COMPLETED, last_entry_id=-1, first_txid=-1,
+                                   last_txid=-1, record_count=0, size=0)
+    has_records = last_entry.records_through > 0
+    first_txid = first_entry.records[0].txid if first_entry is not None and first_entry.records else -1
+    return dataclasses.replace(segment, state=SegmentState.COMPLETED, last_entry_id=last_entry_id,
+                               first_txid=first_txid, last_txid=last_entry.last_txid if has_records else -1,
+                               record_count=last_entry.records_through, size=last_entry.bytes_through,
+                               is_end_of_stream=last_entry.is_end_of_stream)

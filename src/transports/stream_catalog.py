@@ -1,0 +1,224 @@
+"""The metastore side of log streams: namespaces, streams, segments and cursors as typed values.
+
+Paths and value formats are bkcore.stream.segments'. Every change is a create or a
+compare-and-set; when the store answers CONNECTION_LOSS (the outcome is unknown) the node is
+re-read and compared before anything is retried, so a write that did land is never applied
+twice nor reported as lost.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult, SetData
+from bkcore.stream.errors import (
+    CursorNotFound, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, StreamExists, StreamMetadataConflict,
+    StreamNotFound,
+)
+from bkcore.stream.records import DLSN
+from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings
+from metastore.api import MetadataStore, Watch
+
+# How often an op whose outcome stayed unknown is tried again, and the pause between tries.
+UNKNOWN_OUTCOME_RETRIES = 8
+RETRY_PAUSE_S = 0.1
+
+
+class StreamCatalog:
+    def __init__(self, store: MetadataStore, layout: StreamLayout) -> None:
+        self.store = store
+        self.layout = layout
+
+    # -- namespaces ---------------------------------------------------------------------------
+
+    async def create_namespace(self, namespace: str, settings: StreamSettings = StreamSettings()) -> None:
+        path = self.layout.namespace_path(namespace)
+        await self._ensure(f"{self.layout.root}/streams")
+        data = _pack_settings(settings)
+        if (await self._write(Create(path, data))).code is MetaCode.NODE_EXISTS:
+            raise NamespaceExists(f"namespace {namespace!r} already exists")
+
+    async def namespace_settings(self, namespace: str) -> StreamSettings:
+        result = await self._read(Get(self.layout.namespace_path(namespace)))
+        if result.code is MetaCode.NO_NODE:
+            raise NamespaceNotFound(f"namespace {namespace!r} does not exist (create it first)")
+        return _unpack_settings(result.data)
+
+    async def list_namespaces(self) -> list[str]:
+        result = await self._read(Children(f"{self.layout.root}/streams"))
+        return sorted(result.children) if result.code is MetaCode.OK else []
+
+    async def delete_namespace(self, namespace: str) -> None:
+        if await self.list_streams(namespace):
+            raise NamespaceNotEmpty(f"namespace {namespace!r} still has streams; delete them first")
+        result = await self._write(Delete(self.layout.namespace_path(namespace)))
+        if result.code is MetaCode.NOT_EMPTY:
+            raise NamespaceNotEmpty(f"namespace {namespace!r} still has streams; delete them first")
+
+    # -- streams ------------------------------------------------------------------------------
+
+    async def create_stream(self, namespace: str, stream: str, settings: StreamSettings | None = None) -> StreamMetadata:
+        if settings is None:
+            settings = await self.namespace_settings(namespace)
+        else:
+            await self.namespace_settings(namespace)      # the namespace must exist
+        path = self.layout.stream_path(namespace, stream)
+        metadata = StreamMetadata(settings)
+        result = await self._write(Create(path, metadata.to_bytes()))
+        if result.code is MetaCode.NODE_EXISTS:
+            raise StreamExists(f"stream {namespace}/{stream} already exists")
+        await self._ensure(self.layout.segments_path(namespace, stream))
+        await self._ensure(self.layout.cursors_path(namespace, stream))
+        return StreamMetadata(settings, version=0)
+
+    async def get_stream(self, namespace: str, stream: str) -> StreamMetadata:
+        result = await self._read(Get(self.layout.stream_path(namespace, stream)))
+        if result.code is MetaCode.NO_NODE:
+            raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
+        return StreamMetadata.from_bytes(result.data, version=result.version)
+
+    async def list_streams(self, namespace: str) -> list[str]:
+        result = await self._read(Children(self.layout.namespace_path(namespace)))
+        if result.code is MetaCode.NO_NODE:
+            raise NamespaceNotFound(f"namespace {namespace!r} does not exist")
+        return sorted(result.children)
+
+    async def replace_stream(self, namespace: str, stream: str, new: StreamMetadata) -> StreamMetadata | None:
+        """CAS on new.version; the stored value, or None if someone else changed it first."""
+        result = await self._write(SetData(self.layout.stream_path(namespace, stream), new.to_bytes(), new.version))
+        if result.code is MetaCode.NO_NODE:
+            raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
+        return None if result.code is MetaCode.BAD_VERSION else StreamMetadata.from_bytes(new.to_bytes(), version=result.version)
+
+    async def delete_stream_nodes(self, namespace: str, stream: str) -> None:
+        """Remove the stream's nodes (its segments' ledgers must be gone already)."""
+        for seqno in [s.seqno for s in await self.segments(namespace, stream)]:
+            await self._write(Delete(self.layout.segment_path(namespace, stream, seqno)))
+        for cursor in await self.list_cursors(namespace, stream):
+            await self._write(Delete(self.layout.cursor_path(namespace, stream, cursor)))
+        await self._write(Delete(self.layout.segments_path(namespace, stream)))
+        await self._write(Delete(self.layout.cursors_path(namespace, stream)))
+        await self._write(Delete(self.layout.stream_path(namespace, stream)))
+
+    # -- segments -----------------------------------------------------------------------------
+
+    async def segments(self, namespace: str, stream: str) -> list[SegmentMetadata]:
+        return (await self.segments_with_watch(namespace, stream, watch=False))[0]
+
+    async def segments_with_watch(self, namespace: str, stream: str, *, watch: bool = True
+                                  ) -> tuple[list[SegmentMetadata], Watch | None]:
+        """Every segment, ascending by seqno; with `watch`, a watch that fires when a segment
+        is added or removed (changes of a segment's own value are not watched)."""
+        path = self.layout.segments_path(namespace, stream)
+        if watch:
+            result, fired = await self.store.execute_watch(Children(path))
+            _check_answered(result, path)
+        else:
+            result, fired = await self._read(Children(path)), None
+        if result.code is MetaCode.NO_NODE:
+            raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
+        segments = []
+        for name in sorted(result.children):
+            child = await self._read(Get(f"{path}/{name}"))
+            if child.code is MetaCode.OK:
+                segments.append(SegmentMetadata.from_bytes(child.data, version=child.version))
+        return segments, fired
+
+    async def create_segment(self, namespace: str, stream: str, segment: SegmentMetadata) -> SegmentMetadata | None:
+        """The stored segment, or None if that seqno exists already (another writer won)."""
+        result = await self._write(Create(self.layout.segment_path(namespace, stream, segment.seqno), segment.to_bytes()))
+        if result.code is MetaCode.NODE_EXISTS:
+            return None
+        if result.code is MetaCode.NO_NODE:
+            raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
+        return SegmentMetadata.from_bytes(segment.to_bytes(), version=0)
+
+    async def replace_segment(self, namespace: str, stream: str, new: SegmentMetadata) -> SegmentMetadata | None:
+        """CAS on new.version; the stored segment, or None if it changed (or vanished) meanwhile."""
+        path = self.layout.segment_path(namespace, stream, new.seqno)
+        result = await self._write(SetData(path, new.to_bytes(), new.version))
+        if result.code in (MetaCode.BAD_VERSION, MetaCode.NO_NODE):
+            return None
+        return SegmentMetadata.from_bytes(new.to_bytes(), version=result.version)
+
+    # -- cursors ------------------------------------------------------------------------------
+
+    async def list_cursors(self, namespace: str, stream: str) -> list[str]:
+        result = await self._read(Children(self.layout.cursors_path(namespace, stream)))
+        return sorted(result.children) if result.code is MetaCode.OK else []
+
+    async def cursor(self, namespace: str, stream: str, cursor: str) -> DLSN:
+        result = await self._read(Get(self.layout.cursor_path(namespace, stream, cursor)))
+        if result.code is MetaCode.NO_NODE:
+            raise CursorNotFound(f"cursor {cursor!r} of stream {namespace}/{stream} does not exist")
+        return DLSN.parse(result.data.decode())
+
+    async def commit_cursor(self, namespace: str, stream: str, cursor: str, position: DLSN) -> None:
+        path = self.layout.cursor_path(namespace, stream, cursor)
+        data = str(position).encode()
+        result = await self._write(SetData(path, data, -1))
+        if result.code is MetaCode.NO_NODE:
+            await self.get_stream(namespace, stream)
+            result = await self._write(Create(path, data))
+            if result.code is MetaCode.NODE_EXISTS:
+                await self._write(SetData(path, data, -1))
+
+    async def delete_cursor(self, namespace: str, stream: str, cursor: str) -> None:
+        if (await self._write(Delete(self.layout.cursor_path(namespace, stream, cursor)))).code is MetaCode.NO_NODE:
+            raise CursorNotFound(f"cursor {cursor!r} of stream {namespace}/{stream} does not exist")
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    async def _ensure(self, path: str) -> None:
+        """Create `path` and its parents if missing."""
+        parts = path.strip("/").split("/")
+        for depth in range(1, len(parts) + 1):
+            await self._write(Create("/" + "/".join(parts[:depth])))
+
+    async def _read(self, op: Get | Children) -> MetaResult:
+        for _ in range(UNKNOWN_OUTCOME_RETRIES):
+            result = await self.store.execute(op)
+            if result.code is not MetaCode.CONNECTION_LOSS:
+                return result
+            await trio.sleep(RETRY_PAUSE_S)
+        raise StreamMetadataConflict(f"the metastore did not answer reading {op.path}; is it up?")
+
+    async def _write(self, op: Create | SetData | Delete) -> MetaResult:
+        """Execute a write; after CONNECTION_LOSS, re-read and decide whether it landed."""
+        for _ in range(UNKNOWN_OUTCOME_RETRIES):
+            result = await self.store.execute(op)
+            if result.code is not MetaCode.CONNECTION_LOSS:
+                return result
+            await trio.sleep(RETRY_PAUSE_S)
+            landed = await self._landed(op)
+            if landed is not None:
+                return landed
+        raise StreamMetadataConflict(f"the metastore did not answer writing {op.path}; is it up?")
+
+    async def _landed(self, op: Create | SetData | Delete) -> MetaResult | None:
+        """After an unknown outcome: the result the op had if the store shows it applied,
+        None if it plainly was not (so it is safe to send again)."""
+        now = await self.store.execute(Get(op.path))
+        if now.code is MetaCode.CONNECTION_LOSS:
+            return None
+        if isinstance(op, Delete):
+            return MetaResult(MetaCode.OK) if now.code is MetaCode.NO_NODE else None
+        if isinstance(op, Create):
+            return MetaResult(MetaCode.OK, version=now.version) if now.code is MetaCode.OK and now.data == op.data \
+                else None
+        if now.code is MetaCode.OK and now.data == op.data and now.version != op.version:
+            return MetaResult(MetaCode.OK, version=now.version)
+        return None
+
+
+def _check_answered(result: MetaResult, path: str) -> None:
+    if result.code is MetaCode.CONNECTION_LOSS:
+        raise StreamMetadataConflict(f"the metastore did not answer reading {path}; is it up?")
+
+
+def _pack_settings(settings: StreamSettings) -> bytes:
+    return StreamMetadata(settings).to_bytes()
+
+
+def _unpack_settings(data: bytes) -> StreamSettings:
+    return StreamMetadata.from_bytes(data, version=0).settings

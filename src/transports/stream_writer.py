@@ -1,0 +1,316 @@
+"""The writer of a log stream: records batched into entries of segment ledgers, rolled by size
+or age, with one writer at a time.
+
+    async with streams.open_writer("ns", "events") as writer:
+        position = await writer.write(b"payload")                 # one record, durable
+        positions = await writer.write_many([b"a", (42, b"b")])    # (txid, payload) or payload
+
+Opening fences the previous writer: an in-progress last segment is recovered (its ledger fenced
+and sealed, its totals read back from its last entry) and marked completed before this writer
+creates the next segment; the old writer's next add fails and it gets WriterFenced. Records
+queued while earlier entries are in flight are packed together into the next entry, so many
+concurrent write() calls cost few entries. Every decision about records (txids, counters,
+rolling) is bkcore.stream.writer_state's.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from typing import Awaitable, Callable, Iterable
+
+import trio
+
+from bkcore.errors import BKException, LedgerClosed, LedgerFenced, NoSuchLedger
+from bkcore.stream.errors import EndOfStream, StreamException, WriterFenced
+from bkcore.stream.records import DLSN, Record, RecordBatcher, unpack_entry
+from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings, stream_last_txid
+from bkcore.stream.writer_state import SegmentWriteState, recovered_segment
+from transports.stream_catalog import StreamCatalog
+
+# Stream segments are ledgers with this password (streams are guarded by the metastore).
+STREAM_LEDGER_PASSWORD = b"bk-stream"
+ENTRY_SIZE_MAX = 512 * 1024
+ENTRIES_IN_FLIGHT_MAX = 64
+PENDING_BYTES_MAX = 64 * 1024 * 1024
+
+
+class _Pending:
+    __slots__ = ("record", "done", "position", "error")
+
+    def __init__(self, record: Record) -> None:
+        self.record = record
+        self.done = trio.Event()
+        self.position: DLSN | None = None
+        self.error: BaseException | None = None
+
+
+class StreamWriter:
+    def __init__(self, bk, catalog: StreamCatalog, namespace: str, stream: str, *,
+                 after_roll: Callable[[], Awaitable[None]] | None = None,
+                 entry_size_max: int = ENTRY_SIZE_MAX, entries_in_flight_max: int = ENTRIES_IN_FLIGHT_MAX,
+                 pending_bytes_max: int = PENDING_BYTES_MAX) -> None:
+        self._bk = bk
+        self._catalog = catalog
+        self.namespace, self.stream = namespace, stream
+        self._after_roll = after_roll
+        self._batcher = RecordBatcher(entry_size_max=entry_size_max)
+        self._entries_in_flight_max = entries_in_flight_max
+        self._pending_bytes_max = pending_bytes_max
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queued_bytes = 0
+        self._in_flight = 0
+        self._changed = trio.Event()       # set on any progress: queue, acks, failure, close
+        self._ledger = None
+        self._state: SegmentWriteState | None = None
+        self._settings: StreamSettings | None = None
+        self._failure: BaseException | None = None
+        self._closing = False
+        self._is_end_of_stream = False
+        self.last_position: DLSN | None = None
+
+    @property
+    def segment(self) -> SegmentMetadata:
+        return self._state.segment
+
+    @property
+    def last_txid(self) -> int:
+        return self._state.assigned_txid
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        metadata = await self._catalog.get_stream(self.namespace, self.stream)
+        self._settings = metadata.settings
+        segments = await self._catalog.segments(self.namespace, self.stream)
+        if segments and segments[-1].state is SegmentState.IN_PROGRESS:
+            segments[-1] = await recover_segment(self._bk, self._catalog, self.namespace, self.stream, segments[-1])
+        if segments and segments[-1].is_end_of_stream:
+            raise EndOfStream(f"stream {self.namespace}/{self.stream} ended (end-of-stream marker); "
+                              f"it takes no more records")
+        await self._start_segment(segments[-1].seqno + 1 if segments else 1, stream_last_txid(segments))
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """The flusher: sends queued records as entries, rolls segments. Runs until aclose()."""
+        task_status.started()
+        try:
+            await self._flush_loop()
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:     # noqa: BLE001 - every failure ends the writer and its waiters
+            self._fail(exc)
+
+    async def aclose(self) -> None:
+        """Write what is queued, then seal the segment (a reader sees the stream go on after
+        it once another writer opens). A failed or fenced writer just stops."""
+        self._closing = True
+        self._signal()
+        while (self._queue or self._in_flight) and self._failure is None:
+            await self._wait_for_change()
+        if self._failure is None and self._ledger is not None and not self._is_end_of_stream:
+            await self._complete_segment()
+
+    async def mark_end_of_stream(self) -> DLSN:
+        """Seal the stream: wait for queued records, write the end-of-stream marker and mark the
+        segment completed. Returns the marker's position; later writes raise EndOfStream."""
+        self._check_usable()
+        self._is_end_of_stream = True
+        while (self._queue or self._in_flight) and self._failure is None:
+            await self._wait_for_change()
+        self._raise_failure()
+        entry_id = await self._ledger.add(self._state.pack_end_of_stream())
+        await self._complete_segment(is_end_of_stream=True)
+        self._fail(EndOfStream(f"stream {self.namespace}/{self.stream} ended (end-of-stream marker)"))
+        return DLSN(self._state.segment.seqno, entry_id, 0)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def write(self, payload: bytes, *, txid: int | None = None) -> DLSN:
+        """Append one record (txid: the previous one + 1 unless given); returns its position
+        once it is durable."""
+        return (await self.write_many([payload if txid is None else (txid, payload)]))[0]
+
+    async def write_many(self, items: Iterable[bytes | tuple[int, bytes]]) -> list[DLSN]:
+        """Append records in order; returns their positions once all are durable. Txids are
+        checked before anything is queued: one that goes backwards refuses the whole call."""
+        self._check_usable()
+        records = self._records_of(items)
+        size = sum(len(r.payload) for r in records)
+        while self._queued_bytes and self._queued_bytes + size > self._pending_bytes_max and self._failure is None:
+            await self._wait_for_change()
+        self._check_usable()
+        pendings = [_Pending(record) for record in records]
+        self._queue.extend(pendings)
+        self._queued_bytes += size
+        self._signal()
+        for pending in pendings:
+            await pending.done.wait()
+        for pending in pendings:
+            if pending.error is not None:
+                raise pending.error
+        return [pending.position for pending in pendings]
+
+    def _records_of(self, items) -> list[Record]:
+        state = self._state
+        before = state.assigned_txid
+        records = []
+        try:
+            for item in items:
+                txid, payload = item if isinstance(item, tuple) else (None, item)
+                if not isinstance(payload, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"a record's payload is bytes, not {type(payload).__name__}")
+                record = Record(state.assign_txid(txid), bytes(payload))
+                self._batcher.check(record)
+                records.append(record)
+        except BaseException:
+            state.assigned_txid = before
+            raise
+        return records
+
+    # -- the flusher --------------------------------------------------------------------------
+
+    async def _flush_loop(self) -> None:
+        while True:
+            while not self._queue:
+                if self._closing:
+                    return
+                await self._wait_for_change()
+            if self._state.should_roll(int(time.time())):
+                while self._in_flight:
+                    await self._wait_for_change()
+                self._raise_failure()
+                await self._roll()
+            while self._in_flight >= self._entries_in_flight_max:
+                await self._wait_for_change()
+            self._raise_failure()
+            self._send_entry()
+
+    def _send_entry(self) -> None:
+        """Pack as many queued records as fit one entry and start adding it."""
+        taken: list[_Pending] = []
+        batcher = self._batcher
+        while self._queue and batcher.fits(self._queue[0].record):
+            pending = self._queue.popleft()
+            batcher.add(pending.record)
+            taken.append(pending)
+        self._queued_bytes -= sum(len(p.record.payload) for p in taken)
+        payload = self._state.pack(batcher.flush())
+        seqno = self._state.segment.seqno
+        self._in_flight += 1
+
+        def on_done(entry_id: int | None, error: BKException | None) -> None:
+            self._in_flight -= 1
+            if error is not None:
+                self._fail(_as_writer_error(error, self))
+                for pending in taken:
+                    _resolve(pending, error=self._failure)
+            else:
+                for slot, pending in enumerate(taken):
+                    _resolve(pending, position=DLSN(seqno, entry_id, slot))
+                self.last_position = taken[-1].position
+            self._signal()
+
+        self._ledger.start_add(payload, on_done)
+
+    async def _roll(self) -> None:
+        await self._complete_segment()
+        await self._start_segment(self._state.segment.seqno + 1, self._state.packed_txid,
+                                  assigned_txid=self._state.assigned_txid)
+        if self._after_roll is not None:
+            await self._after_roll()
+
+    async def _complete_segment(self, *, is_end_of_stream: bool = False) -> None:
+        try:
+            closed = await self._ledger.close()
+        except (LedgerFenced, LedgerClosed) as exc:
+            raise _as_writer_error(exc, self) from None
+        done = self._state.completed(closed.last_entry_id, is_end_of_stream=is_end_of_stream)
+        stored = await self._catalog.replace_segment(self.namespace, self.stream, done)
+        if stored is None:
+            raise WriterFenced(f"segment {done.seqno} of {self.namespace}/{self.stream} was recovered by "
+                               f"another writer")
+        self._ledger = None
+        self._state.segment = stored
+
+    async def _start_segment(self, seqno: int, last_txid: int, *, assigned_txid: int | None = None) -> None:
+        settings = self._settings
+        ledger = await self._bk.create_ledger(
+            ensemble=settings.ensemble_size, write_quorum=settings.write_quorum_size,
+            ack_quorum=settings.ack_quorum_size, password=STREAM_LEDGER_PASSWORD,
+            custom_metadata={"stream": f"{self.namespace}/{self.stream}".encode(), "segment": str(seqno).encode()})
+        segment = SegmentMetadata(seqno, ledger.ledger_id, ctime_s=int(time.time()))
+        stored = await self._catalog.create_segment(self.namespace, self.stream, segment)
+        if stored is None:
+            await _delete_quietly(self._bk, ledger.ledger_id)
+            raise WriterFenced(f"another writer opened {self.namespace}/{self.stream} and created segment {seqno}")
+        self._ledger = ledger
+        self._state = SegmentWriteState(stored, settings, last_txid=last_txid)
+        if assigned_txid is not None:
+            self._state.assigned_txid = assigned_txid
+
+    # -- state --------------------------------------------------------------------------------
+
+    def _signal(self) -> None:
+        self._changed.set()
+
+    async def _wait_for_change(self) -> None:
+        self._changed = trio.Event()
+        await self._changed.wait()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+        while self._queue:
+            _resolve(self._queue.popleft(), error=self._failure)
+        self._queued_bytes = 0
+        self._signal()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _check_usable(self) -> None:
+        self._raise_failure()
+        if self._closing or self._is_end_of_stream:
+            raise StreamException(f"the writer of {self.namespace}/{self.stream} is closed")
+
+
+def _resolve(pending: _Pending, *, position: DLSN | None = None, error: BaseException | None = None) -> None:
+    if not pending.done.is_set():
+        pending.position, pending.error = position, error
+        pending.done.set()
+
+
+def _as_writer_error(error: BaseException, writer: StreamWriter) -> BaseException:
+    if isinstance(error, (LedgerFenced, LedgerClosed)):
+        return WriterFenced(f"another writer took over {writer.namespace}/{writer.stream} (its segment "
+                            f"ledger was fenced); open a new writer to go on")
+    return error
+
+
+async def _delete_quietly(bk, ledger_id: int) -> None:
+    try:
+        await bk.delete_ledger(ledger_id)
+    except NoSuchLedger:
+        pass
+
+
+async def recover_segment(bk, catalog: StreamCatalog, namespace: str, stream: str,
+                          segment: SegmentMetadata) -> SegmentMetadata:
+    """Seal an in-progress segment whose writer is gone (or is being replaced): recover its
+    ledger (fencing the old writer), read its totals back and mark it completed."""
+    while segment.state is SegmentState.IN_PROGRESS:
+        try:
+            handle = await bk.open_ledger(segment.ledger_id, password=STREAM_LEDGER_PASSWORD, recovery=True)
+            last = handle.metadata.last_entry_id
+            first_entry = unpack_entry((await handle.read(0, 0))[0]) if last >= 0 else None
+            last_entry = unpack_entry((await handle.read(last, last))[0]) if last >= 0 else None
+        except NoSuchLedger:
+            last, first_entry, last_entry = -1, None, None
+        done = recovered_segment(segment, last_entry_id=last, first_entry=first_entry, last_entry=last_entry)
+        stored = await catalog.replace_segment(namespace, stream, done)
+        if stored is not None:
+            return stored
+        current = {s.seqno: s for s in await catalog.segments(namespace, stream)}
+        segment = current.get(segment.seqno, done)
+    return segment

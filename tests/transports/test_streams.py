@@ -1,0 +1,226 @@
+"""Log streams against bookies on real TCP and files (memory:// metastore): namespaces, writers
+and fencing, rolling, readers from positions/txids/the tail, end of stream, truncation,
+retention and cursors."""
+
+import pytest
+import trio
+
+import bkclient
+from bkcore.stream.errors import (
+    EndOfStream, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, PositionTruncated, StreamExists,
+    StreamNotFound, TxidOutOfOrder, WriterFenced,
+)
+from bkcore.stream.records import DLSN
+from bkcore.stream.segments import StreamSettings
+
+URI = "memory://streams"
+SMALL = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+
+
+@pytest.fixture
+async def bk(start_cluster):
+    await start_cluster(URI, 3)
+    async with bkclient.connect(URI) as client:
+        await client.streams.create_namespace("ns", SMALL)
+        yield client
+
+
+async def read_all(streams, stream, start=None, *, count, timeout_s=20, **options):
+    records = []
+    async with streams.open_reader("ns", stream, start, **options) as reader:
+        with trio.fail_after(timeout_s):
+            while len(records) < count:
+                records.append(await reader.read_next())
+    return records
+
+
+async def test_namespaces_and_streams_are_managed_with_clear_errors(bk):
+    streams = bk.streams
+    with pytest.raises(NamespaceExists):
+        await streams.create_namespace("ns")
+    await streams.create_stream("ns", "a")
+    await streams.create_stream("ns", "b", StreamSettings(ensemble_size=1, write_quorum_size=1, ack_quorum_size=1))
+    with pytest.raises(StreamExists):
+        await streams.create_stream("ns", "a")
+    with pytest.raises(NamespaceNotFound):
+        await streams.create_stream("nope", "a")
+    with pytest.raises(StreamNotFound):
+        await streams.stream_info("ns", "zzz")
+    with pytest.raises(ValueError):
+        await streams.create_stream("ns", "bad/name")
+    assert await streams.list_namespaces() == ["ns"]
+    assert await streams.list_streams("ns") == ["a", "b"]
+    info = await streams.stream_info("ns", "a")
+    assert info["settings"]["write_quorum_size"] == 2 and info["segments"] == []
+    assert (await streams.stream_info("ns", "b"))["settings"]["ensemble_size"] == 1
+    with pytest.raises(NamespaceNotEmpty):
+        await streams.delete_namespace("ns")
+    async with streams.open_writer("ns", "a") as writer:
+        await writer.write(b"x")
+    ledger_id = (await streams.stream_info("ns", "a"))["segments"][0]["ledger_id"]
+    await streams.delete_stream("ns", "a")
+    await streams.delete_stream("ns", "b")
+    assert ledger_id not in await bk.list_ledgers()
+    await streams.delete_namespace("ns")
+    assert await streams.list_namespaces() == []
+
+
+async def test_written_records_read_back_in_order_with_positions_and_txids(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    async with streams.open_writer("ns", "s") as writer:
+        first = await writer.write(b"r0")
+        positions = await writer.write_many([b"r%d" % i for i in range(1, 500)])
+        with pytest.raises(TxidOutOfOrder):
+            await writer.write(b"late", txid=3)
+        jumped = await writer.write(b"jump", txid=1000)
+        assert writer.last_txid == 1000
+    assert first == DLSN(1, 0, 0) and positions[0] > first and jumped > positions[-1]
+    # Concurrent pipelined writes were packed into far fewer entries than records.
+    assert positions[-1].entry_id < 100
+    records = await read_all(streams, "s", count=501)
+    assert [r.payload for r in records] == [b"r%d" % i for i in range(500)] + [b"jump"]
+    assert [r.txid for r in records] == list(range(500)) + [1000]
+    assert [r.dlsn for r in records] == [first, *positions, jumped]
+    # A later writer's txids continue above the stream's newest.
+    async with streams.open_writer("ns", "s") as writer:
+        assert await writer.write(b"next") == DLSN(2, 0, 0)
+        assert writer.last_txid == 1001
+    info = await streams.stream_info("ns", "s")
+    assert [(s["state"], s["records"], s["first_txid"], s["last_txid"]) for s in info["segments"]] == \
+        [("completed", 501, 0, 1000), ("completed", 1, 1001, 1001)]
+
+
+async def test_readers_start_at_a_position_a_txid_or_the_tail(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    async with streams.open_writer("ns", "s") as writer:
+        positions = [await writer.write(b"p%d" % i, txid=10 * i) for i in range(30)]
+    async with streams.open_writer("ns", "s") as writer:
+        positions += [await writer.write(b"p%d" % i, txid=10 * i) for i in range(30, 40)]
+    from_position = await read_all(streams, "s", positions[7], count=3)
+    assert [r.payload for r in from_position] == [b"p7", b"p8", b"p9"]
+    from_text = await read_all(streams, "s", str(positions[35]), count=1)
+    assert from_text[0].payload == b"p35"
+    for txid, expected in [(0, b"p0"), (95, b"p10"), (100, b"p10"), (305, b"p31"), (390, b"p39")]:
+        assert (await read_all(streams, "s", txid=txid, count=1))[0].payload == expected
+    async with streams.open_writer("ns", "s") as writer:
+        async with streams.open_reader("ns", "s", "latest") as tail:
+            await writer.write(b"new")
+            with trio.fail_after(20):
+                record = await tail.read_next()
+            assert record.payload == b"new"
+        async with streams.open_reader("ns", "s", txid=10**6) as beyond:
+            await writer.write(b"future", txid=10**6)
+            with trio.fail_after(20):
+                assert (await beyond.read_next()).payload == b"future"
+
+
+async def test_a_tailing_reader_follows_rolls_and_stops_at_the_end_of_stream(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s", StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                                                          segment_rolling_size=2000))
+    seen = []
+
+    async def follow():
+        async with streams.open_reader("ns", "s") as reader:
+            async for record in reader:
+                seen.append(record)
+            assert reader.is_ended
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follow)
+        async with streams.open_writer("ns", "s") as writer:
+            for i in range(40):
+                await writer.write(b"%03d" % i + b"." * 200)
+            end = await writer.mark_end_of_stream()
+            with pytest.raises(EndOfStream):
+                await writer.write(b"after the end")
+        with trio.fail_after(30):
+            while len(seen) < 40:
+                await trio.sleep(0.01)
+    assert [r.payload[:3] for r in seen] == [b"%03d" % i for i in range(40)]
+    segments = (await streams.stream_info("ns", "s"))["segments"]
+    assert len(segments) >= 4 and segments[-1]["end_of_stream"] and end.segment == segments[-1]["seqno"]
+    with pytest.raises(EndOfStream):
+        async with streams.open_writer("ns", "s"):
+            pass
+
+
+async def test_a_new_writer_fences_the_old_one_and_keeps_every_acknowledged_record(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    async with streams.open_writer("ns", "s") as old:
+        acknowledged = await old.write_many([b"a%d" % i for i in range(50)])
+        async with streams.open_writer("ns", "s") as new:
+            with pytest.raises(WriterFenced):
+                await old.write(b"from the fenced writer")
+            with pytest.raises(WriterFenced):
+                await old.write(b"again")
+            await new.write(b"from the new writer")
+    records = await read_all(streams, "s", count=51)
+    assert [r.dlsn for r in records[:50]] == acknowledged
+    assert records[50].payload == b"from the new writer" and records[50].dlsn.segment == 2
+
+
+async def test_truncation_and_retention_delete_old_segments(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    first_positions = []
+    for round_ in range(4):
+        async with streams.open_writer("ns", "s") as writer:
+            first_positions.append(await writer.write(b"round %d" % round_))
+    ledgers_before = set(await bk.list_ledgers())
+    assert await streams.truncate("ns", "s", first_positions[2]) == [1, 2]
+    info = await streams.stream_info("ns", "s")
+    assert [s["state"] for s in info["segments"]] == ["truncated", "truncated", "completed", "completed"]
+    gone = {s["ledger_id"] for s in info["segments"][:2]}
+    assert gone <= ledgers_before and not gone & set(await bk.list_ledgers())
+    with pytest.raises(PositionTruncated):
+        await read_all(streams, "s", first_positions[0], count=1)
+    assert (await read_all(streams, "s", count=1))[0].payload == b"round 2"
+    with pytest.raises(ValueError):
+        await streams.truncate("ns", "s", DLSN(9, 0, 0))
+    # Retention by size keeps the newest segments whose sizes fit; a cursor can hold it back.
+    await streams.commit_cursor("ns", "s", "slow", first_positions[2])
+    metadata = await streams.catalog.get_stream("ns", "s")
+    import dataclasses
+    settings = dataclasses.replace(metadata.settings, retention_size=7, retention_keeps_unconsumed=True)
+    await streams.catalog.replace_stream("ns", "s", dataclasses.replace(metadata, settings=settings))
+    assert await streams.apply_retention("ns", "s") == []
+    await streams.commit_cursor("ns", "s", "slow", first_positions[3])
+    assert await streams.apply_retention("ns", "s") == [3]
+    assert await streams.cursor_position("ns", "s", "slow") == first_positions[3]
+
+
+async def test_a_reader_overtaken_by_truncation_gets_a_typed_error(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    for _ in range(3):
+        async with streams.open_writer("ns", "s") as writer:
+            for _ in range(20):
+                await writer.write(b"x" * 100)      # one entry each
+    # The read-ahead holds at most one entry, so it cannot have reached segment 3 yet.
+    async with streams.open_reader("ns", "s", read_ahead_entries=1) as reader:
+        first = await reader.read_next()
+        assert first.dlsn.segment == 1
+        await streams.truncate("ns", "s", DLSN(3, 0, 0))
+        with pytest.raises(PositionTruncated):
+            with trio.fail_after(20):
+                while True:
+                    await reader.read_next()
+
+
+async def test_cursors_resume_after_the_committed_record(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    async with streams.open_writer("ns", "s") as writer:
+        await writer.write_many([b"m%d" % i for i in range(10)])
+    records = await read_all(streams, "s", count=4, cursor="group-1")
+    assert [r.payload for r in records] == [b"m0", b"m1", b"m2", b"m3"]
+    await streams.commit_cursor("ns", "s", "group-1", records[-1].dlsn)
+    resumed = await read_all(streams, "s", count=2, cursor="group-1")
+    assert [r.payload for r in resumed] == [b"m4", b"m5"]
+    assert await streams.list_cursors("ns", "s") == ["group-1"]
+    await streams.delete_cursor("ns", "s", "group-1")
+    assert await streams.list_cursors("ns", "s") == []
