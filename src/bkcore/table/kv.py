@@ -1,0 +1,296 @@
+"""The state machine of one table range: commands in, results and watch events out.
+
+The state lives in a KvIndex, an ordered byte map written atomically once per command: an
+in-memory one here (tests, the simulator, checkpoints), an lmdb one in transports. Three kinds
+of index keys:
+
+    b"d" + key                      msgpack [value, create_revision, mod_revision, version, expire_at_ms]
+    b"e" + expire_at_ms (8 bytes) + key     an expiry to carry out (TTL keys only)
+    b"m" + name                     msgpack metadata: the range's revision, the journal position applied
+
+Applying is deterministic: the only clock is the command's journaled `now_ms`. Before a command
+runs, every key whose TTL passed at its now_ms is deleted (each a delete event), so replaying
+the journal gives the same state and the same events anywhere. A command that fails
+(TableError) changes nothing: writes are gathered in an overlay and land only at the end.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Iterator
+
+import msgpack
+from sortedcontainers import SortedDict
+
+from bkcore.table.commands import (
+    Command, Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, ExpireKeys, Increment,
+    IncrementResult, KeyValue, Put, PutResult, RangeRead, RangeResult, Stamped, TableError, Txn, TxnResult,
+)
+
+DATA, EXPIRY, META = b"d", b"e", b"m"
+COUNTER_SIZE = 8
+KEY_SIZE_MAX = 64 * 1024
+VALUE_SIZE_MAX = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    kind: str                        # "put" or "delete"
+    kv: KeyValue                     # for a delete: the key, empty value, mod_revision of the delete
+    prev_kv: KeyValue | None
+    revision: int
+
+
+class KvIndex(abc.ABC):
+    """An ordered map of bytes; `write` applies a batch atomically (None deletes)."""
+
+    @abc.abstractmethod
+    def get(self, key: bytes) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs with start <= key < end, ascending."""
+
+    @abc.abstractmethod
+    def write(self, changes: dict[bytes, bytes | None]) -> None: ...
+
+
+class MemoryKvIndex(KvIndex):
+    def __init__(self, items: dict[bytes, bytes] | None = None) -> None:
+        self._map = SortedDict(items or {})
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._map.get(key)
+
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        for key in list(self._map.irange(start, end, inclusive=(True, False))):
+            yield key, self._map[key]
+
+    def write(self, changes: dict[bytes, bytes | None]) -> None:
+        for key, value in changes.items():
+            if value is None:
+                self._map.pop(key, None)
+            else:
+                self._map[key] = value
+
+    def items(self) -> list[tuple[bytes, bytes]]:
+        return list(self._map.items())
+
+
+class RangeState:
+    def __init__(self, index: KvIndex) -> None:
+        self.index = index
+        meta = index.get(META + b"state")
+        self.revision, self.applied_position = msgpack.unpackb(meta) if meta else (0, None)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def read(self, op: RangeRead, *, now_ms: int) -> RangeResult:
+        return _Batch(self, now_ms).range(op)
+
+    def get(self, key: bytes, *, now_ms: int) -> KeyValue | None:
+        return _Batch(self, now_ms).get(key)
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def apply(self, stamped: Stamped, *, position=None) -> tuple[object, list[WatchEvent]]:
+        """Apply one journaled command (at journal `position`, remembered with the state).
+        Returns (result, events); a TableError leaves the state untouched except for expiries."""
+        batch = _Batch(self, stamped.now_ms)
+        batch.expire_due()
+        try:
+            result = batch.run(stamped.command)
+        except TableError as error:
+            batch.discard_command()
+            result = error
+        self._commit(batch, position)
+        return result, batch.events
+
+    def _commit(self, batch: _Batch, position) -> None:
+        if batch.wrote:
+            self.revision = batch.revision
+        self.applied_position = position if position is not None else self.applied_position
+        batch.changes[META + b"state"] = msgpack.packb([self.revision, self.applied_position])
+        self.index.write(batch.changes)
+
+
+class _Batch:
+    """The writes of one command, seen by its own later reads, applied at the end."""
+
+    def __init__(self, state: RangeState, now_ms: int) -> None:
+        self.state = state
+        self.now_ms = now_ms
+        self.revision = state.revision + 1     # the revision this command's writes get
+        self.changes: dict[bytes, bytes | None] = {}
+        self.events: list[WatchEvent] = []
+        self.wrote = False
+        self._mark = (0, 0)                    # changes/events before the command proper
+
+    # -- lookups ------------------------------------------------------------------------------
+
+    def _raw(self, key: bytes) -> bytes | None:
+        return self.changes[key] if key in self.changes else self.state.index.get(key)
+
+    def get(self, key: bytes, *, include_expired: bool = False) -> KeyValue | None:
+        raw = self._raw(DATA + key)
+        if raw is None:
+            return None
+        kv = KeyValue(key, *msgpack.unpackb(raw))
+        if kv.expire_at_ms and kv.expire_at_ms <= self.now_ms and not include_expired:
+            return None
+        return kv
+
+    def _keys_in(self, start: bytes, end: bytes | None) -> list[bytes]:
+        if end is None:
+            return [start]
+        keys = {k[1:] for k, _ in self.state.index.scan(DATA + start, DATA + end)}
+        for key, value in self.changes.items():
+            if key[:1] == DATA and start <= key[1:] < end:
+                if value is None:
+                    keys.discard(key[1:])
+                else:
+                    keys.add(key[1:])
+        return sorted(keys)
+
+    def range(self, op: RangeRead) -> RangeResult:
+        kvs = [kv for kv in map(self.get, self._keys_in(op.key, op.range_end)) if kv is not None]
+        count = len(kvs)
+        more = bool(op.limit) and count > op.limit
+        if op.limit:
+            kvs = kvs[:op.limit]
+        if op.count_only:
+            kvs = []
+        elif op.keys_only:
+            kvs = [KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.expire_at_ms)
+                   for kv in kvs]
+        return RangeResult(self.state.revision, tuple(kvs), count, more)
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def run(self, command: Command):
+        self._mark = (len(self.changes), len(self.events))
+        if isinstance(command, Txn):
+            return self._txn(command)
+        if isinstance(command, ExpireKeys):
+            return None
+        return self._operation(command)
+
+    def discard_command(self) -> None:
+        """Forget the writes of the failed command (expiries before it stay)."""
+        kept, events = self._mark
+        self.changes = dict(list(self.changes.items())[:kept])
+        del self.events[events:]
+        self.wrote = bool(self.events)
+
+    def _operation(self, op):
+        if isinstance(op, Put):
+            return self._put(op)
+        if isinstance(op, DeleteRange):
+            return self._delete(op)
+        if isinstance(op, Increment):
+            return self._increment(op)
+        if isinstance(op, RangeRead):
+            return self.range(op)
+        raise TableError(f"{type(op).__name__} is not a table operation")
+
+    def _put(self, op: Put) -> PutResult:
+        _check_key(op.key)
+        if not isinstance(op.value, bytes) or len(op.value) > VALUE_SIZE_MAX:
+            raise TableError(f"a value is bytes of at most {VALUE_SIZE_MAX}")
+        if type(op.ttl_ms) is not int or op.ttl_ms < 0:
+            raise TableError(f"ttl_ms must be a non-negative int, not {op.ttl_ms!r}")
+        previous = self.get(op.key)
+        self._store(op.key, op.value, previous, expire_at_ms=self.now_ms + op.ttl_ms if op.ttl_ms else 0)
+        return PutResult(self.revision, previous if op.prev_kv else None)
+
+    def _store(self, key: bytes, value: bytes, previous: KeyValue | None, *, expire_at_ms: int) -> KeyValue:
+        stale = self.get(key, include_expired=True)
+        if stale is not None and stale.expire_at_ms:
+            self.changes[_expiry_key(stale.expire_at_ms, key)] = None
+        kv = KeyValue(key, value, previous.create_revision if previous else self.revision, self.revision,
+                      previous.version + 1 if previous else 1, expire_at_ms)
+        self.changes[DATA + key] = msgpack.packb([kv.value, kv.create_revision, kv.mod_revision, kv.version,
+                                                  kv.expire_at_ms])
+        if expire_at_ms:
+            self.changes[_expiry_key(expire_at_ms, key)] = b""
+        self.events.append(WatchEvent("put", kv, previous, self.revision))
+        self.wrote = True
+        return kv
+
+    def _delete(self, op: DeleteRange) -> DeleteResult:
+        _check_key(op.key)
+        gone = [kv for kv in map(self.get, self._keys_in(op.key, op.range_end)) if kv is not None]
+        for kv in gone:
+            self._remove(kv)
+        return DeleteResult(self.revision if gone else self.state.revision, len(gone),
+                            tuple(gone) if op.prev_kv else ())
+
+    def _remove(self, kv: KeyValue) -> None:
+        self.changes[DATA + kv.key] = None
+        if kv.expire_at_ms:
+            self.changes[_expiry_key(kv.expire_at_ms, kv.key)] = None
+        self.events.append(WatchEvent("delete", KeyValue(kv.key, b"", 0, self.revision, 0), kv, self.revision))
+        self.wrote = True
+
+    def _increment(self, op: Increment) -> IncrementResult:
+        _check_key(op.key)
+        if type(op.amount) is not int:
+            raise TableError(f"an increment amount is an int, not {op.amount!r}")
+        previous = self.get(op.key)
+        current = 0
+        if previous is not None:
+            if len(previous.value) != COUNTER_SIZE:
+                raise TableError(f"key {op.key!r} holds {len(previous.value)} bytes, not an 8-byte counter")
+            current = int.from_bytes(previous.value, "big", signed=True)
+        total = current + op.amount
+        if not -2**63 <= total < 2**63:
+            raise TableError(f"incrementing {op.key!r} by {op.amount} overflows a 64-bit counter")
+        self._store(op.key, total.to_bytes(COUNTER_SIZE, "big", signed=True), previous,
+                    expire_at_ms=previous.expire_at_ms if previous else 0)
+        return IncrementResult(self.revision, total if op.get_total else None)
+
+    def _txn(self, txn: Txn) -> TxnResult:
+        succeeded = all(self._holds(compare) for compare in txn.compares)
+        results = tuple(self._operation(op) for op in (txn.success if succeeded else txn.failure))
+        return TxnResult(self.revision if self.wrote else self.state.revision, succeeded, results)
+
+    def _holds(self, compare: Compare) -> bool:
+        _check_key(compare.key)
+        kv = self.get(compare.key)
+        if compare.target is CompareTarget.VALUE:
+            if kv is None:
+                return compare.result is CompareResult.NOT_EQUAL
+            actual, expected = kv.value, compare.value
+            if not isinstance(expected, bytes):
+                raise TableError("a value comparison needs bytes")
+        else:
+            actual = 0 if kv is None else {CompareTarget.VERSION: kv.version,
+                                           CompareTarget.CREATE_REVISION: kv.create_revision,
+                                           CompareTarget.MOD_REVISION: kv.mod_revision}[compare.target]
+            expected = compare.value
+            if type(expected) is not int:
+                raise TableError(f"a {compare.target.value} comparison needs an int")
+        return {CompareResult.EQUAL: actual == expected, CompareResult.NOT_EQUAL: actual != expected,
+                CompareResult.LESS: actual < expected, CompareResult.GREATER: actual > expected}[compare.result]
+
+    # -- expiry -------------------------------------------------------------------------------
+
+    def expire_due(self) -> None:
+        """Delete every key whose expiry time is at or before now_ms."""
+        end = EXPIRY + (self.now_ms + 1).to_bytes(8, "big")
+        for expiry_key, _ in list(self.state.index.scan(EXPIRY, end)):
+            kv = self.get(expiry_key[9:], include_expired=True)
+            if kv is not None and kv.expire_at_ms == int.from_bytes(expiry_key[1:9], "big"):
+                self._remove(kv)
+            else:
+                self.changes[expiry_key] = None
+
+
+def _expiry_key(expire_at_ms: int, key: bytes) -> bytes:
+    return EXPIRY + expire_at_ms.to_bytes(8, "big") + key
+
+
+def _check_key(key: object) -> None:
+    if not isinstance(key, bytes) or not key or len(key) > KEY_SIZE_MAX:
+        raise TableError(f"a key is 1 to {KEY_SIZE_MAX} bytes, not {key!r:.60}")
