@@ -32,7 +32,7 @@ _END = object()     # the read-ahead saw the end-of-stream marker
 
 class StreamReader:
     def __init__(self, bk, catalog: StreamCatalog, namespace: str, stream: str, *,
-                 read_ahead_entries: int = READ_AHEAD_ENTRIES) -> None:
+                 read_ahead_entries: int = READ_AHEAD_ENTRIES, end: DLSN | None = None) -> None:
         self._bk = bk
         self._catalog = catalog
         self.namespace, self.stream = namespace, stream
@@ -40,6 +40,7 @@ class StreamReader:
         self._buffered: list[PositionedRecord] = []
         self._ended = False
         self._min_txid = -1                   # started from a txid: records below it are skipped
+        self._end = end                       # the reader ends before this position (None: never)
         self.position: DLSN = DLSN_START      # of the next record this reader returns
 
     # -- where to start -----------------------------------------------------------------------
@@ -110,6 +111,9 @@ class StreamReader:
                     segments = await self._catalog.segments(self.namespace, self.stream)
                     await self._check_not_truncated(position)
                     begin = start_of(segments, position)
+                    if self._end is not None and (begin or position) >= self._end:
+                        await self._send.send(_END)
+                        return
                     if begin is None:
                         segments, watch = await self._catalog.segments_with_watch(self.namespace, self.stream)
                         if start_of(segments, position) is None:
@@ -135,6 +139,11 @@ class StreamReader:
                 entry = unpack_entry(payload)
                 records = [r for r in positioned(segment.seqno, entry_id, entry)
                            if r.dlsn >= position and r.txid >= self._min_txid]
+                if self._end is not None and records and records[-1].dlsn >= self._end:
+                    records = [r for r in records if r.dlsn < self._end]
+                    if records:
+                        await self._send.send(records)
+                    return None
                 if records:
                     await self._send.send(records)
                 if entry.is_end_of_stream:
@@ -160,7 +169,7 @@ class StreamReader:
 
     @property
     def is_ended(self) -> bool:
-        """Whether the reader has passed the stream's end-of-stream marker."""
+        """Whether the reader has passed the stream's end-of-stream marker (or its `end`)."""
         return self._ended and not self._buffered
 
     async def read_next(self, *, timeout_s: float = math.inf) -> PositionedRecord | None:

@@ -66,6 +66,7 @@ class StreamWriter:
         self._settings: StreamSettings | None = None
         self._failure: BaseException | None = None
         self._closing = False
+        self._roll_requested = False
         self._is_end_of_stream = False
         self.last_position: DLSN | None = None
 
@@ -109,6 +110,18 @@ class StreamWriter:
             await self._wait_for_change()
         if self._failure is None and self._ledger is not None and not self._is_end_of_stream:
             await self._complete_segment()
+
+    async def roll(self) -> None:
+        """Seal the current segment once its entries in flight are acknowledged, and go on in
+        a new one (records not sent yet go there; an empty segment is left as it is).
+        Truncation frees whole segments, so a caller that truncates at known points rolls
+        there."""
+        self._check_usable()
+        self._roll_requested = True
+        self._signal()
+        while self._roll_requested and self._failure is None:
+            await self._wait_for_change()
+        self._raise_failure()
 
     async def mark_end_of_stream(self) -> DLSN:
         """Seal the stream: wait for queued records, write the end-of-stream marker and mark the
@@ -171,15 +184,19 @@ class StreamWriter:
 
     async def _flush_loop(self) -> None:
         while True:
-            while not self._queue:
+            while not self._queue and not self._roll_requested:
                 if self._closing:
                     return
                 await self._wait_for_change()
-            if self._state.should_roll(int(time.time())):
+            if self._roll_requested or self._state.should_roll(int(time.time())):
                 while self._in_flight:
                     await self._wait_for_change()
                 self._raise_failure()
-                await self._roll()
+                if self._state.record_count:
+                    await self._roll()
+                self._roll_requested = False
+                self._signal()
+                continue
             while self._in_flight >= self._entries_in_flight_max:
                 await self._wait_for_change()
             self._raise_failure()
@@ -251,10 +268,11 @@ class StreamWriter:
     # -- state --------------------------------------------------------------------------------
 
     def _signal(self) -> None:
+        """Wake every task waiting for a change (each re-checks what it waits for)."""
         self._changed.set()
+        self._changed = trio.Event()
 
     async def _wait_for_change(self) -> None:
-        self._changed = trio.Event()
         await self._changed.wait()
 
     def _fail(self, error: BaseException) -> None:

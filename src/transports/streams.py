@@ -85,25 +85,33 @@ class Streams:
         """The stream's writer (fencing any previous one). Options: entry_size_max,
         entries_in_flight_max, pending_bytes_max. Leaving the block writes what is queued and
         seals the segment."""
-        writer = StreamWriter(self._bk, self.catalog, namespace, stream,
-                              after_roll=lambda: self._retention_after_roll(namespace, stream), **options)
-        await writer.open()
         async with trio.open_nursery() as nursery:
-            await nursery.start(writer.run)
+            writer = await self.start_writer(nursery, namespace, stream, **options)
             try:
                 yield writer
                 await writer.aclose()
             finally:
                 nursery.cancel_scope.cancel()
 
+    async def start_writer(self, nursery: trio.Nursery, namespace: str, stream: str, **options) -> StreamWriter:
+        """open_writer() for owners of a longer-lived nursery: the writer's flusher runs there
+        until `await writer.aclose()`."""
+        writer = StreamWriter(self._bk, self.catalog, namespace, stream,
+                              after_roll=lambda: self._retention_after_roll(namespace, stream), **options)
+        await writer.open()
+        await nursery.start(writer.run)
+        return writer
+
     @contextlib.asynccontextmanager
     async def open_reader(self, namespace: str, stream: str, start: DLSN | str | None = None, *,
-                          txid: int | None = None, cursor: str | None = None,
+                          txid: int | None = None, cursor: str | None = None, end: DLSN | None = None,
                           read_ahead_entries: int = READ_AHEAD_ENTRIES) -> AsyncIterator[StreamReader]:
         """A reader from `start` (a DLSN or its text, "earliest" (default) or "latest"), from
         the first record with txid >= `txid`, or just after `cursor`'s committed position
-        (falling back to `start` when the cursor does not exist yet)."""
-        reader = StreamReader(self._bk, self.catalog, namespace, stream, read_ahead_entries=read_ahead_entries)
+        (falling back to `start` when the cursor does not exist yet). With `end` the reader
+        stops before that position instead of tailing."""
+        reader = StreamReader(self._bk, self.catalog, namespace, stream, read_ahead_entries=read_ahead_entries,
+                              end=end)
         if cursor is not None:
             with contextlib.suppress(CursorNotFound):
                 committed = await self.catalog.cursor(namespace, stream, cursor)

@@ -31,7 +31,7 @@ from bkcore.table.commands import (
 DATA, EXPIRY, META = b"d", b"e", b"m"
 COUNTER_SIZE = 8
 KEY_SIZE_MAX = 64 * 1024
-VALUE_SIZE_MAX = 4 * 1024 * 1024
+VALUE_SIZE_MAX = 256 * 1024     # a put fits one journal entry
 
 
 @dataclass(frozen=True, slots=True)

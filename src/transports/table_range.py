@@ -1,0 +1,349 @@
+"""One range of a table, served by the process that owns it: journal, state, checkpoints, watch.
+
+    journal     a log stream of stamped commands (bkcore.table.commands), the source of truth
+    state       bkcore.table.kv.RangeState over an in-memory index, rebuilt on open
+    checkpoints a second log stream: the whole index now and then, one segment per checkpoint
+
+Opening a range takes ownership: opening the journal's writer fences the previous owner (its
+next write fails with WriterFenced), then the newest complete checkpoint is loaded (a torn or
+unreadable one falls back to the one before, then to replaying the whole journal) and the
+journal is replayed from the checkpoint's position up to this owner's first segment.
+
+A command is journaled first and applied once durable, strictly in journal order, so every
+acknowledged command survives a crash of the owner and a new owner applies the same ones in the
+same order. Reads are served from the applied state. After each checkpoint the oldest kept
+checkpoint bounds what must stay: both streams are truncated behind it.
+
+Watchers get every change of their key range in revision order: first from a bounded history
+of recent events (older start revisions get WatchCompacted, as etcd's compaction does), then
+live. A watcher too slow to keep up is dropped with WatchTooSlow; it can resume from the next
+revision it needs.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import crc32c
+import msgpack
+import trio
+
+from bkcore.stream.errors import NamespaceExists, PositionTruncated, StreamExists
+from bkcore.stream.records import DLSN
+from bkcore.stream.segments import StreamSettings
+from bkcore.table.commands import (
+    Command, ExpireKeys, RangeRead, RangeResult, Stamped, TableError, decode_stamped, encode_stamped,
+)
+from bkcore.table.kv import EXPIRY, MemoryKvIndex, RangeState, WatchEvent
+from transports.stream_writer import ENTRY_SIZE_MAX
+
+TABLES_NAMESPACE = "__tables"
+CHECKPOINT_CHUNK_BYTES = 256 * 1024
+CHECKPOINTS_KEPT = 2
+WATCH_HISTORY_EVENTS = 10_000
+WATCH_BUFFER_EVENTS = 10_000
+CHECKPOINT_EVERY_COMMANDS = 10_000
+EXPIRY_CHECK_INTERVAL_S = 0.2
+JOURNAL_RECORD_MAX = ENTRY_SIZE_MAX - 1024
+
+
+class RangeClosed(Exception):
+    """The range's owner stopped serving it here."""
+
+
+class WatchCompacted(Exception):
+    """The watch's start revision is older than the history this range still keeps."""
+
+
+class WatchTooSlow(Exception):
+    """The watcher fell too far behind and was dropped; watch again from the next revision."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    header: DLSN                 # where the checkpoint starts in the checkpoint stream
+    journal_position: DLSN | None
+    revision: int
+
+
+def journal_stream_name(table: str, range_id: int) -> str:
+    return f"{table.replace('/', '~')}~{range_id}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Slot:
+    """A command between the journal and the state machine."""
+
+    __slots__ = ("stamped", "position", "result", "failure", "done")
+
+    def __init__(self, stamped: Stamped) -> None:
+        self.stamped = stamped
+        self.position: DLSN | None = None
+        self.result: object = None
+        self.failure: BaseException | None = None
+        self.done = trio.Event()
+
+
+class _Watcher:
+    def __init__(self, start: bytes, end: bytes | None) -> None:
+        self.start, self.end = start, end
+        self.send, self.receive = trio.open_memory_channel(WATCH_BUFFER_EVENTS)
+        self.dropped = False
+
+    def wants(self, event: WatchEvent) -> bool:
+        key = event.kv.key
+        return key == self.start if self.end is None else self.start <= key < self.end
+
+
+class TableRange:
+    def __init__(self, streams, table: str, range_id: int = 0, *,
+                 settings: StreamSettings = StreamSettings(), checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS) -> None:
+        self._streams = streams
+        self.table, self.range_id = table, range_id
+        self._settings = settings
+        self._checkpoint_every = checkpoint_every
+        self._journal_name = journal_stream_name(table, range_id)
+        self._checkpoint_name = self._journal_name + "~checkpoints"
+        self.state = RangeState(MemoryKvIndex())
+        self._slots: collections.deque[_Slot] = collections.deque()
+        self._history: collections.deque[WatchEvent] = collections.deque(maxlen=WATCH_HISTORY_EVENTS)
+        self._watchers: set[_Watcher] = set()
+        self._checkpoints: list[CheckpointInfo] = []
+        self._since_checkpoint = 0
+        self._checkpoint_lock = trio.Lock()
+        self._failure: BaseException | None = None
+        self.restored_from: str = ""          # "checkpoint", "journal" (what open() used)
+
+    # -- ownership ----------------------------------------------------------------------------
+
+    async def open(self, nursery: trio.Nursery) -> None:
+        """Take ownership and rebuild the state; the journal writers run in `nursery`."""
+        streams = self._streams
+        with contextlib.suppress(NamespaceExists):
+            await streams.create_namespace(TABLES_NAMESPACE, self._settings)
+        for name in (self._journal_name, self._checkpoint_name):
+            with contextlib.suppress(StreamExists):
+                await streams.create_stream(TABLES_NAMESPACE, name, self._settings)
+        self._journal = await streams.start_writer(nursery, TABLES_NAMESPACE, self._journal_name)
+        self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name)
+        await self._restore()
+
+    async def aclose(self) -> None:
+        """Stop serving: what is journaled is applied, the journal segments are sealed."""
+        self._fail(RangeClosed(f"{self.table} range {self.range_id} was closed by its owner"))
+        await self._journal.aclose()
+        await self._checkpoint_writer.aclose()
+
+    async def _restore(self) -> None:
+        checkpoints = await self._read_checkpoints()
+        for info, items in reversed(checkpoints):
+            try:
+                state = RangeState(MemoryKvIndex(items))
+                await self._replay(state, _after(info.journal_position))
+            except PositionTruncated:
+                continue
+            self._checkpoints = [c for c, _ in checkpoints]
+            self.restored_from = "checkpoint"
+            break
+        else:
+            state = RangeState(MemoryKvIndex())
+            await self._replay(state, None)
+            self.restored_from = "journal"
+        self.state = state
+
+    async def _replay(self, state: RangeState, start: DLSN | None) -> None:
+        end = DLSN(self._journal.segment.seqno, 0, 0)
+        async with self._streams.open_reader(TABLES_NAMESPACE, self._journal_name, start, end=end) as reader:
+            async for record in reader:
+                if state.applied_position is not None and record.dlsn <= DLSN(*state.applied_position):
+                    continue
+                state.apply(decode_stamped(record.payload), position=list(record.dlsn))
+
+    # -- commands -----------------------------------------------------------------------------
+
+    async def execute(self, command: Command) -> object:
+        """Journal the command, apply it once durable (in journal order); returns its result
+        or raises its TableError. Journal failures (WriterFenced: another owner took over)
+        end this range's service."""
+        self._check_serving()
+        slot = _Slot(Stamped(command, now_ms()))
+        record = encode_stamped(slot.stamped)
+        if len(record) > JOURNAL_RECORD_MAX:
+            raise TableError(f"the command takes {len(record)} bytes; a table command is at most {JOURNAL_RECORD_MAX}")
+        self._slots.append(slot)
+        try:
+            # Shielded: once queued in the journal the command must get its position, or the
+            # commands after it could never be applied.
+            with trio.CancelScope(shield=True):
+                slot.position = await self._journal.write(record)
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        self._apply_ready()
+        await slot.done.wait()
+        if slot.failure is not None:
+            raise slot.failure
+        if isinstance(slot.result, TableError):
+            raise slot.result
+        if self._since_checkpoint >= self._checkpoint_every and not self._checkpoint_lock.locked():
+            await self.checkpoint()
+        return slot.result
+
+    def read(self, op: RangeRead) -> RangeResult:
+        self._check_serving()
+        return self.state.read(op, now_ms=now_ms())
+
+    def _apply_ready(self) -> None:
+        while self._slots and self._slots[0].position is not None:
+            slot = self._slots.popleft()
+            slot.result, events = self.state.apply(slot.stamped, position=list(slot.position))
+            self._since_checkpoint += 1
+            self._publish(events)
+            slot.done.set()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+        while self._slots:
+            slot = self._slots.popleft()
+            slot.failure = error
+            slot.done.set()
+        for watcher in list(self._watchers):
+            self._drop(watcher)
+
+    def _check_serving(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def expire_keys_when_due(self) -> None:
+        """Journal ExpireKeys whenever a TTL has passed (run as a task by the owner)."""
+        while True:
+            await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
+            due_end = EXPIRY + (now_ms() + 1).to_bytes(8, "big")
+            if next(self.state.index.scan(EXPIRY, due_end), None) is not None:
+                await self.execute(ExpireKeys())
+
+    # -- watches ------------------------------------------------------------------------------
+
+    async def watch(self, key: bytes, range_end: bytes | None = None, *,
+                    start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        """Every change of `key` (or [key, range_end)) from `start_revision` (0: from now on),
+        in order, until the caller stops iterating."""
+        self._check_serving()
+        watcher = _Watcher(key, range_end)
+        if start_revision:
+            oldest = self._history[0].revision if self._history else self.state.revision + 1
+            if start_revision < oldest and start_revision <= self.state.revision:
+                raise WatchCompacted(f"revision {start_revision} of {self.table} range {self.range_id} is "
+                                     f"compacted (history starts at {oldest}); read the current value and "
+                                     f"watch from revision {self.state.revision + 1}")
+            for event in self._history:
+                if event.revision >= start_revision and watcher.wants(event):
+                    watcher.send.send_nowait(event)
+        self._watchers.add(watcher)
+        try:
+            async with watcher.receive:
+                async for event in watcher.receive:
+                    yield event
+            if watcher.dropped:
+                raise self._failure or WatchTooSlow(
+                    f"the watcher of {key!r} fell {WATCH_BUFFER_EVENTS} events behind and was dropped; "
+                    f"watch again from the revision after the last event it got")
+        finally:
+            self._watchers.discard(watcher)
+
+    def _publish(self, events: list[WatchEvent]) -> None:
+        self._history.extend(events)
+        for watcher in list(self._watchers):
+            for event in events:
+                if watcher.wants(event):
+                    try:
+                        watcher.send.send_nowait(event)
+                    except trio.WouldBlock:
+                        self._drop(watcher)
+                        break
+
+    def _drop(self, watcher: _Watcher) -> None:
+        watcher.dropped = True
+        self._watchers.discard(watcher)
+        watcher.send.close()
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    async def checkpoint(self) -> CheckpointInfo:
+        """Write the whole state to the checkpoint stream, then truncate both streams behind
+        the oldest checkpoint kept."""
+        async with self._checkpoint_lock:
+            self._check_serving()
+            position = self.state.applied_position
+            items = self.state.index.items()       # a consistent copy: applies run in this thread
+            revision = self.state.revision
+            self._since_checkpoint = 0
+            chunks = _chunks(items)
+            checksum = 0
+            for chunk in chunks:
+                checksum = crc32c.crc32c(chunk, checksum)
+            header = await self._checkpoint_writer.write(msgpack.packb(["checkpoint", position, revision, len(chunks)]))
+            await self._checkpoint_writer.write_many(chunks)
+            await self._checkpoint_writer.write(msgpack.packb(["end", checksum]))
+            await self._checkpoint_writer.roll()
+            info = CheckpointInfo(header, DLSN(*position) if position else None, revision)
+            self._checkpoints.append(info)
+            del self._checkpoints[:-CHECKPOINTS_KEPT]
+            oldest = self._checkpoints[0]
+            await self._journal.roll()
+            await self._streams.truncate(TABLES_NAMESPACE, self._checkpoint_name, oldest.header)
+            if oldest.journal_position is not None:
+                await self._streams.truncate(TABLES_NAMESPACE, self._journal_name, oldest.journal_position)
+            return info
+
+    async def _read_checkpoints(self) -> list[tuple[CheckpointInfo, dict[bytes, bytes]]]:
+        """Every complete, intact checkpoint in the checkpoint stream, oldest first."""
+        found = []
+        current = None
+        end = DLSN(self._checkpoint_writer.segment.seqno, 0, 0)
+        async with self._streams.open_reader(TABLES_NAMESPACE, self._checkpoint_name, end=end) as reader:
+            async for record in reader:
+                try:
+                    item = msgpack.unpackb(record.payload, raw=False)
+                except (ValueError, msgpack.UnpackException):
+                    current = None
+                    continue
+                kind = item[0] if isinstance(item, list) and item else None
+                if kind == "checkpoint":
+                    _, position, revision, chunk_count = item
+                    current = [CheckpointInfo(record.dlsn, DLSN(*position) if position else None, revision),
+                               chunk_count, [], 0]
+                elif kind == "chunk" and current is not None:
+                    current[2].append(item[1])
+                    current[3] = crc32c.crc32c(record.payload, current[3])
+                elif kind == "end" and current is not None:
+                    info, chunk_count, pairs, checksum = current
+                    if len(pairs) == chunk_count and checksum == item[1]:
+                        found.append((info, {k: v for chunk in pairs for k, v in chunk}))
+                    current = None
+        return found
+
+
+def _chunks(items: list[tuple[bytes, bytes]]) -> list[bytes]:
+    chunks, pairs, size = [], [], 0
+    for key, value in items:
+        pairs.append([key, value])
+        size += len(key) + len(value) + 8
+        if size >= CHECKPOINT_CHUNK_BYTES:
+            chunks.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
+            pairs, size = [], 0
+    if pairs or not chunks:
+        chunks.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
+    return chunks
+
+
+def _after(position: DLSN | None) -> DLSN | None:
+    return None if position is None else DLSN(position.segment, position.entry_id, position.slot + 1)

@@ -1,0 +1,161 @@
+"""A table range on a real cluster (TCP bookies, memory:// metastore): commands journaled then
+applied, watches in order, checkpoints with truncation behind them, restart from a checkpoint
+plus journal, fallback past a torn checkpoint, and a new owner fencing the old one."""
+
+import msgpack
+import pytest
+import trio
+
+import bkclient
+from bkcore.stream.errors import WriterFenced
+from bkcore.table.commands import (
+    Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn,
+)
+from transports.table_range import TABLES_NAMESPACE, TableRange, WatchCompacted
+
+URI = "memory://tables"
+
+
+@pytest.fixture
+async def bk(start_cluster):
+    await start_cluster(URI, 3)
+    async with bkclient.connect(URI) as client:
+        yield client
+
+
+@pytest.fixture
+def open_range(bk, nursery):
+    async def open_range(**options):
+        table_range = TableRange(bk.streams, "ns/t", 0, **options)
+        await table_range.open(nursery)
+        return table_range
+    return open_range
+
+
+def value_of(table_range, key):
+    kvs = table_range.read(RangeRead(key)).kvs
+    return kvs[0].value if kvs else None
+
+
+async def test_commands_are_journaled_applied_and_survive_a_new_owner(bk, open_range):
+    first = await open_range()
+    assert first.restored_from == "journal"
+    await first.execute(Put(b"k", b"v1"))
+    assert (await first.execute(Increment(b"hits", 5))).total == 5
+    txn = await first.execute(Txn((Compare(b"k", CompareTarget.VALUE, CompareResult.EQUAL, b"v1"),),
+                                  (Put(b"k", b"v2"),), (Put(b"k", b"lost"),)))
+    assert txn.succeeded
+    with pytest.raises(TableError):
+        await first.execute(Increment(b"k", 1))
+    # Many concurrent commands: applied in journal order, all acknowledged ones kept.
+    async with trio.open_nursery() as nursery:
+        for _ in range(50):
+            nursery.start_soon(first.execute, Increment(b"hits", 1))
+    assert value_of(first, b"hits") == (55).to_bytes(8, "big")
+    revision = first.state.revision
+    second = await open_range()
+    assert second.state.revision == revision
+    assert value_of(second, b"k") == b"v2" and value_of(second, b"hits") == (55).to_bytes(8, "big")
+    with pytest.raises(WriterFenced):
+        await first.execute(Put(b"k", b"from the old owner"))
+    with pytest.raises(WriterFenced):
+        first.read(RangeRead(b"k"))
+    await second.execute(DeleteRange(b"k"))
+    assert value_of(second, b"k") is None
+    await second.aclose()
+
+
+async def test_checkpoints_bound_the_journal_and_restore_with_replay(bk, open_range):
+    table_range = await open_range(checkpoint_every=10**9)
+    for i in range(30):
+        await table_range.execute(Put(b"key%02d" % i, b"v%d" % i))
+    await table_range.checkpoint()
+    for i in range(30, 40):
+        await table_range.execute(Put(b"key%02d" % i, b"v%d" % i))
+    await table_range.checkpoint()
+    await table_range.checkpoint()
+    await table_range.execute(Put(b"after", b"the last checkpoint"))
+    await table_range.execute(DeleteRange(b"key00"))
+    expected = table_range.state.index.items()
+    journal = await bk.streams.stream_info(TABLES_NAMESPACE, "ns~t~0")
+    checkpoints = await bk.streams.stream_info(TABLES_NAMESPACE, "ns~t~0~checkpoints")
+    # Only the two newest checkpoints, and the journal after the older of them, are kept.
+    assert [s["state"] for s in checkpoints["segments"]].count("completed") == 2
+    assert journal["segments"][0]["state"] == "truncated"
+    await table_range.aclose()
+
+    reopened = await open_range()
+    assert reopened.restored_from == "checkpoint"
+    assert reopened.state.index.items() == expected
+    assert value_of(reopened, b"after") == b"the last checkpoint" and value_of(reopened, b"key00") is None
+    await reopened.aclose()
+
+
+async def test_a_torn_checkpoint_falls_back_to_the_one_before(bk, open_range):
+    table_range = await open_range(checkpoint_every=10**9)
+    await table_range.execute(Put(b"a", b"1"))
+    await table_range.checkpoint()
+    await table_range.execute(Put(b"b", b"2"))
+    await table_range.aclose()
+    # A checkpoint whose owner died before its end record.
+    async with bk.streams.open_writer(TABLES_NAMESPACE, "ns~t~0~checkpoints") as writer:
+        await writer.write(msgpack.packb(["checkpoint", [9, 9, 9], 99, 1]))
+        await writer.write(msgpack.packb(["chunk", [[b"dm", b"junk"]]]))
+    reopened = await open_range()
+    assert reopened.restored_from == "checkpoint"
+    assert value_of(reopened, b"a") == b"1" and value_of(reopened, b"b") == b"2"
+    assert value_of(reopened, b"m") is None
+    await reopened.aclose()
+
+
+async def test_watchers_see_every_change_in_order_from_a_revision(bk, open_range):
+    table_range = await open_range()
+    await table_range.execute(Put(b"w", b"0"))
+    start = table_range.state.revision
+    seen = []
+
+    async def watch(task_status=trio.TASK_STATUS_IGNORED):
+        events = table_range.watch(b"w", start_revision=start)
+        task_status.started()
+        async for event in events:
+            seen.append((event.kind, event.kv.value, event.revision))
+            if len(seen) == 4:
+                return
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watch)
+        await table_range.execute(Put(b"w", b"1"))
+        await table_range.execute(Put(b"other", b"x"))
+        await table_range.execute(DeleteRange(b"w"))
+        await table_range.execute(Put(b"w", b"2"))
+    assert [kind for kind, _, _ in seen] == ["put", "put", "delete", "put"]
+    assert [value for _, value, _ in seen] == [b"0", b"1", b"", b"2"]
+    assert [r for _, _, r in seen] == sorted(r for _, _, r in seen) and seen[0][2] == start
+    # A new owner has no history older than its own start: old revisions are compacted.
+    await table_range.aclose()
+    reopened = await open_range()
+    with pytest.raises(WatchCompacted):
+        async for _ in reopened.watch(b"w", start_revision=1):
+            pass
+    await reopened.aclose()
+
+
+async def test_ttl_keys_expire_through_the_journal(bk, open_range):
+    table_range = await open_range()
+    await table_range.execute(Put(b"lease", b"x", ttl_ms=300))
+    deletes = []
+
+    async def watch():
+        async for event in table_range.watch(b"lease"):
+            deletes.append(event.kind)
+            return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        nursery.start_soon(table_range.expire_keys_when_due)
+        with trio.fail_after(10):
+            while not deletes:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert deletes == ["delete"] and value_of(table_range, b"lease") is None
+    await table_range.aclose()
