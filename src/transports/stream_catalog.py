@@ -16,7 +16,7 @@ from bkcore.stream.errors import (
     StreamNotFound,
 )
 from bkcore.stream.records import DLSN
-from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings
+from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings, stream_id_of
 from metastore.api import MetadataStore, Watch
 
 # How often an op whose outcome stayed unknown is tried again, and the pause between tries.
@@ -69,7 +69,22 @@ class StreamCatalog:
             raise StreamExists(f"stream {namespace}/{stream} already exists")
         await self._ensure(self.layout.segments_path(namespace, stream))
         await self._ensure(self.layout.cursors_path(namespace, stream))
+        await self._ensure(f"{self.layout.root}/stream-ids")
+        full_name = f"{namespace}/{stream}".encode()
+        id_path = self.layout.stream_id_path(stream_id_of(namespace, stream))
+        result = await self._write(Create(id_path, full_name))
+        if result.code is MetaCode.NODE_EXISTS and (await self._read(Get(id_path))).data != full_name:
+            raise StreamMetadataConflict(f"stream {namespace}/{stream} hashes to the id of another stream; "
+                                         f"choose another name")
         return StreamMetadata(settings, version=0)
+
+    async def stream_by_id(self, stream_id: int) -> tuple[str, str]:
+        """(namespace, stream) of a stream id."""
+        result = await self._read(Get(self.layout.stream_id_path(stream_id)))
+        if result.code is MetaCode.NO_NODE:
+            raise StreamNotFound(f"no stream has id {stream_id}")
+        namespace, stream = result.data.decode().split("/", 1)
+        return namespace, stream
 
     async def get_stream(self, namespace: str, stream: str) -> StreamMetadata:
         result = await self._read(Get(self.layout.stream_path(namespace, stream)))
@@ -99,6 +114,7 @@ class StreamCatalog:
         await self._write(Delete(self.layout.segments_path(namespace, stream)))
         await self._write(Delete(self.layout.cursors_path(namespace, stream)))
         await self._write(Delete(self.layout.stream_path(namespace, stream)))
+        await self._write(Delete(self.layout.stream_id_path(stream_id_of(namespace, stream))))
 
     # -- segments -----------------------------------------------------------------------------
 

@@ -85,8 +85,9 @@ class Streams:
         """The stream's writer (fencing any previous one). Options: entry_size_max,
         entries_in_flight_max, pending_bytes_max. Leaving the block writes what is queued and
         seals the segment."""
+        writer = await self._open_writer(namespace, stream, options)
         async with trio.open_nursery() as nursery:
-            writer = await self.start_writer(nursery, namespace, stream, **options)
+            await nursery.start(writer.run)
             try:
                 yield writer
                 await writer.aclose()
@@ -96,10 +97,14 @@ class Streams:
     async def start_writer(self, nursery: trio.Nursery, namespace: str, stream: str, **options) -> StreamWriter:
         """open_writer() for owners of a longer-lived nursery: the writer's flusher runs there
         until `await writer.aclose()`."""
+        writer = await self._open_writer(namespace, stream, options)
+        await nursery.start(writer.run)
+        return writer
+
+    async def _open_writer(self, namespace: str, stream: str, options: dict) -> StreamWriter:
         writer = StreamWriter(self._bk, self.catalog, namespace, stream,
                               after_roll=lambda: self._retention_after_roll(namespace, stream), **options)
         await writer.open()
-        await nursery.start(writer.run)
         return writer
 
     @contextlib.asynccontextmanager

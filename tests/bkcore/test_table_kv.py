@@ -58,8 +58,9 @@ def test_counters_and_failed_commands_change_nothing():
     state = RangeState(MemoryKvIndex())
     assert run(state, Increment(b"c", 100))[0].total == 100
     assert run(state, Increment(b"c", -30))[0].total == 70
-    assert state.get(b"c", now_ms=0).value == (70).to_bytes(8, "big", signed=True)
-    run(state, Put(b"text", b"hello"))
+    counter = state.get(b"c", now_ms=0)
+    assert counter.value == (70).to_bytes(8, "big", signed=True) and counter.is_number and counter.number == 70
+    run(state, Put(b"text", b"12345678"))       # 8 bytes, but a value, not a counter
     before = (state.revision, MemoryKvIndex.items(state.index))
     error, events = run(state, Increment(b"text", 1))
     assert isinstance(error, TableError) and "counter" in str(error) and events == []

@@ -4,6 +4,7 @@
     <root>/streams/<namespace>/<stream>             stream node: StreamMetadata
     <root>/streams/<namespace>/<stream>/segments/<seqno:010d>   one SegmentMetadata each
     <root>/streams/<namespace>/<stream>/cursors/<name>          a cursor's committed DLSN
+    <root>/stream-ids/<id>                          "<namespace>/<stream>" (ids are name hashes)
 
 A stream is a sequence of segments, each one ledger. Only the last segment may be in progress;
 a completed segment knows its last entry and txid; a truncated one has had its ledger deleted.
@@ -13,6 +14,7 @@ Every value is msgpack with a format number, changed by compare-and-set like led
 from __future__ import annotations
 
 import bisect
+import hashlib
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
@@ -45,10 +47,13 @@ class StreamSettings:
     retention_s: int = 0                              # 0: keep segments until truncated
     retention_size: int = 0                           # 0: no size limit
     retention_keeps_unconsumed: bool = False          # retention spares what a cursor has not read
+    table_ranges: int = 4                             # hash ranges when the stream is used as a table
 
     def __post_init__(self) -> None:
         if not self.ensemble_size >= self.write_quorum_size >= self.ack_quorum_size >= 1:
             raise ValueError("stream settings need ensemble >= write quorum >= ack quorum >= 1")
+        if not 1 <= self.table_ranges <= 1024:
+            raise ValueError("a table has 1 to 1024 ranges")
         if min(self.segment_rolling_size, self.segment_rolling_interval_s) <= 0 or \
                 min(self.retention_s, self.retention_size) < 0:
             raise ValueError("rolling limits must be positive and retention limits non-negative")
@@ -132,11 +137,20 @@ class StreamLayout:
     def segment_path(self, namespace: str, stream: str, seqno: int) -> str:
         return f"{self.segments_path(namespace, stream)}/{seqno:010d}"
 
+    def stream_id_path(self, stream_id: int) -> str:
+        return f"{self.root}/stream-ids/{stream_id}"
+
     def cursors_path(self, namespace: str, stream: str) -> str:
         return f"{self.stream_path(namespace, stream)}/cursors"
 
     def cursor_path(self, namespace: str, stream: str, cursor: str) -> str:
         return f"{self.cursors_path(namespace, stream)}/{_check_name(cursor)}"
+
+
+def stream_id_of(namespace: str, stream: str) -> int:
+    """A stream's numeric id (what gRPC clients route by): a 63-bit hash of its full name."""
+    digest = hashlib.blake2b(f"{namespace}/{stream}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & (2**63 - 1)
 
 
 def _check_name(name: str) -> str:

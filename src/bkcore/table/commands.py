@@ -118,6 +118,11 @@ class KeyValue:
     mod_revision: int
     version: int
     expire_at_ms: int = 0        # 0: never
+    is_number: bool = False      # a counter (Increment): value is 8 bytes, signed big-endian
+
+    @property
+    def number(self) -> int | None:
+        return int.from_bytes(self.value, "big", signed=True) if self.is_number else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ The state lives in a KvIndex, an ordered byte map written atomically once per co
 in-memory one here (tests, the simulator, checkpoints), an lmdb one in transports. Three kinds
 of index keys:
 
-    b"d" + key                      msgpack [value, create_revision, mod_revision, version, expire_at_ms]
+    b"d" + key                      msgpack [value, create_revision, mod_revision, version, expire_at_ms,
+                                             is_number]
     b"e" + expire_at_ms (8 bytes) + key     an expiry to carry out (TTL keys only)
     b"m" + name                     msgpack metadata: the range's revision, the journal position applied
 
@@ -17,6 +18,7 @@ the journal gives the same state and the same events anywhere. A command that fa
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -162,8 +164,7 @@ class _Batch:
         if op.count_only:
             kvs = []
         elif op.keys_only:
-            kvs = [KeyValue(kv.key, b"", kv.create_revision, kv.mod_revision, kv.version, kv.expire_at_ms)
-                   for kv in kvs]
+            kvs = [dataclasses.replace(kv, value=b"") for kv in kvs]
         return RangeResult(self.state.revision, tuple(kvs), count, more)
 
     # -- commands -----------------------------------------------------------------------------
@@ -201,17 +202,19 @@ class _Batch:
         if type(op.ttl_ms) is not int or op.ttl_ms < 0:
             raise TableError(f"ttl_ms must be a non-negative int, not {op.ttl_ms!r}")
         previous = self.get(op.key)
-        self._store(op.key, op.value, previous, expire_at_ms=self.now_ms + op.ttl_ms if op.ttl_ms else 0)
+        self._store(op.key, op.value, previous, expire_at_ms=self.now_ms + op.ttl_ms if op.ttl_ms else 0,
+                    is_number=False)
         return PutResult(self.revision, previous if op.prev_kv else None)
 
-    def _store(self, key: bytes, value: bytes, previous: KeyValue | None, *, expire_at_ms: int) -> KeyValue:
+    def _store(self, key: bytes, value: bytes, previous: KeyValue | None, *, expire_at_ms: int,
+               is_number: bool) -> KeyValue:
         stale = self.get(key, include_expired=True)
         if stale is not None and stale.expire_at_ms:
             self.changes[_expiry_key(stale.expire_at_ms, key)] = None
         kv = KeyValue(key, value, previous.create_revision if previous else self.revision, self.revision,
-                      previous.version + 1 if previous else 1, expire_at_ms)
+                      previous.version + 1 if previous else 1, expire_at_ms, is_number)
         self.changes[DATA + key] = msgpack.packb([kv.value, kv.create_revision, kv.mod_revision, kv.version,
-                                                  kv.expire_at_ms])
+                                                  kv.expire_at_ms, kv.is_number])
         if expire_at_ms:
             self.changes[_expiry_key(expire_at_ms, key)] = b""
         self.events.append(WatchEvent("put", kv, previous, self.revision))
@@ -238,16 +241,13 @@ class _Batch:
         if type(op.amount) is not int:
             raise TableError(f"an increment amount is an int, not {op.amount!r}")
         previous = self.get(op.key)
-        current = 0
-        if previous is not None:
-            if len(previous.value) != COUNTER_SIZE:
-                raise TableError(f"key {op.key!r} holds {len(previous.value)} bytes, not an 8-byte counter")
-            current = int.from_bytes(previous.value, "big", signed=True)
-        total = current + op.amount
+        if previous is not None and not previous.is_number:
+            raise TableError(f"key {op.key!r} holds a value, not a counter (only keys made by increments count)")
+        total = (previous.number if previous else 0) + op.amount
         if not -2**63 <= total < 2**63:
             raise TableError(f"incrementing {op.key!r} by {op.amount} overflows a 64-bit counter")
         self._store(op.key, total.to_bytes(COUNTER_SIZE, "big", signed=True), previous,
-                    expire_at_ms=previous.expire_at_ms if previous else 0)
+                    expire_at_ms=previous.expire_at_ms if previous else 0, is_number=True)
         return IncrementResult(self.revision, total if op.get_total else None)
 
     def _txn(self, txn: Txn) -> TxnResult:
