@@ -57,7 +57,8 @@ class StreamCatalog:
 
     # -- streams ------------------------------------------------------------------------------
 
-    async def create_stream(self, namespace: str, stream: str, settings: StreamSettings | None = None) -> StreamMetadata:
+    async def create_stream(self, namespace: str, stream: str,
+                            settings: StreamSettings | None = None) -> StreamMetadata:
         if settings is None:
             settings = await self.namespace_settings(namespace)
         else:
@@ -103,7 +104,9 @@ class StreamCatalog:
         result = await self._write(SetData(self.layout.stream_path(namespace, stream), new.to_bytes(), new.version))
         if result.code is MetaCode.NO_NODE:
             raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
-        return None if result.code is MetaCode.BAD_VERSION else StreamMetadata.from_bytes(new.to_bytes(), version=result.version)
+        if result.code is MetaCode.BAD_VERSION:
+            return None
+        return StreamMetadata.from_bytes(new.to_bytes(), version=result.version)
 
     async def delete_stream_nodes(self, namespace: str, stream: str) -> None:
         """Remove the stream's nodes (its segments' ledgers must be gone already)."""
@@ -142,7 +145,8 @@ class StreamCatalog:
 
     async def create_segment(self, namespace: str, stream: str, segment: SegmentMetadata) -> SegmentMetadata | None:
         """The stored segment, or None if that seqno exists already (another writer won)."""
-        result = await self._write(Create(self.layout.segment_path(namespace, stream, segment.seqno), segment.to_bytes()))
+        path = self.layout.segment_path(namespace, stream, segment.seqno)
+        result = await self._write(Create(path, segment.to_bytes()))
         if result.code is MetaCode.NODE_EXISTS:
             return None
         if result.code is MetaCode.NO_NODE:

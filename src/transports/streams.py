@@ -180,8 +180,8 @@ class Streams:
             committed = [await self.catalog.cursor(namespace, stream, name)
                          for name in await self.catalog.list_cursors(namespace, stream)]
             protect_from = min(committed, default=None)
-        retired = segments_past_retention(segments, metadata.settings, now_s=int(time.time()) if now_s is None else now_s,
-                                          protect_from=protect_from)
+        now_s = int(time.time()) if now_s is None else now_s
+        retired = segments_past_retention(segments, metadata.settings, now_s=now_s, protect_from=protect_from)
         if not retired:
             return []
         return await self.truncate(namespace, stream, DLSN(max(s.seqno for s in retired) + 1, 0, 0))

@@ -104,7 +104,8 @@ class _Watcher:
 
 class TableRange:
     def __init__(self, streams, table: str, range_id: int = 0, *,
-                 settings: StreamSettings = StreamSettings(), checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS) -> None:
+                 settings: StreamSettings = StreamSettings(),
+                 checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS) -> None:
         self._streams = streams
         self.table, self.range_id = table, range_id
         self._settings = settings
@@ -120,6 +121,10 @@ class TableRange:
         self._checkpoint_lock = trio.Lock()
         self._failure: BaseException | None = None
         self.restored_from: str = ""          # "checkpoint", "journal" (what open() used)
+
+    @property
+    def is_serving(self) -> bool:
+        return self._failure is None
 
     # -- ownership ----------------------------------------------------------------------------
 

@@ -1,0 +1,408 @@
+"""The gRPC endpoint of stream storage (default 127.0.0.1:4181), speaking BookKeeper's own
+services so the stock `apache-bookkeeper-client` package works against it, and `bk stream` /
+`bk table` use it too:
+
+    RootRangeService         namespaces and streams (create/get/delete)
+    StorageContainerService  where a storage container is served: always here
+    MetaRangeService         a stream's hash ranges
+    TableService             range (get), put, delete, txn, increment on a table
+    bk.table.Watch/Watch     ours (BookKeeper's protos have no watch): a server stream of changes,
+                             msgpack-encoded, from a revision
+
+The gRPC server runs its handlers in its own threads; each handler hands the call to the trio
+loop (trio.from_thread) where the Tables and Streams objects live, so the event loop is never
+blocked and no lock is needed. Routing is by the stream id (a hash of the stream's name) and
+routing key the client sends; a table key is (r_key, key), BookKeeper's (pKey, lKey).
+"""
+
+from __future__ import annotations
+
+import queue
+from concurrent import futures
+
+import grpc
+import msgpack
+import trio
+from bookkeeper.proto import (
+    common_pb2, kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
+)
+
+from bkcore.errors import BKException
+from bkcore.stream.errors import (
+    NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, StreamException, StreamExists, StreamNotFound,
+)
+from bkcore.stream.segments import StreamSettings, stream_id_of
+from bkcore.table.commands import (
+    Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, KeyValue, Put, PutResult, RangeRead,
+    RangeResult, TableError, Txn,
+    fold_key, unfold_key,
+)
+from transports.tables import Tables, _folded_end, range_of
+
+DEFAULT_PORT = 4181
+DEFAULT_NAMESPACE = "default"
+WATCH_METHOD = "/bk.table.Watch/Watch"
+WATCH_QUEUE_EVENTS = 10_000
+_WATCH_END = object()
+
+_STATUS = [
+    (TableError, storage_pb2.BAD_REQUEST), (ValueError, storage_pb2.BAD_REQUEST),
+    (NamespaceExists, storage_pb2.NAMESPACE_EXISTS), (NamespaceNotFound, storage_pb2.NAMESPACE_NOT_FOUND),
+    (NamespaceNotEmpty, storage_pb2.ILLEGAL_OP), (StreamExists, storage_pb2.STREAM_EXISTS),
+    (StreamNotFound, storage_pb2.STREAM_NOT_FOUND),
+]
+
+
+def status_of(error: BaseException) -> int:
+    """The BookKeeper status code for an error (INTERNAL_SERVER_ERROR, which clients retry, for
+    anything transient such as a range changing owner)."""
+    for cls, code in _STATUS:
+        if isinstance(error, cls):
+            return code
+    return storage_pb2.INTERNAL_SERVER_ERROR
+
+
+class _Bridge:
+    """Runs coroutines of the trio loop from gRPC's handler threads."""
+
+    def __init__(self, token) -> None:
+        self.token = token
+
+    def run(self, fn, *args):
+        return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+    def run_sync(self, fn, *args):
+        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
+
+
+def settings_from_conf(conf: stream_pb2.StreamConfiguration, base: StreamSettings = StreamSettings()) -> StreamSettings:
+    size = conf.rolling_policy.size_policy.max_segment_size
+    interval = conf.rolling_policy.time_policy.interval_seconds
+    retention_minutes = conf.retention_policy.time_policy.retention_minutes
+    return StreamSettings(
+        base.ensemble_size, base.write_quorum_size, base.ack_quorum_size,
+        segment_rolling_size=size if size > 0 else base.segment_rolling_size,
+        segment_rolling_interval_s=interval if interval > 0 else base.segment_rolling_interval_s,
+        retention_s=retention_minutes * 60 if retention_minutes > 0 else base.retention_s,
+        retention_size=base.retention_size,
+        table_ranges=conf.initial_num_ranges if conf.initial_num_ranges > 0 else base.table_ranges)
+
+
+def conf_from_settings(settings: StreamSettings) -> stream_pb2.StreamConfiguration:
+    return stream_pb2.StreamConfiguration(
+        key_type=stream_pb2.HASH, min_num_ranges=settings.table_ranges, initial_num_ranges=settings.table_ranges,
+        rolling_policy=stream_pb2.SegmentRollingPolicy(
+            size_policy=stream_pb2.SizeBasedSegmentRollingPolicy(max_segment_size=settings.segment_rolling_size),
+            time_policy=stream_pb2.TimeBasedSegmentRollingPolicy(interval_seconds=settings.segment_rolling_interval_s)),
+        retention_policy=stream_pb2.RetentionPolicy(time_policy=stream_pb2.TimeBasedRetentionPolicy(
+            retention_minutes=settings.retention_s // 60 if settings.retention_s else -1)),
+        storage_type=stream_pb2.TABLE)
+
+
+def stream_properties(namespace: str, stream: str, settings: StreamSettings) -> stream_pb2.StreamProperties:
+    return stream_pb2.StreamProperties(stream_id=stream_id_of(namespace, stream), storage_container_id=0,
+                                       stream_name=stream, stream_conf=conf_from_settings(settings))
+
+
+def kv_to_proto(kv: KeyValue) -> kv_pb2.KeyValue:
+    _, lkey = unfold_key(kv.key)
+    return kv_pb2.KeyValue(key=lkey, value=kv.value, create_revision=kv.create_revision,
+                           mod_revision=kv.mod_revision, version=kv.version, is_number=kv.is_number,
+                           number_value=kv.number or 0, expire_time=kv.expire_at_ms)
+
+
+class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
+    def __init__(self, bridge: _Bridge, streams) -> None:
+        self._bridge, self._streams = bridge, streams
+
+    def _call(self, response_cls, fn, *args, fields):
+        try:
+            return response_cls(code=storage_pb2.SUCCESS, **fields(self._bridge.run(fn, *args)))
+        except (StreamException, BKException, ValueError, OSError) as exc:
+            return response_cls(code=status_of(exc))
+
+    def CreateNamespace(self, request, context):
+        settings = settings_from_conf(request.ns_conf.default_stream_conf)
+
+        async def create():
+            await self._streams.create_namespace(request.name, settings)
+            return settings
+        return self._call(storage_pb2.CreateNamespaceResponse, create,
+                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)})
+
+    def GetNamespace(self, request, context):
+        return self._call(storage_pb2.GetNamespaceResponse, self._streams.catalog.namespace_settings, request.name,
+                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)})
+
+    def DeleteNamespace(self, request, context):
+        return self._call(storage_pb2.DeleteNamespaceResponse, self._streams.delete_namespace, request.name,
+                          fields=lambda _: {})
+
+    def CreateStream(self, request, context):
+        namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
+
+        async def create():
+            base = await self._streams.catalog.namespace_settings(namespace)
+            settings = settings_from_conf(request.stream_conf, base)
+            await self._streams.create_stream(namespace, stream, settings)
+            return settings
+        return self._call(storage_pb2.CreateStreamResponse, create,
+                          fields=lambda s: {"stream_props": stream_properties(namespace, stream, s)})
+
+    def GetStream(self, request, context):
+        async def get():
+            if request.HasField("stream_name"):
+                namespace = request.stream_name.namespace_name or DEFAULT_NAMESPACE
+                stream = request.stream_name.stream_name
+            else:
+                namespace, stream = await self._streams.catalog.stream_by_id(request.stream_id)
+            metadata = await self._streams.catalog.get_stream(namespace, stream)
+            return namespace, stream, metadata.settings
+        return self._call(storage_pb2.GetStreamResponse, get,
+                          fields=lambda r: {"stream_props": stream_properties(*r)})
+
+    def DeleteStream(self, request, context):
+        return self._call(storage_pb2.DeleteStreamResponse, self._streams.delete_stream,
+                          request.ns_name or DEFAULT_NAMESPACE, request.name, fields=lambda _: {})
+
+
+def _namespace_properties(name: str, settings: StreamSettings) -> stream_pb2.NamespaceProperties:
+    return stream_pb2.NamespaceProperties(namespace_id=stream_id_of(name, ""), namespace_name=name,
+                                          default_stream_conf=conf_from_settings(settings))
+
+
+class StorageContainerServicer(storage_pb2_grpc.StorageContainerServiceServicer):
+    def __init__(self, host: str, port: int) -> None:
+        self._endpoint = common_pb2.Endpoint(hostname=host, port=port)
+
+    def GetStorageContainerEndpoint(self, request, context):
+        return storage_pb2.GetStorageContainerEndpointResponse(status_code=storage_pb2.SUCCESS, responses=[
+            storage_pb2.OneStorageContainerEndpointResponse(
+                status_code=storage_pb2.SUCCESS, endpoint=storage_pb2.StorageContainerEndpoint(
+                    storage_container_id=one.storage_container, revision=one.revision,
+                    rw_endpoint=self._endpoint, ro_endpoint=self._endpoint))
+            for one in request.requests])
+
+
+class MetaRangeServicer(storage_pb2_grpc.MetaRangeServiceServicer):
+    def __init__(self, bridge: _Bridge, streams) -> None:
+        self._bridge, self._streams = bridge, streams
+
+    def GetActiveRanges(self, request, context):
+        async def ranges():
+            namespace, stream = await self._streams.catalog.stream_by_id(request.stream_id)
+            return (await self._streams.catalog.get_stream(namespace, stream)).settings.table_ranges
+        try:
+            count = self._bridge.run(ranges)
+        except (StreamException, BKException) as exc:
+            return storage_pb2.GetActiveRangesResponse(code=status_of(exc))
+        span = 2**64 // count
+        return storage_pb2.GetActiveRangesResponse(code=storage_pb2.SUCCESS, ranges=[
+            storage_pb2.RelatedRanges(props=stream_pb2.RangeProperties(
+                start_hash_key=-2**63 + i * span, end_hash_key=2**63 - 1 if i == count - 1 else -2**63 + (i + 1) * span,
+                range_id=i, storage_container_id=0)) for i in range(count)])
+
+
+class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
+    def __init__(self, bridge: _Bridge, streams, tables: Tables) -> None:
+        self._bridge, self._streams, self._tables = bridge, streams, tables
+
+    def _run(self, request, response_cls, operate):
+        """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
+        in the trio loop and build the response (with its header) from what it returns."""
+        header = request.header
+
+        async def call():
+            namespace, stream = await self._streams.catalog.stream_by_id(header.stream_id)
+            pkey = header.r_key or request.key
+            return await operate(namespace, stream, pkey)
+        routing = kv_rpc_pb2.RoutingHeader(stream_id=header.stream_id, range_id=header.range_id, r_key=header.r_key)
+        try:
+            fields = self._bridge.run(call)
+            return response_cls(header=kv_rpc_pb2.ResponseHeader(code=storage_pb2.SUCCESS, routing_header=routing),
+                                **fields)
+        except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
+            return response_cls(header=kv_rpc_pb2.ResponseHeader(code=status_of(exc), routing_header=routing))
+
+    def Range(self, request, context):
+        async def operate(namespace, stream, pkey):
+            result = await self._tables.range(namespace, stream, pkey, request.key, request.range_end or None,
+                                              limit=request.limit, count_only=request.count_only,
+                                              keys_only=request.keys_only)
+            return {"kvs": [kv_to_proto(kv) for kv in result.kvs], "count": result.count, "more": result.more}
+        return self._run(request, kv_rpc_pb2.RangeResponse, operate)
+
+    def Put(self, request, context):
+        async def operate(namespace, stream, pkey):
+            put = _put_of(pkey, request)
+            if request.expected_version > 0:
+                txn = Txn((Compare(put.key, CompareTarget.VERSION, CompareResult.EQUAL, request.expected_version),),
+                          (put,))
+                result = await self._tables.txn(namespace, stream, pkey, txn)
+                if not result.succeeded:
+                    raise _BadVersion()
+                result = result.results[0]
+            else:
+                result = await self._tables.execute(namespace, stream, pkey, put)
+            return {"prev_kv": kv_to_proto(result.prev_kv)} if result.prev_kv else {}
+        return self._run(request, kv_rpc_pb2.PutResponse, operate)
+
+    def Delete(self, request, context):
+        async def operate(namespace, stream, pkey):
+            result = await self._tables.execute(namespace, stream, pkey, _delete_of(pkey, request))
+            return {"deleted": result.deleted, "prev_kvs": [kv_to_proto(kv) for kv in result.prev_kvs]}
+        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate)
+
+    def Increment(self, request, context):
+        async def operate(namespace, stream, pkey):
+            result = await self._tables.increment(namespace, stream, pkey, request.key, request.amount)
+            return {"total_amount": result.total or 0}
+        return self._run(request, kv_rpc_pb2.IncrementResponse, operate)
+
+    def Txn(self, request, context):
+        async def operate(namespace, stream, pkey):
+            txn = Txn(tuple(_compare_of(pkey, c) for c in request.compare),
+                      tuple(_request_op_of(pkey, op) for op in request.success),
+                      tuple(_request_op_of(pkey, op) for op in request.failure))
+            result = await self._tables.txn(namespace, stream, pkey, txn)
+            return {"succeeded": result.succeeded, "responses": [_response_op(r) for r in result.results]}
+        return self._run(request, kv_rpc_pb2.TxnResponse, operate)
+
+
+class _BadVersion(TableError):
+    pass
+
+
+_STATUS.insert(0, (_BadVersion, storage_pb2.BAD_VERSION))
+
+
+def _put_of(pkey: bytes, request) -> Put:
+    return Put(fold_key(pkey, request.key), request.value, request.prev_kv)
+
+
+def _delete_of(pkey: bytes, request) -> DeleteRange:
+    return DeleteRange(fold_key(pkey, request.key), _folded_end(pkey, request.range_end or None), request.prev_kv)
+
+
+def _compare_of(pkey: bytes, compare) -> Compare:
+    wire = kv_rpc_pb2.Compare
+    target = {wire.VALUE: CompareTarget.VALUE, wire.VERSION: CompareTarget.VERSION,
+              wire.CREATE: CompareTarget.CREATE_REVISION, wire.MOD: CompareTarget.MOD_REVISION}[compare.target]
+    result = {wire.EQUAL: CompareResult.EQUAL, wire.NOT_EQUAL: CompareResult.NOT_EQUAL,
+              wire.LESS: CompareResult.LESS, wire.GREATER: CompareResult.GREATER}[compare.result]
+    value = {CompareTarget.VALUE: compare.value, CompareTarget.VERSION: compare.version,
+             CompareTarget.CREATE_REVISION: compare.create_revision,
+             CompareTarget.MOD_REVISION: compare.mod_revision}[target]
+    return Compare(fold_key(pkey, compare.key), target, result, value)
+
+
+def _request_op_of(pkey: bytes, op):
+    kind = op.WhichOneof("request")
+    if kind == "request_put":
+        return _put_of(pkey, op.request_put)
+    if kind == "request_delete_range":
+        return _delete_of(pkey, op.request_delete_range)
+    if kind == "request_range":
+        r = op.request_range
+        return RangeRead(fold_key(pkey, r.key), _folded_end(pkey, r.range_end or None), r.limit, r.count_only,
+                         r.keys_only)
+    raise TableError(f"txn operation {kind!r} is not supported")
+
+
+def _response_op(result) -> kv_rpc_pb2.ResponseOp:
+    if isinstance(result, PutResult):
+        return kv_rpc_pb2.ResponseOp(response_put=kv_rpc_pb2.PutResponse(
+            prev_kv=kv_to_proto(result.prev_kv) if result.prev_kv else None))
+    if isinstance(result, DeleteResult):
+        return kv_rpc_pb2.ResponseOp(response_delete_range=kv_rpc_pb2.DeleteRangeResponse(
+            deleted=result.deleted, prev_kvs=[kv_to_proto(kv) for kv in result.prev_kvs]))
+    assert isinstance(result, RangeResult)
+    return kv_rpc_pb2.ResponseOp(response_range=kv_rpc_pb2.RangeResponse(
+        kvs=[kv_to_proto(kv) for kv in result.kvs], count=result.count, more=result.more))
+
+
+class _WatchHandler:
+    """bk.table.Watch/Watch: request {"stream_id" | "namespace"+"stream", "pkey", "key",
+    "range_end", "start_revision"}; answers one dict per change, or {"error": ..., "code": ...}."""
+
+    def __init__(self, bridge: _Bridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
+        self._bridge, self._streams, self._tables, self._nursery = bridge, streams, tables, nursery
+
+    def __call__(self, request: dict, context):
+        events: queue.Queue = queue.Queue()
+        scope = trio.CancelScope()
+
+        async def pump():
+            with scope:
+                try:
+                    if "stream_id" in request:
+                        namespace, stream = await self._streams.catalog.stream_by_id(request["stream_id"])
+                    else:
+                        namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
+                    key = request["key"]
+                    async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
+                                                          request.get("range_end"),
+                                                          start_revision=request.get("start_revision", 0)):
+                        if events.qsize() >= WATCH_QUEUE_EVENTS:
+                            raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
+                        events.put({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
+                                    "revision": event.revision, "version": event.kv.version,
+                                    "is_number": event.kv.is_number, "number": event.kv.number,
+                                    "prev_value": event.prev_kv.value if event.prev_kv else None})
+                except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
+                    events.put({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
+            events.put(_WATCH_END)
+
+        self._bridge.run_sync(self._nursery.start_soon, pump)
+        context.add_callback(lambda: self._bridge.run_sync(scope.cancel))
+        while True:
+            item = events.get()
+            if item is _WATCH_END:
+                return
+            yield item
+
+
+class GrpcGateway:
+    def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, threads: int = 32,
+                 checkpoint_every: int | None = None) -> None:
+        self._bk = bk
+        self.host, self.port = host, port
+        self._threads = threads
+        self._checkpoint_every = checkpoint_every
+        self.tables: Tables | None = None
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        streams = self._bk.streams
+        try:
+            await streams.create_namespace(DEFAULT_NAMESPACE)
+        except NamespaceExists:
+            pass
+        async with trio.open_nursery() as nursery:
+            self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every)
+            bridge = _Bridge(trio.lowlevel.current_trio_token())
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads))
+            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(RootRangeServicer(bridge, streams), server)
+            storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
+                StorageContainerServicer(self.host, self.port), server)
+            storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)
+            kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(bridge, streams, self.tables), server)
+            watch = grpc.unary_stream_rpc_method_handler(
+                _WatchHandler(bridge, streams, self.tables, nursery),
+                request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
+                response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
+            server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+            if bound == 0:
+                raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
+            self.port = bound
+            server.start()
+            task_status.started(self)
+            try:
+                await trio.sleep_forever()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(lambda: server.stop(grace=1).wait())
+                    await self.tables.close()
+
+
+__all__ = ["GrpcGateway", "DEFAULT_PORT", "WATCH_METHOD", "range_of"]

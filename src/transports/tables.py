@@ -1,0 +1,134 @@
+"""The table service of one process: tables over streams, each table's hash ranges owned here.
+
+Any stream can be used as a table (as the seed's `stream create` then `table put` shows): its
+settings give the number of hash ranges (`table_ranges`) and the replication of the range
+journals. A key is a (pkey, lkey) pair, as BookKeeper's PTable has it: the pkey picks the range
+(crc32c of the pkey modulo the range count) and ranges/deletes/txns stay within one pkey. The
+plain Table of BookKeeper's Python client sends the key as both pkey and lkey; table_key() does
+the same.
+
+A range is opened (its journal writer fencing any previous owner, its state rebuilt) the first
+time a key of it is used, and stays owned by this process until close().
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator
+
+import crc32c
+import trio
+
+from bkcore.stream.segments import StreamSettings
+from bkcore.table.commands import (
+    Command, DeleteRange, DeleteResult, Increment, IncrementResult, KeyValue, Put, PutResult, RangeRead,
+    RangeResult, TableError, Txn, TxnResult, fold_key, pkey_end, unfold_key,
+)
+from bkcore.table.kv import WatchEvent
+from transports.table_range import TableRange
+
+
+def range_of(pkey: bytes, range_count: int) -> int:
+    return crc32c.crc32c(pkey) % range_count
+
+
+def table_key(key: bytes) -> tuple[bytes, bytes]:
+    """The (pkey, lkey) of a plain table key."""
+    return key, key
+
+
+class Tables:
+    def __init__(self, bk, nursery: trio.Nursery, *, checkpoint_every: int | None = None) -> None:
+        self._bk = bk
+        self._nursery = nursery
+        self._checkpoint_every = checkpoint_every
+        self._ranges: dict[tuple[str, str, int], TableRange] = {}
+        self._opening: dict[tuple[str, str, int], trio.Lock] = {}
+
+    async def range_for(self, namespace: str, stream: str, pkey: bytes) -> TableRange:
+        if not isinstance(pkey, bytes) or not pkey:
+            raise TableError(f"a pkey is non-empty bytes, not {pkey!r:.60}")
+        settings = (await self._bk.streams.catalog.get_stream(namespace, stream)).settings
+        index = (namespace, stream, range_of(pkey, settings.table_ranges))
+        table_range = self._ranges.get(index)
+        if table_range is not None and table_range.is_serving:
+            return table_range
+        lock = self._opening.setdefault(index, trio.Lock())
+        async with lock:
+            table_range = self._ranges.get(index)
+            if table_range is None or not table_range.is_serving:
+                journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
+                                                  settings.ack_quorum_size)
+                options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
+                table_range = TableRange(self._bk.streams, f"{namespace}/{stream}", index[2],
+                                         settings=journal_settings, **options)
+                await table_range.open(self._nursery)
+                self._nursery.start_soon(table_range.expire_keys_when_due)
+                self._ranges[index] = table_range
+        return table_range
+
+    async def close(self) -> None:
+        for table_range in list(self._ranges.values()):
+            if table_range.is_serving:
+                await table_range.aclose()
+        self._ranges.clear()
+
+    # -- operations ---------------------------------------------------------------------------
+
+    async def execute(self, namespace: str, stream: str, pkey: bytes, command: Command) -> object:
+        """Run a command whose keys are all folded keys of `pkey`."""
+        start, end = fold_key(pkey), pkey_end(fold_key(pkey))
+        for key, is_range_end in _keys_of(command):
+            if not (start <= key <= end if is_range_end else unfold_key(key)[0] == pkey):
+                raise TableError("every key of one command must share its pkey")
+        table_range = await self.range_for(namespace, stream, pkey)
+        return await table_range.execute(command)
+
+    async def put(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, value: bytes, *,
+                  prev_kv: bool = False, ttl_ms: int = 0) -> PutResult:
+        return await self.execute(namespace, stream, pkey, Put(fold_key(pkey, lkey), value, prev_kv, ttl_ms))
+
+    async def increment(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, amount: int) -> IncrementResult:
+        return await self.execute(namespace, stream, pkey, Increment(fold_key(pkey, lkey), amount))
+
+    async def delete(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
+                     prev_kv: bool = False) -> DeleteResult:
+        return await self.execute(namespace, stream, pkey,
+                                  DeleteRange(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), prev_kv))
+
+    async def txn(self, namespace: str, stream: str, pkey: bytes, txn: Txn) -> TxnResult:
+        return await self.execute(namespace, stream, pkey, txn)
+
+    async def get(self, namespace: str, stream: str, pkey: bytes, lkey: bytes) -> KeyValue | None:
+        result = await self.range(namespace, stream, pkey, lkey)
+        return result.kvs[0] if result.kvs else None
+
+    async def range(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
+                    limit: int = 0, count_only: bool = False, keys_only: bool = False) -> RangeResult:
+        """`lkey`, or [lkey, lkey_end) within the pkey (lkey_end b"": to the pkey's end)."""
+        table_range = await self.range_for(namespace, stream, pkey)
+        return table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
+                                          keys_only))
+
+    async def watch(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
+                    start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        table_range = await self.range_for(namespace, stream, pkey)
+        async for event in table_range.watch(fold_key(pkey, lkey), _folded_end(pkey, lkey_end),
+                                             start_revision=start_revision):
+            yield event
+
+
+def _folded_end(pkey: bytes, lkey_end: bytes | None) -> bytes | None:
+    if lkey_end is None:
+        return None
+    return pkey_end(fold_key(pkey)) if lkey_end == b"" else fold_key(pkey, lkey_end)
+
+
+def _keys_of(command) -> list[tuple[bytes, bool]]:
+    """(folded key, whether it is a range end) of every key a command touches."""
+    if isinstance(command, Txn):
+        return [(c.key, False) for c in command.compares] + [k for op in command.success + command.failure
+                                                              for k in _keys_of(op)]
+    keys = [(command.key, False)] if hasattr(command, "key") else []
+    if getattr(command, "range_end", None) is not None:
+        keys.append((command.range_end, True))
+    return keys

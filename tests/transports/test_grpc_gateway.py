@@ -1,0 +1,110 @@
+"""The gRPC endpoint against the stock `apache-bookkeeper-client` package from PyPI (its
+blocking calls run in a worker thread while the gateway serves in the test's trio loop), plus
+txn and watch through raw stubs."""
+
+import grpc
+import msgpack
+import pytest
+import trio
+
+import bkclient
+
+bookkeeper = pytest.importorskip("bookkeeper", reason="the grpc extra (apache-bookkeeper-client) is not installed")
+
+from bookkeeper import admin, kv  # noqa: E402
+from bookkeeper.common.exceptions import BadRequest, NamespaceExistsError, StreamNotFoundError  # noqa: E402
+from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2  # noqa: E402
+
+from bkcore.stream.segments import stream_id_of  # noqa: E402
+from transports.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
+
+URI = "memory://grpc"
+
+
+@pytest.fixture
+async def gateway(start_cluster):
+    await start_cluster(URI, 3)
+    async with bkclient.connect(URI) as bk:
+        async with trio.open_nursery() as nursery:
+            yield await nursery.start(GrpcGateway(bk, port=0).run)
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_stock_client_manages_namespaces_streams_and_tables(gateway):
+    service_uri = (f"bk://127.0.0.1:{gateway.port}",)
+
+    def with_stock_client():
+        admin_client = admin.Client(storage_client_settings=service_uri)
+        admin_client.namespaces().create("analytics")
+        with pytest.raises(NamespaceExistsError):
+            admin_client.namespaces().create("analytics")
+        props = admin_client.namespace("analytics").create("counters")
+        assert props.stream_id == stream_id_of("analytics", "counters")
+        assert admin_client.namespace("analytics").get("counters").stream_name == "counters"
+        with pytest.raises(StreamNotFoundError):
+            admin_client.namespace("analytics").get("missing")
+        table = kv.Client(storage_client_settings=service_uri, namespace="analytics").table("counters")
+        table.put_str("greeting", "hello")
+        assert table.get_str("greeting").value == b"hello"
+        table.incr_str("visits", 100)
+        table.incr_str("visits", 23)
+        visits = table.get_str("visits")
+        assert visits.is_number and visits.number_value == 123
+        with pytest.raises(BadRequest):
+            table.incr_str("greeting", 1)       # a value, not a counter
+        assert table.delete_str("greeting") == 1
+        assert table.get_str("greeting") is None
+        admin_client.namespace("analytics").delete("counters")
+        with pytest.raises(StreamNotFoundError):
+            admin_client.namespace("analytics").get("counters")
+
+    await trio.to_thread.run_sync(with_stock_client)
+
+
+async def test_txn_and_watch_through_stubs(gateway):
+    target = f"127.0.0.1:{gateway.port}"
+    stream_id = stream_id_of("default", "kv")
+
+    def setup_and_txn():
+        from bookkeeper.proto import storage_pb2_grpc
+        with grpc.insecure_channel(target) as channel:
+            root = storage_pb2_grpc.RootRangeServiceStub(channel)
+            assert root.CreateStream(storage_pb2.CreateStreamRequest(ns_name="default", name="kv")).code == \
+                storage_pb2.SUCCESS
+            tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
+            header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"user")
+            tables.Put(kv_rpc_pb2.PutRequest(key=b"name", value=b"ada", header=header))
+            compare = kv_rpc_pb2.Compare(key=b"name", target=kv_rpc_pb2.Compare.VALUE,
+                                         result=kv_rpc_pb2.Compare.EQUAL, value=b"ada")
+            put = kv_rpc_pb2.RequestOp(request_put=kv_rpc_pb2.PutRequest(key=b"name", value=b"lovelace"))
+            answer = tables.Txn(kv_rpc_pb2.TxnRequest(compare=[compare], success=[put], header=header))
+            assert answer.header.code == storage_pb2.SUCCESS and answer.succeeded
+            answer = tables.Txn(kv_rpc_pb2.TxnRequest(compare=[compare], success=[put], header=header))
+            assert not answer.succeeded
+            got = tables.Range(kv_rpc_pb2.RangeRequest(key=b"name", header=header))
+            assert got.kvs[0].value == b"lovelace" and got.kvs[0].version == 2
+            stale = tables.Put(kv_rpc_pb2.PutRequest(key=b"name", value=b"x", expected_version=1, header=header))
+            assert stale.header.code == storage_pb2.BAD_VERSION
+            return got.kvs[0].mod_revision
+
+    revision = await trio.to_thread.run_sync(setup_and_txn)
+
+    def watch_and_write():
+        with grpc.insecure_channel(target) as channel:
+            watch = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                         response_deserializer=msgpack.unpackb)
+            events = watch({"stream_id": stream_id, "pkey": b"user", "key": b"name", "start_revision": revision})
+            tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
+            header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"user")
+            tables.Put(kv_rpc_pb2.PutRequest(key=b"name", value=b"countess", header=header))
+            tables.Delete(kv_rpc_pb2.DeleteRangeRequest(key=b"name", header=header))
+            seen = []
+            for event in events:
+                seen.append((event["type"], event["value"]))
+                if len(seen) == 3:
+                    events.cancel()
+                    break
+            return seen
+
+    assert await trio.to_thread.run_sync(watch_and_write) == [
+        ("put", b"lovelace"), ("put", b"countess"), ("delete", b"")]
