@@ -333,8 +333,8 @@ class _WatchHandler:
         scope = trio.CancelScope()
 
         async def pump():
-            with scope:
-                try:
+            try:
+                with scope:
                     if "stream_id" in request:
                         namespace, stream = await self._streams.catalog.stream_by_id(request["stream_id"])
                     else:
@@ -349,14 +349,20 @@ class _WatchHandler:
                                     "revision": event.revision, "version": event.kv.version,
                                     "is_number": event.kv.is_number, "number": event.kv.number,
                                     "prev_value": event.prev_kv.value if event.prev_kv else None})
-                except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
-                    events.put({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
-            events.put(_WATCH_END)
+            except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
+                events.put({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
+            finally:
+                events.put(_WATCH_END)      # also when the server shuts down: the handler thread ends
 
         self._bridge.run_sync(self._nursery.start_soon, pump)
         context.add_callback(lambda: self._bridge.run_sync(scope.cancel))
         while True:
-            item = events.get()
+            try:
+                item = events.get(timeout=1.0)
+            except queue.Empty:
+                if context.is_active():
+                    continue
+                return          # the call is over (the callback above stops the pump)
             if item is _WATCH_END:
                 return
             yield item
