@@ -1,4 +1,5 @@
-"""`bk`: the command line for everything (sim, bench, and later bookie, shell, stream, table).
+"""`bk`: the command line for everything (standalone, bookie, metastore, shell, stream storage,
+stream, table, sim, bench).
 
 Subcommand modules are imported lazily so `bk sim ...` never loads trio and the real runtime
 never loads the simulator.
@@ -17,16 +18,20 @@ def _refuse_optimized() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
-    commands = parser.add_subparsers(dest="command", required=True)
     from bkcli import (
         bench_commands, bookie_command, metastore_command, shell_command, sim_commands, standalone_command,
+        storage_commands,
     )
+
+    parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
+    storage_commands.add_top_level_server_argument(parser)
+    commands = parser.add_subparsers(dest="command", required=True)
 
     standalone_command.add_parser(commands)
     bookie_command.add_parser(commands)
     metastore_command.add_parser(commands)
     shell_command.add_parser(commands)
+    storage_commands.add_parser(commands)
     sim_commands.add_parser(commands)
     bench_commands.add_parser(commands)
     return parser

@@ -1,6 +1,7 @@
 """`bk standalone`: a whole cluster on 127.0.0.1 — a 3-node raft-lite metastore and bookies,
 each its own process, data kept under --data-dir across restarts. Ctrl-C stops it cleanly
-(bookies first, so their final checkpoints still reach a live metastore).
+(stream storage, then bookies, so final checkpoints still reach a live metastore). With
+--stream-storage-port (4181 by default) it also serves streams and tables over gRPC.
 
 With the default ports, every client command (`bk shell listbookies`, `bk shell simpletest`)
 finds it without flags.
@@ -28,6 +29,8 @@ def add_parser(commands) -> None:
                             help=f"first raft-lite port ({STANDALONE_RAFT_PORTS[0]}); node i listens on it + i")
     standalone.add_argument("--http-port", type=int, default=8000,
                             help="first bookie HTTP admin port (8000); 0 turns it off")
+    standalone.add_argument("--stream-storage-port", type=int, default=4181,
+                            help="stream storage (tables, gRPC) port (4181); 0 turns it off")
     standalone.set_defaults(run=cmd_standalone)
 
 
@@ -40,15 +43,18 @@ class StandaloneCluster:
     raft-lite nodes on metastore_ports, one bookie per bookie_ports entry."""
 
     def __init__(self, data_dir: str, *, bookie_ports: list[int], metastore_ports: list[int],
-                 http_ports: list[int] | None = None, bookie_extra: dict | None = None) -> None:
+                 http_ports: list[int] | None = None, bookie_extra: dict | None = None,
+                 stream_storage_port: int = 0) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.metastore_ports = list(metastore_ports)
         self.bookie_ports = list(bookie_ports)
         self.http_ports = list(http_ports) if http_ports else [0] * len(self.bookie_ports)
         self.metastore_uri = raft_uri(self.metastore_ports)
         self.bookie_extra = bookie_extra or {}
+        self.stream_storage_port = stream_storage_port
         self.metastore_nodes = []
         self.bookies = []
+        self.stream_storage = None
 
     def start(self, *, log=print) -> None:
         from bkcli.local_processes import spawn_bk
@@ -66,6 +72,13 @@ class StandaloneCluster:
             self.start_bookie(index)
             http = f", http://127.0.0.1:{self.http_ports[index]}/metrics" if self.http_ports[index] else ""
             log(f"  bookie {index + 1}: 127.0.0.1:{port}{http}  (data {self.bookie_dir(index)})")
+        if self.stream_storage_port:
+            self.stream_storage = spawn_bk(
+                "stream storage", ["stream-storage", "--metastore", self.metastore_uri,
+                                   "--port", str(self.stream_storage_port)],
+                log_path=os.path.join(self.data_dir, "stream-storage.log"), port=self.stream_storage_port,
+                ready_text="stream storage listening on")
+            log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}")
 
     def bookie_dir(self, index: int) -> str:
         return os.path.join(self.data_dir, f"bookie{index + 1}")
@@ -83,8 +96,12 @@ class StandaloneCluster:
             self.bookies.append(bookie)
         return bookie
 
+    @property
+    def children(self) -> list:
+        return ([self.stream_storage] if self.stream_storage else []) + self.bookies + self.metastore_nodes
+
     def stop(self) -> None:
-        for child in self.bookies + self.metastore_nodes:
+        for child in self.children:
             child.stop()
 
 
@@ -93,7 +110,7 @@ def cmd_standalone(args) -> int:
         args.data_dir, bookie_ports=[args.bookie_port + i for i in range(args.bookies)],
         metastore_ports=[args.metastore_port + i for i in range(args.metastore_nodes)],
         http_ports=[args.http_port + i for i in range(args.bookies)] if args.http_port else None,
-        bookie_extra={"autoRecoveryDaemonEnabled": True})
+        bookie_extra={"autoRecoveryDaemonEnabled": True}, stream_storage_port=args.stream_storage_port)
     print(f"bk standalone: starting {args.metastore_nodes} raft-lite node(s) and {args.bookies} bookies "
           f"under {cluster.data_dir}", flush=True)
     try:
@@ -103,12 +120,13 @@ def cmd_standalone(args) -> int:
         print(f"bk standalone: {exc}", file=sys.stderr)
         return 1
     print(f"\nready. metastore: {cluster.metastore_uri}\n"
-          f"try: bk shell listbookies    bk shell simpletest    (Ctrl-C stops the cluster)", flush=True)
+          f"try: bk shell listbookies    bk shell simpletest    bk stream create --stream demo\n"
+          f"     bk table incr -t demo -k counter -a 1    (Ctrl-C stops the cluster)", flush=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     try:
         while not stop:
-            for child in cluster.bookies + cluster.metastore_nodes:
+            for child in cluster.children:
                 if not child.is_running():
                     print(f"bk standalone: {child.name} exited ({child.process.returncode}); its log ends:\n"
                           f"{child.log_tail()}", file=sys.stderr)
@@ -119,6 +137,6 @@ def cmd_standalone(args) -> int:
         pass
     # A second Ctrl-C must not leave orphans behind: stopping cleanly takes a few seconds.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print("bk standalone: stopping bookies, then the metastore", flush=True)
+    print("bk standalone: stopping stream storage and bookies, then the metastore", flush=True)
     cluster.stop()
     return 0

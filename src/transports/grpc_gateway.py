@@ -226,7 +226,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
 
     def Range(self, request, context):
         async def operate(namespace, stream, pkey):
-            result = await self._tables.range(namespace, stream, pkey, request.key, request.range_end or None,
+            result = await self._tables.range(namespace, stream, pkey, request.key, _end_of(request.range_end),
                                               limit=request.limit, count_only=request.count_only,
                                               keys_only=request.keys_only)
             return {"kvs": [kv_to_proto(kv) for kv in result.kvs], "count": result.count, "more": result.more}
@@ -281,7 +281,15 @@ def _put_of(pkey: bytes, request) -> Put:
 
 
 def _delete_of(pkey: bytes, request) -> DeleteRange:
-    return DeleteRange(fold_key(pkey, request.key), _folded_end(pkey, request.range_end or None), request.prev_kv)
+    return DeleteRange(fold_key(pkey, request.key), _folded_end(pkey, _end_of(request.range_end)), request.prev_kv)
+
+
+def _end_of(range_end: bytes) -> bytes | None:
+    """A request's range end: none (one key), b"\\0" (etcd's "to the end": here, of the
+    pkey), or an lkey."""
+    if not range_end:
+        return None
+    return b"" if range_end == b"\0" else range_end
 
 
 def _compare_of(pkey: bytes, compare) -> Compare:
@@ -304,7 +312,7 @@ def _request_op_of(pkey: bytes, op):
         return _delete_of(pkey, op.request_delete_range)
     if kind == "request_range":
         r = op.request_range
-        return RangeRead(fold_key(pkey, r.key), _folded_end(pkey, r.range_end or None), r.limit, r.count_only,
+        return RangeRead(fold_key(pkey, r.key), _folded_end(pkey, _end_of(r.range_end)), r.limit, r.count_only,
                          r.keys_only)
     raise TableError(f"txn operation {kind!r} is not supported")
 

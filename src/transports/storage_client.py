@@ -1,0 +1,141 @@
+"""A thin blocking client of the stream storage gRPC endpoint (what `bk stream` and `bk table`
+use): any server answers anything, so it needs only an address.
+
+    client = StorageClient("127.0.0.1:4181")
+    client.create_stream("default", "counters")
+    table = client.table("default", "counters")
+    table.increment(b"visits", 1)
+    for event in table.watch(b"visits"):      # blocks; yields dicts of changes
+        ...
+
+Failures raise StorageError with BookKeeper's status name (STREAM_NOT_FOUND, BAD_REQUEST, ...).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import grpc
+import msgpack
+from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2
+
+from bkcore.stream.segments import stream_id_of
+from transports.grpc_gateway import WATCH_METHOD
+
+DEFAULT_SERVER = "127.0.0.1:4181"
+CALL_TIMEOUT_S = 30.0
+
+
+class StorageError(Exception):
+    def __init__(self, status: int, what: str) -> None:
+        self.status = status
+        self.status_name = storage_pb2.StatusCode.Name(status) if status in storage_pb2.StatusCode.values() \
+            else str(status)
+        super().__init__(f"{what}: {self.status_name}")
+
+
+def _check(code: int, what: str) -> None:
+    if code != storage_pb2.SUCCESS:
+        raise StorageError(code, what)
+
+
+class StorageClient:
+    def __init__(self, server: str = DEFAULT_SERVER) -> None:
+        self.server = server
+        self._channel = grpc.insecure_channel(server)
+        self._root = storage_pb2_grpc.RootRangeServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> StorageClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _call(self, method, request):
+        try:
+            return method(request, timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            raise ConnectionError(f"stream storage at {self.server} did not answer ({exc.code().name}); "
+                                  f"is it running (bk standalone, or bk stream-storage)?") from None
+
+    def create_namespace(self, namespace: str) -> None:
+        answer = self._call(self._root.CreateNamespace, storage_pb2.CreateNamespaceRequest(
+            name=namespace, ns_conf=stream_pb2.NamespaceConfiguration()))
+        _check(answer.code, f"creating namespace {namespace}")
+
+    def create_stream(self, namespace: str, stream: str) -> stream_pb2.StreamProperties:
+        answer = self._call(self._root.CreateStream, storage_pb2.CreateStreamRequest(
+            ns_name=namespace, name=stream, stream_conf=stream_pb2.StreamConfiguration()))
+        _check(answer.code, f"creating stream {namespace}/{stream}")
+        return answer.stream_props
+
+    def get_stream(self, namespace: str, stream: str) -> stream_pb2.StreamProperties:
+        answer = self._call(self._root.GetStream, storage_pb2.GetStreamRequest(
+            stream_name=stream_pb2.StreamName(namespace_name=namespace, stream_name=stream)))
+        _check(answer.code, f"getting stream {namespace}/{stream}")
+        return answer.stream_props
+
+    def delete_stream(self, namespace: str, stream: str) -> None:
+        answer = self._call(self._root.DeleteStream, storage_pb2.DeleteStreamRequest(ns_name=namespace, name=stream))
+        _check(answer.code, f"deleting stream {namespace}/{stream}")
+
+    def table(self, namespace: str, stream: str) -> TableClient:
+        return TableClient(self, namespace, stream)
+
+
+class TableClient:
+    """Keys are bytes; `pkey` defaults to the key itself (BookKeeper's Table)."""
+
+    def __init__(self, client: StorageClient, namespace: str, stream: str) -> None:
+        self._client = client
+        self.namespace, self.stream = namespace, stream
+        self._stub = kv_rpc_pb2_grpc.TableServiceStub(client._channel)
+        self._stream_id = stream_id_of(namespace, stream)
+
+    def _header(self, key: bytes, pkey: bytes | None) -> kv_rpc_pb2.RoutingHeader:
+        return kv_rpc_pb2.RoutingHeader(stream_id=self._stream_id, r_key=pkey or key)
+
+    def _send(self, method, request, what: str):
+        answer = self._client._call(method, request)
+        _check(answer.header.code, f"{what} on table {self.namespace}/{self.stream}")
+        return answer
+
+    def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None):
+        request = kv_rpc_pb2.PutRequest(key=key, value=value, prev_kv=True, header=self._header(key, pkey))
+        answer = self._send(self._stub.Put, request, "put")
+        return answer.prev_kv if answer.HasField("prev_kv") else None
+
+    def get(self, key: bytes, *, pkey: bytes | None = None):
+        answer = self._send(self._stub.Range, kv_rpc_pb2.RangeRequest(key=key, header=self._header(key, pkey)), "get")
+        return answer.kvs[0] if answer.kvs else None
+
+    def range(self, key: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0) -> list:
+        """Keys of `pkey` from `key` up to `end` (b"": to the end of the pkey)."""
+        request = kv_rpc_pb2.RangeRequest(key=key, range_end=end or b"\0", limit=limit,
+                                          header=self._header(key, pkey))
+        return list(self._send(self._stub.Range, request, "range").kvs)
+
+    def increment(self, key: bytes, amount: int, *, pkey: bytes | None = None) -> int:
+        request = kv_rpc_pb2.IncrementRequest(key=key, amount=amount, get_total=True, header=self._header(key, pkey))
+        return self._send(self._stub.Increment, request, "increment").total_amount
+
+    def delete(self, key: bytes, *, pkey: bytes | None = None) -> int:
+        request = kv_rpc_pb2.DeleteRangeRequest(key=key, header=self._header(key, pkey))
+        return self._send(self._stub.Delete, request, "delete").deleted
+
+    def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> Iterator[dict]:
+        """Every change of the key from `start_revision` (0: from now on), as they happen."""
+        call = self._client._channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                                  response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+        events = call({"stream_id": self._stream_id, "pkey": pkey or key, "key": key,
+                       "start_revision": start_revision})
+        try:
+            for event in events:
+                if "error" in event:
+                    raise StorageError(event["code"], f"watching {key!r}: {event['error']}")
+                yield event
+        finally:
+            events.cancel()
