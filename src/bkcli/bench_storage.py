@@ -1,0 +1,197 @@
+"""`bk bench table` and `bk bench stream`: stream storage on a local multi-process cluster (a
+raft-lite metastore, bookies with journal fdatasync, and for tables the gRPC server process).
+
+    table   N client threads, each with its own gRPC channel: puts of distinct keys, gets of
+            existing keys, increments of shared counters (ops/s, p50/p99 latency); then the
+            delay from a put's acknowledgement to a watcher seeing it (p50/p99)
+    stream  one writer appending records through the library (several write_many batches in
+            flight), then a reader reading them all back from the start (records/s)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+import threading
+import time
+
+from bkcli.bench_journal import MIB, percentile
+from bkcli.local_processes import free_port
+
+
+def add_parser(sub) -> None:
+    table = sub.add_parser("table", help="table put/get/incr throughput and watch latency (JSON)")
+    table.add_argument("--clients", type=int, default=16, help="client threads (16)")
+    table.add_argument("--seconds", type=float, default=10.0, help="seconds per measurement")
+    table.add_argument("--value-size", type=int, default=100)
+    table.add_argument("--bookies", type=int, default=3)
+    table.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    table.set_defaults(run=cmd_bench_table)
+    stream = sub.add_parser("stream", help="stream append and read-back records/s (JSON)")
+    stream.add_argument("--seconds", type=float, default=10.0)
+    stream.add_argument("--record-size", type=int, default=100)
+    stream.add_argument("--batch", type=int, default=1000, help="records per write_many call")
+    stream.add_argument("--batches-in-flight", type=int, default=4)
+    stream.add_argument("--bookies", type=int, default=3)
+    stream.add_argument("--dir", default=None)
+    stream.set_defaults(run=cmd_bench_stream)
+
+
+def _cluster(args, *, with_stream_storage: bool):
+    from bkcli.standalone_command import StandaloneCluster
+    root = tempfile.mkdtemp(dir=args.dir, prefix="bench-storage-")
+    cluster = StandaloneCluster(root, bookie_ports=[free_port() for _ in range(args.bookies)],
+                                metastore_ports=[free_port()],
+                                stream_storage_port=free_port() if with_stream_storage else 0)
+    return root, cluster
+
+
+def _summary(latencies: list[float], elapsed: float, errors: int) -> dict:
+    return {"ops": len(latencies), "ops_per_second": round(len(latencies) / elapsed) if elapsed else 0,
+            "latency_p50_ms": round(percentile(latencies, 0.5) * 1e3, 3) if latencies else None,
+            "latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3) if latencies else None,
+            "errors": errors}
+
+
+def _run_clients(address: str, clients: int, seconds: float, operation) -> dict:
+    """`operation(table, client_index, n)` in every client thread until the time is up."""
+    from transports.storage_client import StorageClient
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors = [0]
+    start = threading.Barrier(clients + 1)
+
+    def client(index: int) -> None:
+        with StorageClient(address) as storage:
+            table = storage.table("default", "bench")
+            start.wait()
+            deadline = time.perf_counter() + seconds
+            n = 0
+            while (now := time.perf_counter()) < deadline:
+                try:
+                    operation(table, index, n)
+                except Exception:       # noqa: BLE001 - counted, the run goes on
+                    errors[0] += 1
+                latencies[index].append(time.perf_counter() - now)
+                n += 1
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return _summary([x for per_client in latencies for x in per_client], time.perf_counter() - began, errors[0])
+
+
+def _watch_latency(address: str, samples: int = 300) -> dict:
+    from transports.storage_client import StorageClient
+    delays: list[float] = []
+    put_at: dict[bytes, float] = {}
+    ready = threading.Event()
+
+    def watch() -> None:
+        with StorageClient(address) as storage:
+            events = storage.table("default", "bench").watch(b"watched")
+            ready.set()
+            for event in events:
+                seen = time.perf_counter()
+                if event["value"] in put_at:
+                    delays.append(seen - put_at[event["value"]])
+                if len(delays) >= samples:
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    ready.wait()
+    time.sleep(0.5)
+    with StorageClient(address) as storage:
+        table = storage.table("default", "bench")
+        for i in range(samples):
+            value = b"%d" % i
+            table.put(b"watched", value)
+            put_at[value] = time.perf_counter()
+            time.sleep(0.005)
+    watcher.join(30)
+    return {"events": len(delays), "watch_latency_p50_ms": round(percentile(delays, 0.5) * 1e3, 3) if delays else None,
+            "watch_latency_p99_ms": round(percentile(delays, 0.99) * 1e3, 3) if delays else None}
+
+
+def cmd_bench_table(args) -> int:
+    from transports.storage_client import StorageClient
+    root, cluster = _cluster(args, with_stream_storage=True)
+    value = os.urandom(args.value_size)
+    try:
+        cluster.start(log=lambda line: None)
+        address = f"127.0.0.1:{cluster.stream_storage_port}"
+        with StorageClient(address) as storage:
+            storage.create_stream("default", "bench")
+            table = storage.table("default", "bench")
+            for index in range(64):                  # open every range before timing
+                table.put(b"warm-%d" % index, value)
+        puts = _run_clients(address, args.clients, args.seconds,
+                            lambda t, i, n: t.put(b"key-%d-%d" % (i, n), value))
+        written = puts["ops"]
+        gets = _run_clients(address, args.clients, args.seconds,
+                            lambda t, i, n: t.get(b"key-%d-%d" % (i, random.randrange(max(1, written // args.clients)))))
+        increments = _run_clients(address, args.clients, args.seconds,
+                                  lambda t, i, n: t.increment(b"counter-%d" % (n % 8), 1))
+        watch = _watch_latency(address)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"benchmark": "table", "clients": args.clients, "value_size": args.value_size,
+                      "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
+                      "targets": {"puts_per_second": 20_000, "gets_per_second": 50_000, "watch_latency_p50_ms": 2}},
+                     indent=2))
+    return 0
+
+
+def cmd_bench_stream(args) -> int:
+    import trio
+
+    from transports.library import connect
+    root, cluster = _cluster(args, with_stream_storage=False)
+    payload = os.urandom(args.record_size)
+    try:
+        cluster.start(log=lambda line: None)
+
+        async def measure() -> dict:
+            async with connect(cluster.metastore_uri) as bk:
+                await bk.streams.create_namespace("bench")
+                await bk.streams.create_stream("bench", "s")
+                written = [0]
+                async with bk.streams.open_writer("bench", "s") as writer:
+                    began = time.perf_counter()
+                    deadline = began + args.seconds
+
+                    async def append() -> None:
+                        while time.perf_counter() < deadline:
+                            await writer.write_many([payload] * args.batch)
+                            written[0] += args.batch
+
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(args.batches_in_flight):
+                            nursery.start_soon(append)
+                    append_seconds = time.perf_counter() - began
+                read = 0
+                began = time.perf_counter()
+                async with bk.streams.open_reader("bench", "s", "earliest", read_ahead_entries=256) as reader:
+                    while read < written[0]:
+                        await reader.read_next()
+                        read += 1
+                read_seconds = time.perf_counter() - began
+            return {"append": {"records": written[0], "records_per_second": round(written[0] / append_seconds),
+                               "mib_per_second": round(written[0] * args.record_size / MIB / append_seconds, 2)},
+                    "read_back": {"records": read, "records_per_second": round(read / read_seconds)}}
+
+        results = trio.run(measure)
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps({"benchmark": "stream", "record_size": args.record_size, "bookies": args.bookies, **results},
+                     indent=2))
+    return 0
