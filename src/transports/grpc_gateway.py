@@ -112,8 +112,8 @@ def kv_to_proto(kv: KeyValue) -> kv_pb2.KeyValue:
 
 
 class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
-    def __init__(self, bridge: _Bridge, streams) -> None:
-        self._bridge, self._streams = bridge, streams
+    def __init__(self, bridge: _Bridge, streams, tables: Tables) -> None:
+        self._bridge, self._streams, self._tables = bridge, streams, tables
 
     def _call(self, response_cls, fn, *args, fields):
         try:
@@ -162,8 +162,13 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
                           fields=lambda r: {"stream_props": stream_properties(*r)})
 
     def DeleteStream(self, request, context):
-        return self._call(storage_pb2.DeleteStreamResponse, self._streams.delete_stream,
-                          request.ns_name or DEFAULT_NAMESPACE, request.name, fields=lambda _: {})
+        namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
+
+        async def delete():
+            await self._streams.catalog.get_stream(namespace, stream)
+            await self._tables.drop_table(namespace, stream)
+            await self._streams.delete_stream(namespace, stream)
+        return self._call(storage_pb2.DeleteStreamResponse, delete, fields=lambda _: {})
 
 
 def _namespace_properties(name: str, settings: StreamSettings) -> stream_pb2.NamespaceProperties:
@@ -206,6 +211,13 @@ class MetaRangeServicer(storage_pb2_grpc.MetaRangeServiceServicer):
 class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     def __init__(self, bridge: _Bridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
+        self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
+
+    async def _stream_of(self, stream_id: int) -> tuple[str, str]:
+        name = self._names.get(stream_id)
+        if name is None:
+            name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
+        return name
 
     def _run(self, request, response_cls, operate):
         """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
@@ -213,7 +225,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         header = request.header
 
         async def call():
-            namespace, stream = await self._streams.catalog.stream_by_id(header.stream_id)
+            namespace, stream = await self._stream_of(header.stream_id)
             pkey = header.r_key or request.key
             return await operate(namespace, stream, pkey)
         routing = kv_rpc_pb2.RoutingHeader(stream_id=header.stream_id, range_id=header.range_id, r_key=header.r_key)
@@ -395,7 +407,7 @@ class GrpcGateway:
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every)
             bridge = _Bridge(trio.lowlevel.current_trio_token())
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads))
-            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(RootRangeServicer(bridge, streams), server)
+            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(RootRangeServicer(bridge, streams, self.tables), server)
             storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
                 StorageContainerServicer(self.host, self.port), server)
             storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)

@@ -13,18 +13,23 @@ time a key of it is used, and stays owned by this process until close().
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import AsyncIterator
 
 import crc32c
 import trio
 
+from bkcore.stream.errors import NamespaceNotFound
 from bkcore.stream.segments import StreamSettings
 from bkcore.table.commands import (
     Command, DeleteRange, DeleteResult, Increment, IncrementResult, KeyValue, Put, PutResult, RangeRead,
     RangeResult, TableError, Txn, TxnResult, fold_key, pkey_end, unfold_key,
 )
 from bkcore.table.kv import WatchEvent
-from transports.table_range import TableRange
+from transports.table_range import TABLES_NAMESPACE, TableRange, journal_stream_name
+
+SETTINGS_TTL_S = 5.0
 
 
 def range_of(pkey: bytes, range_count: int) -> int:
@@ -42,12 +47,23 @@ class Tables:
         self._nursery = nursery
         self._checkpoint_every = checkpoint_every
         self._ranges: dict[tuple[str, str, int], TableRange] = {}
+        self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
         self._opening: dict[tuple[str, str, int], trio.Lock] = {}
+
+    async def settings_of(self, namespace: str, stream: str) -> StreamSettings:
+        """The table's stream settings, remembered for SETTINGS_TTL_S (a range count never
+        changes while the stream exists; drop_table forgets at once)."""
+        cached = self._settings.get((namespace, stream))
+        if cached is not None and cached[1] > time.monotonic():
+            return cached[0]
+        settings = (await self._bk.streams.catalog.get_stream(namespace, stream)).settings
+        self._settings[(namespace, stream)] = (settings, time.monotonic() + SETTINGS_TTL_S)
+        return settings
 
     async def range_for(self, namespace: str, stream: str, pkey: bytes) -> TableRange:
         if not isinstance(pkey, bytes) or not pkey:
             raise TableError(f"a pkey is non-empty bytes, not {pkey!r:.60}")
-        settings = (await self._bk.streams.catalog.get_stream(namespace, stream)).settings
+        settings = await self.settings_of(namespace, stream)
         index = (namespace, stream, range_of(pkey, settings.table_ranges))
         table_range = self._ranges.get(index)
         if table_range is not None and table_range.is_serving:
@@ -65,6 +81,21 @@ class Tables:
                 self._nursery.start_soon(table_range.expire_keys_when_due)
                 self._ranges[index] = table_range
         return table_range
+
+    async def drop_table(self, namespace: str, stream: str) -> None:
+        """Stop serving a table whose stream is being deleted, and delete its range journals
+        and checkpoints."""
+        self._settings.pop((namespace, stream), None)
+        for index in [i for i in self._ranges if i[:2] == (namespace, stream)]:
+            table_range = self._ranges.pop(index)
+            if table_range.is_serving:
+                await table_range.aclose()
+        streams = self._bk.streams
+        prefix = journal_stream_name(f"{namespace}/{stream}", 0).rsplit("~", 1)[0] + "~"
+        with contextlib.suppress(NamespaceNotFound):
+            for name in await streams.list_streams(TABLES_NAMESPACE):
+                if name.startswith(prefix) and name[len(prefix):].split("~")[0].isdigit():
+                    await streams.delete_stream(TABLES_NAMESPACE, name)
 
     async def close(self) -> None:
         for table_range in list(self._ranges.values()):

@@ -17,6 +17,7 @@ from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2  # noqa: E
 
 from bkcore.stream.segments import stream_id_of  # noqa: E402
 from transports.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
+from transports.table_range import TABLES_NAMESPACE  # noqa: E402
 
 URI = "memory://grpc"
 
@@ -59,6 +60,9 @@ async def test_the_stock_client_manages_namespaces_streams_and_tables(gateway):
             admin_client.namespace("analytics").get("counters")
 
     await trio.to_thread.run_sync(with_stock_client)
+    # Deleting the stream also deleted its table ranges' journals and checkpoints.
+    left = await gateway.tables._bk.streams.list_streams(TABLES_NAMESPACE)
+    assert not [name for name in left if name.startswith("analytics~counters~")]
 
 
 async def test_txn_and_watch_through_stubs(gateway):
