@@ -37,12 +37,15 @@ from bkcore.table.commands import (
     RangeResult, TableError, Txn,
     fold_key, unfold_key,
 )
+from transports.range_ownership import NotOwner
 from transports.tables import Tables, _folded_end, range_of
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
 WATCH_METHOD = "/bk.table.Watch/Watch"
 WATCH_QUEUE_EVENTS = 10_000
+FORWARDED_HEADER = "bk-forwarded"
+FORWARD_TIMEOUT_S = 30.0
 _WATCH_END = object()
 
 _STATUS = [
@@ -212,6 +215,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     def __init__(self, bridge: _Bridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
+        self._peers: dict[str, kv_rpc_pb2_grpc.TableServiceStub] = {}
 
     async def _stream_of(self, stream_id: int) -> tuple[str, str]:
         name = self._names.get(stream_id)
@@ -219,9 +223,11 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
 
-    def _run(self, request, response_cls, operate):
+    def _run(self, request, response_cls, operate, context=None, method: str = ""):
         """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
-        in the trio loop and build the response (with its header) from what it returns."""
+        in the trio loop and build the response (with its header) from what it returns. A
+        range another server owns is forwarded there, once (a forwarded request that lands
+        on a non-owner again answers INTERNAL_SERVER_ERROR, which clients retry)."""
         header = request.header
 
         async def call():
@@ -233,8 +239,19 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             fields = self._bridge.run(call)
             return response_cls(header=kv_rpc_pb2.ResponseHeader(code=storage_pb2.SUCCESS, routing_header=routing),
                                 **fields)
+        except NotOwner as exc:
+            if context is None or _was_forwarded(context):
+                return response_cls(header=kv_rpc_pb2.ResponseHeader(code=storage_pb2.INTERNAL_SERVER_ERROR,
+                                                                     routing_header=routing))
+            return self._forward(exc.owner, method, request)
         except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
             return response_cls(header=kv_rpc_pb2.ResponseHeader(code=status_of(exc), routing_header=routing))
+
+    def _forward(self, owner: str, method: str, request):
+        stub = self._peers.get(owner)
+        if stub is None:
+            stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(owner))
+        return getattr(stub, method)(request, metadata=[(FORWARDED_HEADER, "1")], timeout=FORWARD_TIMEOUT_S)
 
     def Range(self, request, context):
         async def operate(namespace, stream, pkey):
@@ -242,7 +259,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
                                               limit=request.limit, count_only=request.count_only,
                                               keys_only=request.keys_only)
             return {"kvs": [kv_to_proto(kv) for kv in result.kvs], "count": result.count, "more": result.more}
-        return self._run(request, kv_rpc_pb2.RangeResponse, operate)
+        return self._run(request, kv_rpc_pb2.RangeResponse, operate, context, "Range")
 
     def Put(self, request, context):
         async def operate(namespace, stream, pkey):
@@ -257,19 +274,19 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             else:
                 result = await self._tables.execute(namespace, stream, pkey, put)
             return {"prev_kv": kv_to_proto(result.prev_kv)} if result.prev_kv else {}
-        return self._run(request, kv_rpc_pb2.PutResponse, operate)
+        return self._run(request, kv_rpc_pb2.PutResponse, operate, context, "Put")
 
     def Delete(self, request, context):
         async def operate(namespace, stream, pkey):
             result = await self._tables.execute(namespace, stream, pkey, _delete_of(pkey, request))
             return {"deleted": result.deleted, "prev_kvs": [kv_to_proto(kv) for kv in result.prev_kvs]}
-        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate)
+        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context, "Delete")
 
     def Increment(self, request, context):
         async def operate(namespace, stream, pkey):
             result = await self._tables.increment(namespace, stream, pkey, request.key, request.amount)
             return {"total_amount": result.total or 0}
-        return self._run(request, kv_rpc_pb2.IncrementResponse, operate)
+        return self._run(request, kv_rpc_pb2.IncrementResponse, operate, context, "Increment")
 
     def Txn(self, request, context):
         async def operate(namespace, stream, pkey):
@@ -278,7 +295,11 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
                       tuple(_request_op_of(pkey, op) for op in request.failure))
             result = await self._tables.txn(namespace, stream, pkey, txn)
             return {"succeeded": result.succeeded, "responses": [_response_op(r) for r in result.results]}
-        return self._run(request, kv_rpc_pb2.TxnResponse, operate)
+        return self._run(request, kv_rpc_pb2.TxnResponse, operate, context, "Txn")
+
+
+def _was_forwarded(context) -> bool:
+    return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata())
 
 
 class _BadVersion(TableError):
@@ -369,6 +390,8 @@ class _WatchHandler:
                                     "revision": event.revision, "version": event.kv.version,
                                     "is_number": event.kv.is_number, "number": event.kv.number,
                                     "prev_value": event.prev_kv.value if event.prev_kv else None})
+            except NotOwner as exc:
+                events.put({"forward": exc.owner})
             except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
                 events.put({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
             finally:
@@ -385,7 +408,18 @@ class _WatchHandler:
                 return          # the call is over (the callback above stops the pump)
             if item is _WATCH_END:
                 return
+            if "forward" in item and not _was_forwarded(context):
+                yield from self._forwarded(item["forward"], request, context)
+                return
             yield item
+
+    def _forwarded(self, owner: str, request: dict, context):
+        with grpc.insecure_channel(owner) as channel:
+            call = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                        response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+            events = call(request, metadata=[(FORWARDED_HEADER, "1")])
+            context.add_callback(events.cancel)
+            yield from events
 
 
 class GrpcGateway:
@@ -404,9 +438,14 @@ class GrpcGateway:
         except NamespaceExists:
             pass
         async with trio.open_nursery() as nursery:
-            self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every)
-            bridge = _Bridge(trio.lowlevel.current_trio_token())
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads))
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+            if bound == 0:
+                raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
+            self.port = bound
+            self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
+                                 server_id=f"{self.host}:{self.port}")
+            bridge = _Bridge(trio.lowlevel.current_trio_token())
             storage_pb2_grpc.add_RootRangeServiceServicer_to_server(RootRangeServicer(bridge, streams, self.tables), server)
             storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
                 StorageContainerServicer(self.host, self.port), server)
@@ -417,10 +456,6 @@ class GrpcGateway:
                 request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
                 response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
             server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
-            if bound == 0:
-                raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
-            self.port = bound
             server.start()
             task_status.started(self)
             try:

@@ -111,6 +111,13 @@ class StreamWriter:
         if self._failure is None and self._ledger is not None and not self._is_end_of_stream:
             await self._complete_segment()
 
+    def abort(self, error: BaseException) -> None:
+        """Stop without sealing anything (the owner gave the stream up): waiting and later
+        writes get `error`, the flusher ends. The next writer recovers the segment."""
+        self._fail(error)
+        self._closing = True
+        self._signal()
+
     async def roll(self) -> None:
         """Seal the current segment once its entries in flight are acknowledged, and go on in
         a new one (records not sent yet go there; an empty segment is left as it is).

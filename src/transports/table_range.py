@@ -140,8 +140,19 @@ class TableRange:
         self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name)
         await self._restore()
 
+    def stop(self, error: BaseException) -> None:
+        """Stop serving at once, sealing nothing: pending and later commands, reads and
+        watches get `error` (the next owner recovers the journal)."""
+        self._fail(error)
+        self._journal.abort(error)
+        self._checkpoint_writer.abort(error)
+
     async def aclose(self) -> None:
-        """Stop serving: what is journaled is applied, the journal segments are sealed."""
+        """Stop serving: what is journaled is applied, the journal segments are sealed (a
+        range that already stopped or failed just lets its writers go)."""
+        if self._failure is not None:
+            self.stop(self._failure)
+            return
         self._fail(RangeClosed(f"{self.table} range {self.range_id} was closed by its owner"))
         await self._journal.aclose()
         await self._checkpoint_writer.aclose()
@@ -229,11 +240,14 @@ class TableRange:
 
     async def expire_keys_when_due(self) -> None:
         """Journal ExpireKeys whenever a TTL has passed (run as a task by the owner)."""
-        while True:
+        while self.is_serving:
             await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
             due_end = EXPIRY + (now_ms() + 1).to_bytes(8, "big")
-            if next(self.state.index.scan(EXPIRY, due_end), None) is not None:
-                await self.execute(ExpireKeys())
+            if self.is_serving and next(self.state.index.scan(EXPIRY, due_end), None) is not None:
+                try:
+                    await self.execute(ExpireKeys())
+                except Exception:      # noqa: BLE001 - the range stopped serving; its next owner expires
+                    return
 
     # -- watches ------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ time a key of it is used, and stays owned by this process until close().
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import AsyncIterator
 
@@ -27,9 +28,12 @@ from bkcore.table.commands import (
     RangeResult, TableError, Txn, TxnResult, fold_key, pkey_end, unfold_key,
 )
 from bkcore.table.kv import WatchEvent
+from transports.range_ownership import NotOwner, RangeOwnership
 from transports.table_range import TABLES_NAMESPACE, TableRange, journal_stream_name
 
 SETTINGS_TTL_S = 5.0
+logger = logging.getLogger(__name__)
+SESSION_CHECK_INTERVAL_S = 0.5
 
 
 def range_of(pkey: bytes, range_count: int) -> int:
@@ -42,9 +46,13 @@ def table_key(key: bytes) -> tuple[bytes, bytes]:
 
 
 class Tables:
-    def __init__(self, bk, nursery: trio.Nursery, *, checkpoint_every: int | None = None) -> None:
+    def __init__(self, bk, nursery: trio.Nursery, *, checkpoint_every: int | None = None,
+                 server_id: str | None = None) -> None:
         self._bk = bk
         self._nursery = nursery
+        # With a server id, ranges are claimed in the metastore (several servers share the
+        # tables); without one, this process serves every range it is asked about.
+        self._ownership = RangeOwnership(bk.store, bk.layout.root, server_id) if server_id else None
         self._checkpoint_every = checkpoint_every
         self._ranges: dict[tuple[str, str, int], TableRange] = {}
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
@@ -72,15 +80,44 @@ class Tables:
         async with lock:
             table_range = self._ranges.get(index)
             if table_range is None or not table_range.is_serving:
+                if self._ownership is not None:
+                    owner = await self._ownership.claim(index)
+                    if owner is not None:
+                        raise NotOwner(owner, f"range {index[2]} of table {namespace}/{stream}")
                 journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
                                                   settings.ack_quorum_size)
                 options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
                 table_range = TableRange(self._bk.streams, f"{namespace}/{stream}", index[2],
                                          settings=journal_settings, **options)
-                await table_range.open(self._nursery)
-                self._nursery.start_soon(table_range.expire_keys_when_due)
+                try:
+                    await table_range.open(self._nursery)
+                except BaseException:
+                    await self._release(index)
+                    raise
+                self._nursery.start_soon(self._serve_range, index, table_range)
                 self._ranges[index] = table_range
         return table_range
+
+    async def _serve_range(self, index: tuple[str, str, int], table_range: TableRange) -> None:
+        """While the range is served: journal TTL expiries; once it stops (fenced, closed, or
+        this server's metastore session is gone) give the claim up."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(table_range.expire_keys_when_due)
+            while table_range.is_serving:
+                if self._bk.store.session_lost:
+                    table_range.stop(ConnectionError("this server's metastore session ended; its ranges "
+                                                     "may be served elsewhere now"))
+                await trio.sleep(SESSION_CHECK_INTERVAL_S)
+            nursery.cancel_scope.cancel()
+        if self._ranges.get(index) is table_range:
+            del self._ranges[index]
+        with trio.CancelScope(shield=True):
+            await self._release(index)
+
+    async def _release(self, index: tuple[str, str, int]) -> None:
+        if self._ownership is not None and not self._bk.store.session_lost:
+            with contextlib.suppress(ConnectionError, OSError):
+                await self._ownership.release(index)
 
     async def drop_table(self, namespace: str, stream: str) -> None:
         """Stop serving a table whose stream is being deleted, and delete its range journals
@@ -98,9 +135,14 @@ class Tables:
                     await streams.delete_stream(TABLES_NAMESPACE, name)
 
     async def close(self) -> None:
-        for table_range in list(self._ranges.values()):
-            if table_range.is_serving:
+        """Close every range served here (sealing their journals where the cluster still
+        answers; a range that cannot be sealed is recovered by its next owner)."""
+        for index, table_range in list(self._ranges.items()):
+            try:
                 await table_range.aclose()
+            except Exception as exc:      # noqa: BLE001 - closing the others matters more
+                logger.warning("closing table range %s: %s", index, exc)
+                table_range.stop(exc)
         self._ranges.clear()
 
     # -- operations ---------------------------------------------------------------------------

@@ -112,3 +112,48 @@ async def test_txn_and_watch_through_stubs(gateway):
 
     assert await trio.to_thread.run_sync(watch_and_write) == [
         ("put", b"lovelace"), ("put", b"countess"), ("delete", b"")]
+
+
+async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(start_cluster):
+    """Server A owns the table's range; requests sent to B are forwarded to A. A's metastore
+    session then expires (as when its process dies): B claims the range, fences A through the
+    journal, rebuilds the state, and the table stays available with every acknowledged write."""
+    await start_cluster(URI, 3)
+    async with bkclient.connect(URI) as bk_a, bkclient.connect(URI) as bk_b:
+        async with trio.open_nursery() as nursery:
+            a = await nursery.start(GrpcGateway(bk_a, port=0).run)
+            b = await nursery.start(GrpcGateway(bk_b, port=0).run)
+            stream_id = stream_id_of("default", "shared")
+
+            def table_calls(server, *puts):
+                with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+                    if puts and puts[0] == b"create":
+                        from bookkeeper.proto import storage_pb2_grpc
+                        storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
+                            storage_pb2.CreateStreamRequest(ns_name="default", name="shared"))
+                        puts = puts[1:]
+                    tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
+                    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+                    for value in puts:
+                        answer = tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=value, header=header))
+                        assert answer.header.code == storage_pb2.SUCCESS
+                    return tables.Range(kv_rpc_pb2.RangeRequest(key=b"k", header=header)).kvs[0].value
+
+            assert await trio.to_thread.run_sync(table_calls, a, b"create", b"1") == b"1"
+            assert len(a.tables._ranges) == 1
+            # Sent to B, served by A (B opened nothing).
+            assert await trio.to_thread.run_sync(table_calls, b, b"2") == b"2"
+            assert not b.tables._ranges
+            bk_a.store.expire_session()
+            with trio.fail_after(30):
+                while True:
+                    value = await trio.to_thread.run_sync(table_calls, b)
+                    if b.tables._ranges:
+                        break
+                    await trio.sleep(0.1)
+            assert value == b"2"
+            assert await trio.to_thread.run_sync(table_calls, b, b"3") == b"3"
+            with trio.fail_after(10):
+                while a.tables._ranges:         # A stops serving once it sees its session gone
+                    await trio.sleep(0.1)
+            nursery.cancel_scope.cancel()

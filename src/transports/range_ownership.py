@@ -1,0 +1,58 @@
+"""Which stream storage server owns which table range, in the metastore:
+
+    <root>/stream-storage/owners/<namespace>~<stream>~<range>    ephemeral, data = owner's "host:port"
+
+A server claims a range by creating its node (ephemeral: it vanishes when the server's metastore
+session ends, so a dead server's ranges become free) and only then opens the range, whose
+journal writer fences whoever wrote before. The node says where to send requests; it is not
+what keeps two owners apart — journal fencing is: a server whose session expired while it was
+paused fails on its next journal write, even if it still thinks it owns the range.
+"""
+
+from __future__ import annotations
+
+from bkcore.metaops import Create, Delete, Get, MetaCode
+from metastore.api import MetadataStore
+
+
+class NotOwner(Exception):
+    """Another server owns the range; send the request there."""
+
+    def __init__(self, owner: str, what: str) -> None:
+        super().__init__(f"{what} is served by {owner}")
+        self.owner = owner
+
+
+class RangeOwnership:
+    def __init__(self, store: MetadataStore, root: str, server_id: str) -> None:
+        self._store = store
+        self._root = f"{root}/stream-storage/owners"
+        self.server_id = server_id
+
+    def _path(self, index: tuple[str, str, int]) -> str:
+        namespace, stream, range_id = index
+        return f"{self._root}/{namespace}~{stream}~{range_id}"
+
+    async def claim(self, index: tuple[str, str, int]) -> str | None:
+        """Take the range if nobody holds it; None if it is ours now, else the owner's id."""
+        path = self._path(index)
+        for _ in range(3):
+            result = await self._store.execute(Create(path, self.server_id.encode(), is_ephemeral=True))
+            if result.code is MetaCode.OK:
+                return None
+            if result.code is MetaCode.NO_NODE:
+                for parent in (self._root.rsplit("/", 1)[0], self._root):
+                    await self._store.execute(Create(parent))
+                continue
+            current = await self._store.execute(Get(path))
+            if current.code is MetaCode.OK:
+                owner = current.data.decode()
+                return None if owner == self.server_id else owner
+        raise ConnectionError(f"could not claim table range {index} in the metastore")
+
+    async def release(self, index: tuple[str, str, int]) -> None:
+        """Give the range up (only if the node is still this server's)."""
+        path = self._path(index)
+        current = await self._store.execute(Get(path))
+        if current.code is MetaCode.OK and current.data.decode() == self.server_id:
+            await self._store.execute(Delete(path, current.version))
