@@ -7,6 +7,8 @@ group commit) in a temp dir with free ports, then from this process:
                     multi-entry frames per bookie): adds/s, MiB/s, latency percentiles;
   tail visibility — a long-polling reader on the same ledger: time from an add's
                     acknowledgement to the reader seeing it (p50/p99).
+With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
+and etcd clusters (bench_peers), and "ratios" compares bookkeeper's rates with theirs.
 """
 
 from __future__ import annotations
@@ -27,9 +29,15 @@ def _ms(values: list[float], fraction: float) -> float | None:
     return round(percentile(values, fraction) * 1e3, 3) if values else None
 
 
-def _latency_summary(latencies: list[float]) -> dict:
+def latency_summary(latencies: list[float]) -> dict:
+    """Percentiles of per-add latencies in seconds, as milliseconds (shared with bench_peers)."""
     return {"add_latency_p50_ms": _ms(latencies, 0.5), "add_latency_p99_ms": _ms(latencies, 0.99),
             "add_latency_p999_ms": _ms(latencies, 0.999)}
+
+
+def adds_summary(latencies: list[float], elapsed_s: float) -> dict:
+    """One measurement's count, rate and latency percentiles (shared with bench_peers)."""
+    return {"adds": len(latencies), "adds_per_second": round(len(latencies) / elapsed_s), **latency_summary(latencies)}
 
 
 async def _one_at_a_time(bk, args, payload: bytes) -> dict:
@@ -44,7 +52,7 @@ async def _one_at_a_time(bk, args, payload: bytes) -> dict:
         latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - started
     await ledger.close()
-    return {"adds": len(latencies), "adds_per_second": round(len(latencies) / elapsed), **_latency_summary(latencies)}
+    return adds_summary(latencies, elapsed)
 
 
 async def _pipelined(bk, args, payload: bytes) -> dict:
@@ -80,9 +88,8 @@ async def _pipelined(bk, args, payload: bytes) -> dict:
         await room[0].wait()
     elapsed = time.perf_counter() - started
     await ledger.close()
-    return {"in_flight": args.in_flight, "adds": len(latencies), "adds_per_second": round(len(latencies) / elapsed),
-            "mib_per_second": round(len(latencies) * len(payload) / MIB / elapsed, 2), "errors": errors[:3],
-            **_latency_summary(latencies)}
+    return {"in_flight": args.in_flight, **adds_summary(latencies, elapsed),
+            "mib_per_second": round(len(latencies) * len(payload) / MIB / elapsed, 2), "errors": errors[:3]}
 
 
 async def _tail_visibility(bk, args, payload: bytes) -> dict:
@@ -124,6 +131,9 @@ def add_parser(sub) -> None:
     ledger.add_argument("--seconds", type=float, default=20.0, help="seconds per measurement")
     ledger.add_argument("--in-flight", type=int, default=2000, help="adds outstanding when pipelining")
     ledger.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    ledger.add_argument("--peers", action="store_true",
+                        help="then the same measurements against 3-node NATS JetStream and etcd clusters "
+                             "(needs nats-server, etcd-server and the bench extra)")
     ledger.set_defaults(run=cmd_bench_ledger)
 
 
@@ -148,7 +158,15 @@ def cmd_bench_ledger(args) -> int:
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps({"benchmark": "ledger", "bookies": args.bookies, "ensemble": args.ensemble,
-                      "write_quorum": args.write_quorum, "ack_quorum": args.ack_quorum,
-                      "entry_size": args.entry_size, **results}, indent=2))
-    return 0
+    report = {"benchmark": "ledger", "bookies": args.bookies, "ensemble": args.ensemble,
+              "write_quorum": args.write_quorum, "ack_quorum": args.ack_quorum, "entry_size": args.entry_size,
+              **results}
+    failed = False
+    if args.peers:
+        from bkcli import bench_peers
+        # After the bookkeeper cluster has stopped, so the peers get the same (otherwise idle) machine.
+        report["peers"] = bench_peers.run_peers(seconds=args.seconds, payload=payload, directory=args.dir)
+        report["ratios"] = bench_peers.ratios(results, report["peers"])
+        failed = any("error" in peer for peer in report["peers"].values())
+    print(json.dumps(report, indent=2))
+    return 1 if failed else 0
