@@ -36,6 +36,7 @@ def cmd_bookie(args) -> int:
 async def run_bookie(uri: str, config) -> int:
     import trio
 
+    from bkcli.signals import cancel_on_stop_signal
     from metastore.layout_node import resolve_layout
     from metastore.uri import open_metastore, parse_metastore_uri
     from transports.bookie_server import BookieServer
@@ -49,12 +50,14 @@ async def run_bookie(uri: str, config) -> int:
             print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)
             if config.autorecovery:
                 nursery.start_soon(run_autorecovery, uri, config)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for signum in signals:
-                    print(f"bookie {config.bookie_id}: {signal.Signals(signum).name}, shutting down", flush=True)
-                    await server.shutdown()
-                    nursery.cancel_scope.cancel()
-                    break
+            if config.stream_storage:
+                await nursery.start(run_stream_storage, uri, config)
+
+            async def shut_down(signum: int) -> None:
+                print(f"bookie {config.bookie_id}: {signal.Signals(signum).name}, shutting down", flush=True)
+                await server.shutdown()
+
+            await cancel_on_stop_signal(nursery, shut_down)
     return 0
 
 
@@ -65,3 +68,16 @@ async def run_autorecovery(uri: str, config) -> None:
     async with connect(uri) as bk:
         await Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
                            audit_interval_s=config.audit_interval_s, name=f"bookie-{config.bookie_id}").run()
+
+
+async def run_stream_storage(uri: str, config, task_status) -> None:
+    """Stream storage inside the bookie process: its own client of the cluster, the gRPC endpoint."""
+    import trio
+
+    from transports.grpc_gateway import GrpcGateway
+    from transports.library import connect
+    async with connect(uri) as bk:
+        async with trio.open_nursery() as nursery:
+            gateway = await nursery.start(GrpcGateway(bk, host=config.host, port=config.stream_storage_port).run)
+            print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
+            task_status.started()

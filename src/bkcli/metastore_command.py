@@ -9,7 +9,6 @@ Clients use raft://127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 
 
@@ -41,6 +40,7 @@ def cmd_metastore(args) -> int:
 async def _serve(args, peers) -> int:
     import trio
 
+    from bkcli.signals import cancel_on_stop_signal
     from metastore.raftlite.core import MS, RaftConfig
     from metastore.raftlite.server import run_raft_node
 
@@ -50,8 +50,5 @@ async def _serve(args, peers) -> int:
         await nursery.start(lambda task_status: run_raft_node(
             node_id=args.node_id, peers=peers, data_dir=args.data_dir, config=config, task_status=task_status))
         print(f"metastore node {args.node_id} listening on {host}:{port}", flush=True)
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+        await cancel_on_stop_signal(nursery)
     return 0

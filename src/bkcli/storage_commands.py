@@ -14,7 +14,6 @@ Names are NAME (namespace "default") or NAMESPACE/NAME. Errors print what failed
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 
 from bkcli.defaults import add_metastore_argument, metastore_uri
@@ -104,16 +103,14 @@ async def _serve(args) -> int:
     import trio
 
     import bkclient
+    from bkcli.signals import cancel_on_stop_signal
     from transports.grpc_gateway import GrpcGateway
 
     async with bkclient.connect(metastore_uri(args)) as bk:
         async with trio.open_nursery() as nursery:
             gateway = await nursery.start(GrpcGateway(bk, host=args.host, port=args.port).run)
             print(f"stream storage listening on {gateway.host}:{gateway.port}", flush=True)
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    break
+            await cancel_on_stop_signal(nursery)
     return 0
 
 

@@ -72,6 +72,8 @@ class BookieServerConfig:
     autorecovery: bool = False                      # autoRecoveryDaemonEnabled
     lost_bookie_recovery_delay_s: float = 0.0       # lostBookieRecoveryDelay
     audit_interval_s: float = 60.0                  # auditorPeriodicCheckInterval
+    stream_storage: bool = False                    # streamStorageEnabled: tables/gRPC in this process
+    stream_storage_port: int = 4181                 # streamStoragePort
     bookie: BookieConfig = field(default_factory=lambda: BookieConfig(journal_flush_when_queue_empty=True))
     journal: JournalConfig = field(default_factory=JournalConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)

@@ -126,3 +126,25 @@ def test_a_killed_server_restarts_with_every_acknowledged_increment(cluster):
         total = client.table("default", "hits").get(b"total")
     # Every acknowledged increment survived; at most the ones in flight at the kill may also have.
     assert acknowledged[0] <= total.number_value <= acknowledged[0] + len(workers)
+
+
+def test_a_bookie_can_serve_stream_storage_itself(tmp_path):
+    """streamStorageEnabled in a bookie's config runs the gRPC endpoint in the bookie process."""
+    from bkcli.local_processes import spawn_bookie
+    cluster = StandaloneCluster(str(tmp_path / "cluster"), bookie_ports=[free_port() for _ in range(3)],
+                                metastore_ports=[free_port()])
+    port = free_port()
+    extra_bookie = None
+    try:
+        cluster.start(log=lambda line: None)
+        extra_bookie = spawn_bookie(data_dir=str(tmp_path / "bookie-with-storage"), metastore_uri=cluster.metastore_uri,
+                                    extra={"streamStorageEnabled": True, "streamStoragePort": port})
+        wait_for(lambda: "stream storage listening" in extra_bookie.log_tail(50))
+        with StorageClient(f"127.0.0.1:{port}") as client:
+            client.create_stream("default", "inside")
+            table = client.table("default", "inside")
+            assert table.increment(b"n", 5) == 5 and table.get(b"n").number_value == 5
+    finally:
+        if extra_bookie is not None:
+            extra_bookie.stop()
+        cluster.stop()
