@@ -457,6 +457,7 @@ class GrpcGateway:
                 response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
             server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
             server.start()
+            await self.tables.register()
             task_status.started(self)
             try:
                 await trio.sleep_forever()

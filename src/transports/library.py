@@ -215,6 +215,12 @@ class BookKeeper:
             self._streams = Streams(self)
         return self._streams
 
+    async def open_table(self, name: str):
+        """The table (or PTable) of stream NAME or NAMESPACE/NAME, served by stream storage
+        (transports.table_client.AsyncTable)."""
+        from transports.table_client import open_table
+        return await open_table(self, name)
+
     async def create_ledger(self, *, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
                             password: bytes = b"", digest: str = "crc32c", deferred_sync: bool = False,
                             custom_metadata: dict[str, bytes] | None = None,

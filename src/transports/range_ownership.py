@@ -1,6 +1,7 @@
 """Which stream storage server owns which table range, in the metastore:
 
     <root>/stream-storage/owners/<namespace>~<stream>~<range>    ephemeral, data = owner's "host:port"
+    <root>/stream-storage/servers/<host:port>                     ephemeral: the servers up now
 
 A server claims a range by creating its node (ephemeral: it vanishes when the server's metastore
 session ends, so a dead server's ranges become free) and only then opens the range, whose
@@ -11,8 +12,32 @@ paused fails on its next journal write, even if it still thinks it owns the rang
 
 from __future__ import annotations
 
-from bkcore.metaops import Create, Delete, Get, MetaCode
+from bkcore.metaops import Children, Create, Delete, Get, MetaCode
 from metastore.api import MetadataStore
+
+
+def owners_path(root: str) -> str:
+    return f"{root}/stream-storage/owners"
+
+
+def servers_path(root: str) -> str:
+    return f"{root}/stream-storage/servers"
+
+
+def range_name(index: tuple[str, str, int]) -> str:
+    namespace, stream, range_id = index
+    return f"{namespace}~{stream}~{range_id}"
+
+
+async def owner_of(store: MetadataStore, root: str, index: tuple[str, str, int]) -> str | None:
+    """The server serving a range now, if any."""
+    result = await store.execute(Get(f"{owners_path(root)}/{range_name(index)}"))
+    return result.data.decode() if result.code is MetaCode.OK else None
+
+
+async def live_servers(store: MetadataStore, root: str) -> list[str]:
+    result = await store.execute(Children(servers_path(root)))
+    return sorted(result.children) if result.code is MetaCode.OK else []
 
 
 class NotOwner(Exception):
@@ -26,12 +51,19 @@ class NotOwner(Exception):
 class RangeOwnership:
     def __init__(self, store: MetadataStore, root: str, server_id: str) -> None:
         self._store = store
-        self._root = f"{root}/stream-storage/owners"
+        self._root = owners_path(root)
+        self._servers = servers_path(root)
         self.server_id = server_id
 
     def _path(self, index: tuple[str, str, int]) -> str:
-        namespace, stream, range_id = index
-        return f"{self._root}/{namespace}~{stream}~{range_id}"
+        return f"{self._root}/{range_name(index)}"
+
+    async def register(self) -> None:
+        """Announce this server (ephemeral) so thick clients can find one."""
+        parts = self._servers.strip("/").split("/")
+        for depth in range(1, len(parts) + 1):
+            await self._store.execute(Create("/" + "/".join(parts[:depth])))
+        await self._store.execute(Create(f"{self._servers}/{self.server_id}", is_ephemeral=True))
 
     async def claim(self, index: tuple[str, str, int]) -> str | None:
         """Take the range if nobody holds it; None if it is ours now, else the owner's id."""

@@ -126,16 +126,33 @@ class TableClient:
         request = kv_rpc_pb2.DeleteRangeRequest(key=key, header=self._header(key, pkey))
         return self._send(self._stub.Delete, request, "delete").deleted
 
-    def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> Iterator[dict]:
+    def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> WatchStream:
         """Every change of the key from `start_revision` (0: from now on), as they happen."""
         call = self._client._channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
                                                   response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
-        events = call({"stream_id": self._stream_id, "pkey": pkey or key, "key": key,
-                       "start_revision": start_revision})
+        return WatchStream(call({"stream_id": self._stream_id, "pkey": pkey or key, "key": key,
+                                 "start_revision": start_revision}), key)
+
+
+class WatchStream:
+    """Iterate for change dicts (blocking); cancel() from any thread ends the iteration."""
+
+    def __init__(self, call, key: bytes) -> None:
+        self._call = call
+        self._key = key
+
+    def __iter__(self) -> Iterator[dict]:
         try:
-            for event in events:
+            for event in self._call:
                 if "error" in event:
-                    raise StorageError(event["code"], f"watching {key!r}: {event['error']}")
+                    raise StorageError(event["code"], f"watching {self._key!r}: {event['error']}")
                 yield event
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.CANCELLED:
+                raise ConnectionError(f"the watch of {self._key!r} broke off ({exc.code().name}); "
+                                      f"watch again from the next revision") from None
         finally:
-            events.cancel()
+            self._call.cancel()
+
+    def cancel(self) -> None:
+        self._call.cancel()

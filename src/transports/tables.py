@@ -58,6 +58,10 @@ class Tables:
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
         self._opening: dict[tuple[str, str, int], trio.Lock] = {}
 
+    async def register(self) -> None:
+        if self._ownership is not None:
+            await self._ownership.register()
+
     async def settings_of(self, namespace: str, stream: str) -> StreamSettings:
         """The table's stream settings, remembered for SETTINGS_TTL_S (a range count never
         changes while the stream exists; drop_table forgets at once)."""

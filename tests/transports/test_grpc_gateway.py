@@ -157,3 +157,35 @@ async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(s
                 while a.tables._ranges:         # A stops serving once it sees its session gone
                     await trio.sleep(0.1)
             nursery.cancel_scope.cancel()
+
+
+async def test_the_library_table_objects_route_to_the_owner(gateway):
+    bk = gateway.tables._bk
+    await bk.streams.create_stream("default", "lib")
+    table = await bk.open_table("lib")
+    assert await table.put(b"k", b"v1") is None
+    assert (await table.put(b"k", b"v2")).value == b"v1"
+    assert (await table.get(b"k")).value == b"v2"
+    assert await table.increment(b"n", 7) == 7 and (await table.get(b"n")).number_value == 7
+    for lkey in (b"a", b"b", b"c"):
+        await table.put(lkey, lkey.upper(), pkey=b"user-1")
+    assert [kv.value for kv in await table.range(b"", pkey=b"user-1")] == [b"A", b"B", b"C"]
+    assert [kv.key for kv in await table.range(b"b", pkey=b"user-1")] == [b"b", b"c"]
+    assert await table.delete(b"a", pkey=b"user-1") == 1
+    seen = []
+
+    async def watch(task_status=trio.TASK_STATUS_IGNORED):
+        task_status.started()
+        async for event in table.watch(b"k"):
+            seen.append(event["value"])
+            if len(seen) == 2:
+                return
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(watch)
+            await trio.sleep(0.5)           # the watch reaches the server
+            await table.put(b"k", b"v3")
+            await table.delete(b"k")
+    assert seen == [b"v3", b""]
+    table.close()

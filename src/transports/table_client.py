@@ -1,0 +1,119 @@
+"""Tables for trio code: `await bk.open_table("ns/name")` on a connected client.
+
+    table = await bk.open_table("default/counters")
+    await table.increment(b"visits", 1)
+    kv = await table.get(b"visits")                 # kv.number == 1
+    ptable = await bk.open_table("default/users")
+    await ptable.put(b"name", b"ada", pkey=b"user-17")
+    rows = await ptable.range(b"", pkey=b"user-17")  # every lkey of the pkey
+    async for event in table.watch(b"visits"):      # dicts, in revision order
+        ...
+
+A thick client: each call goes straight to the server that owns the key's range (found in the
+metastore, as the servers announce themselves there), or to any live server when the range has
+no owner yet, which then claims it. Calls run on gRPC's blocking stubs in worker threads. Keys
+without a pkey use the key as pkey (BookKeeper's Table); with one they are PTable lkeys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+from typing import AsyncIterator
+
+import trio
+
+from bkcore.stream.errors import StreamNotFound
+from transports.range_ownership import live_servers, owner_of
+from transports.storage_client import StorageClient, TableClient
+from transports.tables import range_of
+
+WATCH_BUFFER_EVENTS = 1000
+
+
+class AsyncTable:
+    def __init__(self, bk, namespace: str, stream: str, table_ranges: int) -> None:
+        self._bk = bk
+        self.namespace, self.stream = namespace, stream
+        self._table_ranges = table_ranges
+        self._clients: dict[str, StorageClient] = {}
+
+    async def _table_for(self, pkey: bytes) -> TableClient:
+        root = self._bk.layout.root
+        address = await owner_of(self._bk.store, root, (self.namespace, self.stream, range_of(pkey, self._table_ranges)))
+        if address is None:
+            servers = await live_servers(self._bk.store, root)
+            if not servers:
+                raise ConnectionError("no stream storage server is running (bk standalone, or bk stream-storage)")
+            address = random.choice(servers)
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = StorageClient(address)
+        return client.table(self.namespace, self.stream)
+
+    async def _call(self, method: str, key: bytes, *args, pkey: bytes | None = None, **kwargs):
+        table = await self._table_for(pkey or key)
+        return await trio.to_thread.run_sync(lambda: getattr(table, method)(key, *args, pkey=pkey, **kwargs))
+
+    async def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None):
+        """Set the value; returns the previous KeyValue (or None)."""
+        return await self._call("put", key, value, pkey=pkey)
+
+    async def get(self, key: bytes, *, pkey: bytes | None = None):
+        return await self._call("get", key, pkey=pkey)
+
+    async def increment(self, key: bytes, amount: int, *, pkey: bytes | None = None) -> int:
+        return await self._call("increment", key, amount, pkey=pkey)
+
+    async def delete(self, key: bytes, *, pkey: bytes | None = None) -> int:
+        return await self._call("delete", key, pkey=pkey)
+
+    async def range(self, start: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0) -> list:
+        """KeyValues of `pkey` from `start` up to `end` (b"": to the end of the pkey)."""
+        return await self._call("range", start, end, pkey=pkey, limit=limit)
+
+    async def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> AsyncIterator[dict]:
+        """Changes of the key as they happen (from `start_revision` if given)."""
+        table = await self._table_for(pkey or key)
+        send, receive = trio.open_memory_channel(WATCH_BUFFER_EVENTS)
+        token = trio.lowlevel.current_trio_token()
+        events = table.watch(key, pkey=pkey, start_revision=start_revision)
+
+        def pump() -> None:
+            # A plain thread, not a task: an async generator must not hold a nursery open
+            # across its yields (its consumer may stop iterating at any point).
+            try:
+                for event in events:
+                    trio.from_thread.run(send.send, event, trio_token=token)
+                trio.from_thread.run_sync(send.close, trio_token=token)
+            except trio.RunFinishedError:
+                pass
+            except Exception as exc:     # noqa: BLE001 - handed to the reader below
+                with contextlib.suppress(trio.RunFinishedError, trio.BrokenResourceError, trio.ClosedResourceError):
+                    trio.from_thread.run(send.send, exc, trio_token=token)
+
+        threading.Thread(target=pump, name=f"watch {key!r:.40}", daemon=True).start()
+        try:
+            async for item in receive:
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            events.cancel()
+            receive.close()
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+
+
+async def open_table(bk, name: str) -> AsyncTable:
+    """The table of stream NAME or NAMESPACE/NAME (the stream must exist)."""
+    namespace, _, stream = name.rpartition("/")
+    namespace = namespace or "default"
+    try:
+        settings = (await bk.streams.catalog.get_stream(namespace, stream)).settings
+    except StreamNotFound:
+        raise StreamNotFound(f"no stream {namespace}/{stream}: create it first (bk stream create)") from None
+    return AsyncTable(bk, namespace, stream, settings.table_ranges)
