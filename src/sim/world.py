@@ -342,29 +342,30 @@ class SimWorld:
 
     def _deliver(self, destination: str, source: str, message: object, incarnation: int) -> None:
         node = self.nodes.get(destination)
+        now_ns = self.loop.now_ns
         if node is None or not node.is_up or node.incarnation != incarnation:
             # The connection to a dead or restarted process is refused or reset: a client hears
             # of it (TCP tells it); a bookie's answer to a client that is gone is just lost.
             self.counts.messages_dropped_down += 1
             sender = self.clients.get(source)
-            if sender is not None and sender.paused_until_ns <= self.loop.now_ns:
-                self.trace.record(self.loop.now_ns, "refused", source, destination)
+            if sender is not None and sender.paused_until_ns <= now_ns:
+                self.trace.record(now_ns, "refused", source, destination)
                 carried = (sender.batches.pop(message.request_id, None) or []
                            if type(message) is AddBatchRequest else [message])
                 for request in carried:
-                    sender.core.on_send_failed(request, destination=destination, now_ns=self.loop.now_ns)
+                    sender.core.on_send_failed(request, destination=destination, now_ns=now_ns)
                 self._pump(sender)
             return
-        if node.paused_until_ns > self.loop.now_ns:
+        if node.paused_until_ns > now_ns:
             self.loop.call_at(node.paused_until_ns, self._deliver, destination, source, message, incarnation)
             return
-        self.trace.record(self.loop.now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
+        self.trace.record(now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
         if type(message) is AddBatchResponse and type(node) is _ClientNode:
             requests = node.batches.pop(message.request_id, None)
             for response in expand_batch_response(message, requests) if requests else ():
-                node.core.receive(response, source=source, now_ns=self.loop.now_ns)
+                node.core.receive(response, source=source, now_ns=now_ns)
         else:
-            node.core.receive(message, source=source, now_ns=self.loop.now_ns)
+            node.core.receive(message, source=source, now_ns=now_ns)
         self._pump(node)
 
     def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
@@ -402,20 +403,47 @@ class SimWorld:
     # -- effects --------------------------------------------------------------------------
 
     def _pump(self, node: _Node) -> None:
+        """Perform what the node's core asked for until it asks nothing more, then arm its timer.
+        Runs after every input, so sends (nearly every effect) are performed here without a
+        call per effect; the rest go through _perform."""
+        is_client = type(node) is _ClientNode
         for _ in range(PUMP_ROUND_COUNT_MAX):
-            if node.core is None:
+            core = node.core
+            if core is None:
                 return
-            effects = node.core.take_effects()
+            effects = core.take_effects()
             if not effects:
                 break
-            if type(node) is _ClientNode:
+            if is_client:
                 effects = self._coalesce_adds(node, effects)
+            now_ns = self.loop.now_ns
             for effect in effects:
-                self._perform(node, effect)
+                if type(effect) is Send:
+                    self.counts.messages_sent += 1
+                    destination = effect.destination
+                    target = self.nodes.get(destination)
+                    if target is None:
+                        continue
+                    message = effect.message
+                    if self.message_filter is not None and not self.message_filter(node.name, destination, message):
+                        continue
+                    for delay_ns in self.network.delivery_delays_ns(source=node.name, destination=destination,
+                                                                    now_ns=now_ns):
+                        self.loop.post_at(now_ns + delay_ns, self._deliver, destination, node.name, message,
+                                          target.incarnation)
+                else:
+                    self._perform(node, effect)
         else:
             raise AssertionError(f"{node.name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
-        if node.core is not None:
-            self._arm_timer(node)
+        core = node.core
+        if core is not None:
+            # _arm_timer, inlined.
+            deadline_ns = core.next_deadline_ns()
+            if deadline_ns is None:
+                if node.timer_handle is not None:
+                    self._cancel_timer(node)
+            elif deadline_ns != node.timer_at_ns:
+                self._arm_timer_at(node, deadline_ns)
 
     @staticmethod
     def _coalesce_adds(node: _ClientNode, effects: list) -> list:
