@@ -29,6 +29,8 @@ def add_parser(sub) -> None:
     table.add_argument("--value-size", type=int, default=100)
     table.add_argument("--bookies", type=int, default=3)
     table.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    table.add_argument("--peers", action="store_true",
+                       help="also measure etcd put/get (3 members, same client count) in the same run")
     table.set_defaults(run=cmd_bench_table)
     stream = sub.add_parser("stream", help="stream append and read-back records/s (JSON)")
     stream.add_argument("--seconds", type=float, default=10.0)
@@ -116,8 +118,10 @@ def _watch_latency(address: str, samples: int = 300) -> dict:
             table.put(b"watched", value)
             time.sleep(0.005)
     watcher.join(30)
-    return {"events": len(delays), "measured_from": "put sent", "watch_latency_p50_ms": round(percentile(delays, 0.5) * 1e3, 3) if delays else None,
-            "watch_latency_p99_ms": round(percentile(delays, 0.99) * 1e3, 3) if delays else None}
+    def ms(fraction: float) -> float | None:
+        return round(percentile(delays, fraction) * 1e3, 3) if delays else None
+    return {"events": len(delays), "measured_from": "put sent", "watch_latency_p50_ms": ms(0.5),
+            "watch_latency_p99_ms": ms(0.99)}
 
 
 def cmd_bench_table(args) -> int:
@@ -135,19 +139,73 @@ def cmd_bench_table(args) -> int:
         puts = _run_clients(address, args.clients, args.seconds,
                             lambda t, i, n: t.put(b"key-%d-%d" % (i, n), value))
         written = puts["ops"]
+        per_client = max(1, written // args.clients)
         gets = _run_clients(address, args.clients, args.seconds,
-                            lambda t, i, n: t.get(b"key-%d-%d" % (i, random.randrange(max(1, written // args.clients)))))
+                            lambda t, i, n: t.get(b"key-%d-%d" % (i, random.randrange(per_client))))
         increments = _run_clients(address, args.clients, args.seconds,
                                   lambda t, i, n: t.increment(b"counter-%d" % (n % 8), 1))
         watch = _watch_latency(address)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+    peers = {"etcd": _in_fresh_process(_etcd_table, args.seconds, args.clients, args.dir, value)} if args.peers else {}
+    if peers and "put" in peers["etcd"]:
+        peers["ratios"] = {"puts_over_etcd": round(puts["ops_per_second"] / peers["etcd"]["put"]["ops_per_second"], 2),
+                           "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2)}
     print(json.dumps({"benchmark": "table", "clients": args.clients, "value_size": args.value_size,
                       "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
+                      **({"peers": peers} if peers else {}),
                       "targets": {"puts_per_second": 20_000, "gets_per_second": 50_000, "watch_latency_p50_ms": 2}},
                      indent=2))
     return 0
+
+
+def _in_fresh_process(function, *args):
+    """Run function(*args) in a new interpreter: aetcd's and BookKeeper's generated protos both
+    define kv.proto, which one process's protobuf registry cannot hold twice."""
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(function, args)
+
+
+def _etcd_table(seconds: float, clients: int, directory: str | None, value: bytes) -> dict:
+    """etcd (3 members, from bench_peers) under the same load: puts of distinct keys, then gets."""
+    import asyncio
+
+    from bkcli.bench_peers import PEERS, etcd_cluster, skip_reason
+    etcd = next(peer for peer in PEERS if peer.name == "etcd")
+    reason = skip_reason(etcd)
+    if reason is not None:
+        return {"skipped": reason}
+
+    async def measure(leader_url: str) -> dict:
+        import aetcd
+        host, port = leader_url.removeprefix("http://").rsplit(":", 1)
+        async with aetcd.Client(host=host, port=int(port)) as client:
+            async def phase(operation) -> dict:
+                latencies: list[float] = []
+                began = time.perf_counter()
+
+                async def worker(index: int) -> None:
+                    n = 0
+                    while (now := time.perf_counter()) < began + seconds:
+                        await operation(index, n)
+                        latencies.append(time.perf_counter() - now)
+                        n += 1
+                await asyncio.gather(*(worker(i) for i in range(clients)))
+                return _summary(latencies, time.perf_counter() - began, 0)
+            await client.put(b"warm", value)
+            put = await phase(lambda i, n: client.put(b"key-%d-%d" % (i, n), value))
+            written = put["ops"] // clients
+            get = await phase(lambda i, n: client.get(b"key-%d-%d" % (i, random.randrange(max(1, written)))))
+            return {"members": 3, "client": "aetcd", "put": put, "get": get}
+
+    root = tempfile.mkdtemp(dir=directory, prefix="bench-etcd-")
+    try:
+        with etcd_cluster(root) as leader_url:
+            return asyncio.run(measure(leader_url))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def cmd_bench_stream(args) -> int:

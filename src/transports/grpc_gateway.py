@@ -446,7 +446,8 @@ class GrpcGateway:
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
                                  server_id=f"{self.host}:{self.port}")
             bridge = _Bridge(trio.lowlevel.current_trio_token())
-            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(RootRangeServicer(bridge, streams, self.tables), server)
+            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
+                RootRangeServicer(bridge, streams, self.tables), server)
             storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
                 StorageContainerServicer(self.host, self.port), server)
             storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)

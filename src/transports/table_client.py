@@ -41,7 +41,8 @@ class AsyncTable:
 
     async def _table_for(self, pkey: bytes) -> TableClient:
         root = self._bk.layout.root
-        address = await owner_of(self._bk.store, root, (self.namespace, self.stream, range_of(pkey, self._table_ranges)))
+        index = (self.namespace, self.stream, range_of(pkey, self._table_ranges))
+        address = await owner_of(self._bk.store, root, index)
         if address is None:
             servers = await live_servers(self._bk.store, root)
             if not servers:
