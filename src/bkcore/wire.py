@@ -40,6 +40,35 @@ class MalformedFrame(Exception):
     """Bytes from a peer that are not a valid frame or message."""
 
 
+def store_fields_directly(cls: type) -> type:
+    """Give a frozen, slotted dataclass an __init__ that stores each field through its slot
+    descriptor. Same parameters, defaults and result as the generated one, which goes through
+    object.__setattr__ by name for every field (the price of frozen) and makes building a
+    message cost about twice as much. Use it under @dataclass; fields need plain defaults
+    (no default_factory) and the class no __post_init__."""
+    assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen and "__slots__" in cls.__dict__
+    assert not hasattr(cls, "__post_init__"), f"{cls.__name__}: __post_init__ would not run"
+    namespace: dict[str, object] = {}
+    parameters = []
+    stores = []
+    for field in dataclasses.fields(cls):
+        assert field.init and not field.kw_only and field.default_factory is dataclasses.MISSING, field.name
+        if field.default is dataclasses.MISSING:
+            parameters.append(field.name)
+        else:
+            namespace[f"_default_{field.name}"] = field.default
+            parameters.append(f"{field.name}=_default_{field.name}")
+        namespace[f"_store_{field.name}"] = cls.__dict__[field.name].__set__
+        stores.append(f"    _store_{field.name}(self, {field.name})\n")
+    exec(f"def __init__(self, {', '.join(parameters)}):\n{''.join(stores) or '    pass'}\n", namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
+    cls.__init__ = init
+    return cls
+
+
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class AddRequest:
     """Store one entry. `body` is the packed entry (header, digest, payload; see digest.py)."""
@@ -54,6 +83,7 @@ class AddRequest:
     is_deferred_sync: bool = False
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class AddResponse:
     TAG: ClassVar[int] = 2
@@ -63,6 +93,7 @@ class AddResponse:
     entry_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReadRequest:
     """Read one entry, or the last entry held when `entry_id` is LAST_ENTRY_ID.
@@ -82,6 +113,7 @@ class ReadRequest:
     long_poll_timeout_ns: int = 0
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReadResponse:
     """`body` is the packed entry; `lac` is the highest LAC the bookie knows for the ledger."""
@@ -95,6 +127,7 @@ class ReadResponse:
     lac: int = INVALID_ENTRY_ID
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class WriteLacRequest:
     """Explicit LAC from an idle writer; `body` is the LAC packed with its digest."""
@@ -107,6 +140,7 @@ class WriteLacRequest:
     body: bytes
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class WriteLacResponse:
     TAG: ClassVar[int] = 6
@@ -115,6 +149,7 @@ class WriteLacResponse:
     ledger_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReadLacRequest:
     TAG: ClassVar[int] = 7
@@ -122,6 +157,7 @@ class ReadLacRequest:
     ledger_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReadLacResponse:
     """`lac_body` is the explicit LAC as written (packed, digested) or empty; `last_body` is the
@@ -135,6 +171,7 @@ class ReadLacResponse:
     last_body: bytes = b""
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ForceLedgerRequest:
     """Make every entry of a deferred-sync ledger received so far durable."""
@@ -145,6 +182,7 @@ class ForceLedgerRequest:
     master_key: bytes
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ForceLedgerResponse:
     TAG: ClassVar[int] = 10
@@ -153,6 +191,7 @@ class ForceLedgerResponse:
     ledger_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ErrorResponse:
     """Answer to a frame that could not be decoded; the connection is closed after it."""
@@ -162,6 +201,7 @@ class ErrorResponse:
     reason: str
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class AddBatchRequest:
     """Store consecutive entries first_entry_id, first_entry_id + 1, ... of one ledger with the
@@ -178,6 +218,7 @@ class AddBatchRequest:
     is_deferred_sync: bool = False
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class AddBatchResponse:
     TAG: ClassVar[int] = 13
@@ -188,6 +229,7 @@ class AddBatchResponse:
     count: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class AuthRequest:
     """The first message on a connection to a bookie that requires a shared secret."""
@@ -197,6 +239,7 @@ class AuthRequest:
     secret: bytes
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class AuthResponse:
     TAG: ClassVar[int] = 15
@@ -204,6 +247,7 @@ class AuthResponse:
     code: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class BookieInfoRequest:
     """What a bookie says about itself (BookKeeper's GetBookieInfo): disk space and state.
@@ -213,6 +257,7 @@ class BookieInfoRequest:
     request_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class BookieInfoResponse:
     TAG: ClassVar[int] = 17

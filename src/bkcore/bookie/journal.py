@@ -26,6 +26,8 @@ from enum import IntEnum
 import crc32c
 import msgpack
 
+from bkcore.wire import store_fields_directly
+
 RECORD_HEADER = struct.Struct(">II")
 # An entry is bounded well below this by the bookie (entry_size_max); the slack covers the
 # msgpack framing of the record around it.
@@ -44,6 +46,7 @@ class JournalRecordKind(IntEnum):
     ENTRIES = 6
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class EntryRecord:
     ledger_id: int
@@ -51,17 +54,20 @@ class EntryRecord:
     body: bytes
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class MasterKeyRecord:
     ledger_id: int
     master_key: bytes
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class FenceRecord:
     ledger_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class LacRecord:
     ledger_id: int
@@ -69,11 +75,13 @@ class LacRecord:
     body: bytes
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ForceRecord:
     ledger_id: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class EntriesRecord:
     """Consecutive entries of one ledger from one AddBatchRequest: first_entry_id, +1, ..."""
@@ -87,6 +95,7 @@ JournalRecord = EntryRecord | MasterKeyRecord | FenceRecord | LacRecord | ForceR
 _KIND_OF = {EntryRecord: JournalRecordKind.ENTRY, MasterKeyRecord: JournalRecordKind.MASTER_KEY,
             FenceRecord: JournalRecordKind.FENCE, LacRecord: JournalRecordKind.LAC,
             ForceRecord: JournalRecordKind.FORCE, EntriesRecord: JournalRecordKind.ENTRIES}
+_ENTRY_KIND = int(JournalRecordKind.ENTRY)
 _CLASS_OF = {int(kind): cls for cls, kind in _KIND_OF.items()}
 _FIELD_TYPES = {EntryRecord: (int, int, bytes), MasterKeyRecord: (int, bytes), FenceRecord: (int,),
                 LacRecord: (int, int, bytes), ForceRecord: (int,), EntriesRecord: (int, int, list)}
@@ -103,8 +112,12 @@ class JournalCorrupted(Exception):
 
 
 def encode_record(record: JournalRecord) -> bytes:
-    kind = _KIND_OF[type(record)]
-    payload = msgpack.packb([kind, *(getattr(record, name) for name in record.__slots__)], use_bin_type=True)
+    kind = type(record)
+    if kind is EntryRecord:      # nearly every record: its fields without a generator
+        fields = [_ENTRY_KIND, record.ledger_id, record.entry_id, record.body]
+    else:
+        fields = [int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)]
+    payload = msgpack.packb(fields, use_bin_type=True)
     assert len(payload) <= RECORD_SIZE_MAX, f"{type(record).__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
     return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 

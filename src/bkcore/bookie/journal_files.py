@@ -28,6 +28,7 @@ import crc32c
 
 from bkcore.bookie.fs import FileSystem, write_atomically
 from bkcore.bookie.journal import JournalCorrupted, JournalRecord, ScanResult, scan_records
+from bkcore.wire import store_fields_directly
 
 JOURNAL_MAGIC = b"BKJN"
 JOURNAL_FORMAT_VERSION = 1
@@ -42,6 +43,7 @@ REREAD_ATTEMPT_COUNT_MAX = 8
 REREAD_TAIL_ATTEMPT_COUNT_MAX = 32
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True, order=True)
 class LogMark:
     journal_id: int
