@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from bkcore.bookie.fs import DiskFullError, FileSystemError, parent_of
+from bkcore.bookie.fs import DiskFullError, FileSystemError
 from sim.disk import DiskFull, SimDisk, draw_sync_latency_ns
 from sim.options import DiskOptions
 
@@ -37,7 +37,9 @@ class SimFileSystem:
         self.crash_at_operation_index: int | None = None
 
     def _split(self, path: str) -> tuple[str, str]:
-        return parent_of(path), path.rpartition("/")[2]
+        # (parent_of(path), last component), with one rpartition.
+        directory, _, name = path.rpartition("/")
+        return directory or ".", name
 
     def _dir(self, path: str) -> dict[str, SimDisk]:
         listing = self._dirs.get(path)
@@ -46,8 +48,11 @@ class SimFileSystem:
         return listing
 
     def _file(self, path: str) -> SimDisk:
-        directory, name = self._split(path)
-        disk = self._dir(directory).get(name)
+        directory, _, name = path.rpartition("/")       # _split and _dir, inlined: every read
+        listing = self._dirs.get(directory or ".")      # and sync comes through here
+        if listing is None:
+            raise FileSystemError(f"{directory or '.'}: no such directory")
+        disk = listing.get(name)
         if disk is None:
             raise FileSystemError(f"{path}: no such file")
         return disk
@@ -83,13 +88,14 @@ class SimFileSystem:
 
     def append(self, path: str, data: bytes) -> None:
         strikes = self._operation()
-        directory, name = self._split(path)
-        listing = self._dir(directory)
+        directory, _, name = path.rpartition("/")
+        listing = self._dir(directory or ".")
         disk = listing.get(name)
         if disk is None:
             disk = SimDisk(rng=self.rng, options=self.options)
             listing[name] = disk
-        if self.is_full or self.used_size() + len(data) > self.capacity_size:
+        used_size = self._used_size if self._used_size is not None else self.used_size()
+        if self.is_full or used_size + len(data) > self.capacity_size:
             raise DiskFullError(f"{path}: no space left on device")
         if strikes:
             disk.append(data[:self.rng.randrange(len(data) + 1)])   # the write lands partly

@@ -80,7 +80,9 @@ class LedgerWorkload:
         callback(completed, now_ns)
 
     def later(self, delay_ns: int, action: Callable[[], None]) -> None:
-        self.world.loop.call_later(delay_ns, action)
+        # Never cancelled: post_at (no handle to allocate), in the same order as call_later.
+        loop = self.world.loop
+        loop.post_at(loop.now_ns + delay_ns, action)
 
     @property
     def now_ns(self) -> int:

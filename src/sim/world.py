@@ -449,6 +449,8 @@ class SimWorld:
     def _coalesce_adds(node: _ClientNode, effects: list) -> list:
         """What the real driver does before framing: runs of adds for one bookie become
         AddBatchRequests (one message, one network delay, one answer)."""
+        if len(effects) < 2:
+            return effects
         by_destination: dict[str, list] = {}
         others = []
         for effect in effects:

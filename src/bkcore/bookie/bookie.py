@@ -236,13 +236,14 @@ class Bookie:
         return effects
 
     def next_deadline_ns(self) -> int | None:
-        deadlines = []
-        if self._collecting is not None and self._in_flight is None:
-            deadlines.append(self._collecting.started_at_ns + self.config.journal_max_group_wait_ns)
+        # Asked after every input: two candidates compared by hand, no list.
         poll_deadline = self._long_polls.next_deadline_ns()
-        if poll_deadline is not None:
-            deadlines.append(poll_deadline)
-        return min(deadlines) if deadlines else None
+        if self._collecting is None or self._in_flight is not None:
+            return poll_deadline
+        group_deadline = self._collecting.started_at_ns + self.config.journal_max_group_wait_ns
+        if poll_deadline is None or group_deadline <= poll_deadline:
+            return group_deadline
+        return poll_deadline
 
     def on_timer(self, now_ns: int) -> None:
         for waiter in self._long_polls.pop_expired(now_ns):
@@ -251,7 +252,14 @@ class Bookie:
         self._maybe_flush(now_ns)
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
-        self.receive_batch((message,), source=source, now_ns=now_ns)
+        """receive_batch() of one message, without building the batch."""
+        self._has_served = True
+        row = _REQUEST_TABLE.get(type(message))
+        if row is None or not row[0](message):
+            self._counts["malformed"] += 1
+        else:
+            row[1](self, message, source, now_ns)
+        self._maybe_flush(now_ns)
 
     def receive_batch(self, messages, *, source: str, now_ns: int) -> None:
         """Handle every request of one receive buffer, then decide about the journal once: a
@@ -350,33 +358,41 @@ class Bookie:
         self._effects.append(JournalWrite(token=token, data=b"".join(group.chunks)))
 
     def _apply(self, record: JournalRecord) -> None:
-        """Apply one durable record to storage; crash replay and live persistence share this."""
+        """Apply one durable record to storage; crash replay and live persistence share this.
+        (Exact type tests, most frequent first: records are final classes, and this runs for
+        every record.)"""
         storage = self.storage
-        match record:
-            case EntryRecord(ledger_id=ledger_id, entry_id=entry_id, body=body):
-                storage.add_entry(ledger_id, entry_id, body)
-                header = peek_entry_header(body)
-                if header is not None:
-                    self._learn_lac(ledger_id, header[2])
-            case EntriesRecord(ledger_id=ledger_id, first_entry_id=first_entry_id, bodies=bodies):
-                for offset, body in enumerate(bodies):
-                    storage.add_entry(ledger_id, first_entry_id + offset, body)
-                header = peek_entry_header(bodies[-1])    # LACs rise with entry ids
-                if header is not None:
-                    self._learn_lac(ledger_id, header[2])
-            case MasterKeyRecord(ledger_id=ledger_id, master_key=master_key):
-                storage.set_master_key(ledger_id, master_key)
-                if self._pending_master_keys.get(ledger_id) == master_key:
-                    del self._pending_master_keys[ledger_id]
-            case FenceRecord(ledger_id=ledger_id):
-                storage.set_fenced(ledger_id)
-                self._fenced.discard(ledger_id)
-                self._wake_long_polls(ledger_id)
-            case LacRecord(ledger_id=ledger_id, lac=lac, body=body):
-                storage.set_explicit_lac(ledger_id, lac, body)
-                self._learn_lac(ledger_id, lac)
-            case ForceRecord():
-                pass
+        kind = type(record)
+        if kind is EntryRecord:
+            ledger_id = record.ledger_id
+            body = record.body
+            storage.add_entry(ledger_id, record.entry_id, body)
+            header = peek_entry_header(body)
+            if header is not None:
+                self._learn_lac(ledger_id, header[2])
+        elif kind is EntriesRecord:
+            ledger_id = record.ledger_id
+            first_entry_id = record.first_entry_id
+            bodies = record.bodies
+            for offset, body in enumerate(bodies):
+                storage.add_entry(ledger_id, first_entry_id + offset, body)
+            header = peek_entry_header(bodies[-1])    # LACs rise with entry ids
+            if header is not None:
+                self._learn_lac(ledger_id, header[2])
+        elif kind is MasterKeyRecord:
+            ledger_id = record.ledger_id
+            master_key = record.master_key
+            storage.set_master_key(ledger_id, master_key)
+            if self._pending_master_keys.get(ledger_id) == master_key:
+                del self._pending_master_keys[ledger_id]
+        elif kind is FenceRecord:
+            ledger_id = record.ledger_id
+            storage.set_fenced(ledger_id)
+            self._fenced.discard(ledger_id)
+            self._wake_long_polls(ledger_id)
+        elif kind is LacRecord:
+            storage.set_explicit_lac(record.ledger_id, record.lac, record.body)
+            self._learn_lac(record.ledger_id, record.lac)
 
     def _complete(self, request: object, source: str) -> None:
         """Answer a request whose records are now durable."""

@@ -111,8 +111,11 @@ class DurableLedgerStorage:
             self._dirty_ledgers.add(ledger_id)
         return state
 
+    # The queries below look in _ledgers first and call _state only on a miss: a bookie asks
+    # them several times per request.
+
     def has_ledger(self, ledger_id: int) -> bool:
-        return self._state(ledger_id) is not None
+        return ledger_id in self._ledgers or self._state(ledger_id) is not None
 
     def set_master_key(self, ledger_id: int, master_key: bytes) -> None:
         if self._state(ledger_id) is None:
@@ -121,7 +124,7 @@ class DurableLedgerStorage:
             self._dirty_ledgers.add(ledger_id)
 
     def master_key(self, ledger_id: int) -> bytes | None:
-        state = self._state(ledger_id)
+        state = self._ledgers.get(ledger_id) or self._state(ledger_id)
         return None if state is None else state.master_key
 
     def set_fenced(self, ledger_id: int) -> None:
@@ -130,7 +133,7 @@ class DurableLedgerStorage:
             state.is_fenced = True
 
     def is_fenced(self, ledger_id: int) -> bool:
-        state = self._state(ledger_id)
+        state = self._ledgers.get(ledger_id) or self._state(ledger_id)
         return state is not None and state.is_fenced
 
     def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None:
@@ -145,13 +148,16 @@ class DurableLedgerStorage:
     # -- entries --------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
-        if self._state(ledger_id) is None:
+        if ledger_id not in self._ledgers and self._state(ledger_id) is None:
             self.dropped_entries_count += 1   # the ledger is gone (see _change)
             return
-        previous = self._write_cache.get((ledger_id, entry_id))
-        self._write_cache[ledger_id, entry_id] = body
+        key = (ledger_id, entry_id)
+        write_cache = self._write_cache
+        previous = write_cache.get(key)
+        write_cache[key] = body
         self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
-        self._read_cache.pop((ledger_id, entry_id), None)
+        if self._read_cache:
+            self._read_cache.pop(key, None)
         if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
             self._last_cached_entry[ledger_id] = entry_id
 

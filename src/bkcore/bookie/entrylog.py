@@ -162,19 +162,25 @@ class EntryLogger:
 
     def read(self, location: Location, *, ledger_id: int, entry_id: int) -> bytes:
         path = self._path(location.log_id)
-        what = f"ledger {ledger_id} entry {entry_id} at {path}:{location.offset}"
+        offset = location.offset
         try:
-            header = self.fs.read(path, location.offset, RECORD_HEADER.size)
+            header = self.fs.read(path, offset, RECORD_HEADER.size)
             if len(header) != RECORD_HEADER.size:
-                raise StorageIOError(f"{what}: record header cut short")
+                raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: record header cut short")
             length, checksum = RECORD_HEADER.unpack(header)
-            payload = self.fs.read(path, location.offset + RECORD_HEADER.size, length)
+            payload = self.fs.read(path, offset + RECORD_HEADER.size, length)
         except StorageIOError:
             raise
         except Exception as exc:   # the FileSystem's own errors: missing file, I/O error
-            raise StorageIOError(f"{what}: {exc}") from None
+            raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: {exc}") from None
         if len(payload) != length or crc32c.crc32c(payload) != checksum:
-            raise StorageIOError(f"{what}: checksum mismatch")
+            raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: checksum mismatch")
         if ENTRY_KEY.unpack_from(payload) != (ledger_id, entry_id):
-            raise StorageIOError(f"{what}: holds entry {ENTRY_KEY.unpack_from(payload)}")
+            raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: holds entry "
+                                 f"{ENTRY_KEY.unpack_from(payload)}")
         return payload[ENTRY_KEY.size:]
+
+
+def _what(ledger_id: int, entry_id: int, path: str, offset: int) -> str:
+    """The entry a read error is about (built only when there is one)."""
+    return f"ledger {ledger_id} entry {entry_id} at {path}:{offset}"
