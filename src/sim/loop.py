@@ -290,6 +290,14 @@ class TraceHasher:
         if len(records) >= self._FLUSH_COUNT:
             self._flush()
 
+    def record_plain(self, fields: tuple) -> None:
+        """record(*fields) for hot paths whose fields are ints and strs by construction: no type
+        check here (msgpack still refuses anything it cannot encode, when flushing)."""
+        records = self._records
+        records.append(fields)
+        if len(records) >= self._FLUSH_COUNT:
+            self._flush()
+
     def _flush(self) -> None:
         records = self._records
         if records:

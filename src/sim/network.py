@@ -86,6 +86,10 @@ class SimNetwork:
     def delivery_delays_ns(self, *, source: str, destination: str, now_ns: int) -> list[int]:
         """The fate of one message sent now: [] if blocked or lost, [delay] normally, and
         [delay, delay] if duplicated (each copy has its own latency)."""
+        return self.delays_ns(source, destination, now_ns)
+
+    def delays_ns(self, source: str, destination: str, now_ns: int) -> list[int]:
+        """delivery_delays_ns with positional arguments, for the world's send loop."""
         if self._partitions and self.is_blocked(source, destination, now_ns):
             self._blocked += 1
             return []

@@ -359,7 +359,7 @@ class SimWorld:
         if node.paused_until_ns > now_ns:
             self.loop.call_at(node.paused_until_ns, self._deliver, destination, source, message, incarnation)
             return
-        self.trace.record(now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0))
+        self.trace.record_plain((now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0)))
         if type(message) is AddBatchResponse and type(node) is _ClientNode:
             requests = node.batches.pop(message.request_id, None)
             for response in expand_batch_response(message, requests) if requests else ():
@@ -376,7 +376,7 @@ class SimWorld:
             self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
             return
         node.stack.sync_journal(token)
-        self.trace.record(self.loop.now_ns, "synced", bookie_id, token)
+        self.trace.record_plain((self.loop.now_ns, "synced", bookie_id, token))
         node.core.on_persisted(token, self.loop.now_ns)
         self._pump(node)
 
@@ -407,16 +407,22 @@ class SimWorld:
         Runs after every input, so sends (nearly every effect) are performed here without a
         call per effect; the rest go through _perform."""
         is_client = type(node) is _ClientNode
-        for _ in range(PUMP_ROUND_COUNT_MAX):
+        round_count = 0
+        while True:
             core = node.core
             if core is None:
                 return
             effects = core.take_effects()
             if not effects:
                 break
-            if is_client:
+            round_count += 1
+            if round_count > PUMP_ROUND_COUNT_MAX:
+                raise AssertionError(f"{node.name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
+            if is_client and len(effects) > 1:
                 effects = self._coalesce_adds(node, effects)
-            now_ns = self.loop.now_ns
+            loop = self.loop
+            now_ns = loop.now_ns
+            name = node.name
             for effect in effects:
                 if type(effect) is Send:
                     self.counts.messages_sent += 1
@@ -425,32 +431,24 @@ class SimWorld:
                     if target is None:
                         continue
                     message = effect.message
-                    if self.message_filter is not None and not self.message_filter(node.name, destination, message):
+                    if self.message_filter is not None and not self.message_filter(name, destination, message):
                         continue
-                    for delay_ns in self.network.delivery_delays_ns(source=node.name, destination=destination,
-                                                                    now_ns=now_ns):
-                        self.loop.post_at(now_ns + delay_ns, self._deliver, destination, node.name, message,
-                                          target.incarnation)
+                    for delay_ns in self.network.delays_ns(name, destination, now_ns):
+                        loop.post_at(now_ns + delay_ns, self._deliver, destination, name, message, target.incarnation)
                 else:
                     self._perform(node, effect)
-        else:
-            raise AssertionError(f"{node.name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
-        core = node.core
-        if core is not None:
-            # _arm_timer, inlined.
-            deadline_ns = core.next_deadline_ns()
-            if deadline_ns is None:
-                if node.timer_handle is not None:
-                    self._cancel_timer(node)
-            elif deadline_ns != node.timer_at_ns:
-                self._arm_timer_at(node, deadline_ns)
+        # The timer (_arm_timer, inlined).
+        deadline_ns = core.next_deadline_ns()
+        if deadline_ns is None:
+            if node.timer_handle is not None:
+                self._cancel_timer(node)
+        elif deadline_ns != node.timer_at_ns:
+            self._arm_timer_at(node, deadline_ns)
 
     @staticmethod
     def _coalesce_adds(node: _ClientNode, effects: list) -> list:
         """What the real driver does before framing: runs of adds for one bookie become
         AddBatchRequests (one message, one network delay, one answer)."""
-        if len(effects) < 2:
-            return effects
         by_destination: dict[str, list] = {}
         others = []
         for effect in effects:

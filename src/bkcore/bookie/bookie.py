@@ -332,12 +332,15 @@ class Bookie:
     def _wait_for_journal(self, request: object, source: str) -> None:
         assert self._collecting is not None, "journal the record before waiting on it"
         self._collecting.waiters.append((request, source))
-        if type(request) is AddRequest or type(request) is AddBatchRequest:
-            self._pending_adds_count += _entry_count(request)
-            self._counts["pending_adds_peak"] = max(self._counts["pending_adds_peak"], self._pending_adds_count)
+        kind = type(request)
+        if kind is AddRequest or kind is AddBatchRequest:
+            self._pending_adds_count += 1 if kind is AddRequest else len(request.bodies)
+            if self._pending_adds_count > self._counts["pending_adds_peak"]:
+                self._counts["pending_adds_peak"] = self._pending_adds_count
         else:
             self._pending_syncs_count += 1
-            self._counts["pending_syncs_peak"] = max(self._counts["pending_syncs_peak"], self._pending_syncs_count)
+            if self._pending_syncs_count > self._counts["pending_syncs_peak"]:
+                self._counts["pending_syncs_peak"] = self._pending_syncs_count
 
     def _maybe_flush(self, now_ns: int) -> None:
         group = self._collecting
@@ -396,8 +399,14 @@ class Bookie:
 
     def _complete(self, request: object, source: str) -> None:
         """Answer a request whose records are now durable."""
-        if type(request) is AddRequest or type(request) is AddBatchRequest:
-            count = _entry_count(request)
+        if type(request) is AddRequest:       # the common case, spelled out
+            self._pending_adds_count -= 1
+            self._counts["adds_ok"] += 1
+            self._effects.append(Send(source, AddResponse(request.request_id, Code.OK, request.ledger_id,
+                                                          request.entry_id)))
+            return
+        if type(request) is AddBatchRequest:
+            count = len(request.bodies)
             self._pending_adds_count -= count
             self._counts["adds_ok"] += count
             self._send(source, _add_answer(request, Code.OK))
@@ -518,12 +527,14 @@ class Bookie:
 
     def _check_add(self, ledger_id: int, master_key: bytes, is_recovery: bool, is_deferred_sync: bool,
                    first_entry_id: int, bodies) -> Code:
-        """Checks shared by single and batched adds; a batch passes or fails as a whole."""
+        """Checks shared by single and batched adds; a batch passes or fails as a whole.
+        (Runs for every add: _known_key, _is_fenced and _has_room are spelled out here.)"""
         config = self.config
         size = 0
+        entry_size_max = config.entry_size_max
         for offset, body in enumerate(bodies):
             header = peek_entry_header(body)
-            if (len(body) > config.entry_size_max or header is None
+            if (len(body) > entry_size_max or header is None
                     or header[0] != ledger_id or header[1] != first_entry_id + offset):
                 return self._reject(Code.BAD_REQUEST)
             size += len(body) + RECORD_OVERHEAD_SIZE_MAX
@@ -531,13 +542,17 @@ class Bookie:
             return self._reject(Code.BAD_REQUEST)
         if self._is_readonly and not is_recovery:
             return self._reject(Code.READONLY)
-        known = self._known_key(ledger_id)
+        storage = self.storage
+        known = storage.master_key(ledger_id)
+        if known is None:
+            known = self._pending_master_keys.get(ledger_id)
         if known is not None and known != master_key:
             return self._reject(Code.UNAUTHORIZED)
-        if self._is_fenced(ledger_id) and not is_recovery:
+        if not is_recovery and (ledger_id in self._fenced or storage.is_fenced(ledger_id)):
             return self._reject(Code.FENCED)
+        collected_size = 0 if self._collecting is None else self._collecting.size
         if ((not is_deferred_sync and self._pending_adds_count + len(bodies) > config.pending_adds_count_max)
-                or not self._has_room(size + len(master_key) + RECORD_OVERHEAD_SIZE_MAX)):
+                or collected_size + size + len(master_key) + RECORD_OVERHEAD_SIZE_MAX > config.journal_queue_size_max):
             return self._reject(Code.TOO_MANY_REQUESTS)
         return Code.OK
 

@@ -113,11 +113,14 @@ class JournalCorrupted(Exception):
 
 def encode_record(record: JournalRecord) -> bytes:
     kind = type(record)
+    # A Packer sized for the record: msgpack.packb would allocate its default 1 MiB buffer for
+    # every record, which costs more than the packing (and a shared Packer is not thread-safe).
     if kind is EntryRecord:      # nearly every record: its fields without a generator
-        fields = [_ENTRY_KIND, record.ledger_id, record.entry_id, record.body]
+        payload = msgpack.Packer(use_bin_type=True, buf_size=len(record.body) + 64).pack(
+            [_ENTRY_KIND, record.ledger_id, record.entry_id, record.body])
     else:
-        fields = [int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)]
-    payload = msgpack.packb(fields, use_bin_type=True)
+        payload = msgpack.Packer(use_bin_type=True, buf_size=4096).pack(
+            [int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)])
     assert len(payload) <= RECORD_SIZE_MAX, f"{type(record).__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
     return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 

@@ -13,8 +13,15 @@ from __future__ import annotations
 
 
 def write_set(entry_id: int, *, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
+    """Positions (entry_id + i) % ensemble_size for i < write_quorum_size, in that order: a
+    run from entry_id % ensemble_size that wraps to 0 at most once (built from ranges, no
+    generator: the writer asks this for every entry)."""
     assert entry_id >= 0 and ensemble_size >= write_quorum_size >= 1
-    return tuple((entry_id + i) % ensemble_size for i in range(write_quorum_size))
+    start = entry_id % ensemble_size
+    end = start + write_quorum_size
+    if end <= ensemble_size:
+        return tuple(range(start, end))
+    return (*range(start, ensemble_size), *range(end - ensemble_size))
 
 
 def is_covered(answered: set[int] | frozenset[int], *, ensemble_size: int,
