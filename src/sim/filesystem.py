@@ -112,11 +112,13 @@ class SimFileSystem:
             raise SimulatedCrash(f"crash before {what}")
 
     def sync(self, path: str) -> None:
-        self._crash_before(f"sync of {path}")
+        if self._operation():          # _crash_before, without building its message every time
+            raise SimulatedCrash(f"crash before sync of {path}")
         self._file(path).sync()
 
     def sync_dir(self, path: str) -> None:
-        self._crash_before(f"sync of directory {path}")
+        if self._operation():
+            raise SimulatedCrash(f"crash before sync of directory {path}")
         self._durable_dirs[path] = dict(self._dir(path))
 
     def rename(self, source: str, destination: str) -> None:

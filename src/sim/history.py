@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bkcore.wire import store_fields_directly
+
 
 @dataclass(slots=True)
 class AddRecord:
@@ -21,6 +23,7 @@ class AddRecord:
     completed_at_ns: int = -1
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReadRecord:
     process: str
@@ -30,6 +33,7 @@ class ReadRecord:
     at_ns: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class LacRecord:
     process: str
@@ -38,6 +42,7 @@ class LacRecord:
     at_ns: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class CloseRecord:
     process: str
@@ -47,6 +52,7 @@ class CloseRecord:
     at_ns: int
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReplicaRecord:
     """What the bookies of one entry's write set hold at the end (None: that bookie has no copy)."""

@@ -372,12 +372,13 @@ class SimWorld:
         node = self.bookies[bookie_id]
         if not node.is_up or node.incarnation != incarnation:
             return
-        if node.paused_until_ns > self.loop.now_ns:
+        now_ns = self.loop.now_ns
+        if node.paused_until_ns > now_ns:
             self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
             return
         node.stack.sync_journal(token)
-        self.trace.record_plain((self.loop.now_ns, "synced", bookie_id, token))
-        node.core.on_persisted(token, self.loop.now_ns)
+        self.trace.record_plain((now_ns, "synced", bookie_id, token))
+        node.core.on_persisted(token, now_ns)
         self._pump(node)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
@@ -385,10 +386,11 @@ class SimWorld:
         node.timer_at_ns = None
         if not node.is_up or node.incarnation != incarnation:
             return
-        if node.paused_until_ns > self.loop.now_ns:
+        now_ns = self.loop.now_ns
+        if node.paused_until_ns > now_ns:
             self._arm_timer_at(node, node.paused_until_ns)
             return
-        node.core.on_timer(self.loop.now_ns)
+        node.core.on_timer(now_ns)
         self._pump(node)
 
     def _metadata_result(self, client_id: str, token: int, result: MetaResult) -> None:
@@ -404,14 +406,15 @@ class SimWorld:
 
     def _pump(self, node: _Node) -> None:
         """Perform what the node's core asked for until it asks nothing more, then arm its timer.
-        Runs after every input, so sends (nearly every effect) are performed here without a
-        call per effect; the rest go through _perform."""
+
+        Runs after every input, so it is written for speed: sends (nearly every effect) are
+        performed here without a call per effect; the rest go through _perform. Only _perform
+        can call back into a core (a Completed effect runs workload code), so after a round of
+        sends alone the core has nothing new to say and is not asked again."""
         is_client = type(node) is _ClientNode
         round_count = 0
-        while True:
-            core = node.core
-            if core is None:
-                return
+        core = node.core
+        while core is not None:
             effects = core.take_effects()
             if not effects:
                 break
@@ -423,20 +426,32 @@ class SimWorld:
             loop = self.loop
             now_ns = loop.now_ns
             name = node.name
+            nodes = self.nodes
+            message_filter = self.message_filter
+            is_sends_only = True
+            sent_count = 0
             for effect in effects:
                 if type(effect) is Send:
-                    self.counts.messages_sent += 1
+                    sent_count += 1
                     destination = effect.destination
-                    target = self.nodes.get(destination)
+                    target = nodes.get(destination)
                     if target is None:
                         continue
                     message = effect.message
-                    if self.message_filter is not None and not self.message_filter(name, destination, message):
+                    if message_filter is not None and not message_filter(name, destination, message):
                         continue
                     for delay_ns in self.network.delays_ns(name, destination, now_ns):
                         loop.post_at(now_ns + delay_ns, self._deliver, destination, name, message, target.incarnation)
                 else:
+                    is_sends_only = False
                     self._perform(node, effect)
+                    message_filter = self.message_filter      # _perform ran code that may set it
+            self.counts.messages_sent += sent_count
+            core = node.core
+            if is_sends_only:
+                break
+        if core is None:
+            return
         # The timer (_arm_timer, inlined).
         deadline_ns = core.next_deadline_ns()
         if deadline_ns is None:
@@ -532,9 +547,12 @@ class SimWorld:
             self._arm_timer_at(node, deadline_ns)
 
     def _arm_timer_at(self, node: _Node, at_ns: int) -> None:
-        self._cancel_timer(node)
+        loop = self.loop
+        if node.timer_handle is not None:
+            loop.cancel(node.timer_handle)
         node.timer_at_ns = at_ns
-        node.timer_handle = self.loop.call_at(max(at_ns, self.now_ns), self._on_timer, node, node.incarnation)
+        node.timer_handle = loop.call_at(at_ns if at_ns > loop.now_ns else loop.now_ns, self._on_timer, node,
+                                         node.incarnation)
 
     def _cancel_timer(self, node: _Node) -> None:
         if node.timer_handle is not None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger, Location
+from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import (
     IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
@@ -183,7 +183,7 @@ class DurableLedgerStorage:
         value = self.index.get(entry_key(ledger_id, entry_id))
         if value is None:
             return None
-        body = self._read_from_log(Location(*unpack_location(value)), ledger_id, entry_id)
+        body = self._read_from_log(unpack_location(value), ledger_id, entry_id)
         self._remember_read(key, body)
         return body
 
@@ -193,7 +193,7 @@ class DurableLedgerStorage:
         if len(self._read_cache) > self.config.read_cache_count_max:
             self._read_cache.popitem(last=False)   # evict the least recently used
 
-    def _read_from_log(self, location: Location, ledger_id: int, entry_id: int) -> bytes:
+    def _read_from_log(self, location: tuple[int, int], ledger_id: int, entry_id: int) -> bytes:
         """Read again after a checksum failure (a disk may flip a bit once); report it if it stays."""
         for attempt_index in range(ENTRY_READ_ATTEMPT_COUNT_MAX):
             try:

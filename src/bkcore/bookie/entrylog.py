@@ -49,9 +49,16 @@ class EntryLogger:
         self.current_size = 0
         self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
         self._unflushed_ids: list[int] = []
+        # The path of the log _path() was last asked about (formatting one costs more than a read).
+        self._path_log_id: int | None = None
+        self._path_cached = ""
 
     def _path(self, log_id: int) -> str:
-        return f"{self.ledger_dir}/{entry_log_name(log_id)}"
+        if log_id == self._path_log_id:      # reads and writes mostly stay in one log
+            return self._path_cached
+        path = f"{self.ledger_dir}/{entry_log_name(log_id)}"
+        self._path_log_id, self._path_cached = log_id, path
+        return path
 
     def log_ids(self) -> list[int]:
         ids = []
@@ -160,9 +167,10 @@ class EntryLogger:
             yield offset, ledger_id, entry_id, length - ENTRY_KEY.size
             offset += RECORD_HEADER.size + length
 
-    def read(self, location: Location, *, ledger_id: int, entry_id: int) -> bytes:
-        path = self._path(location.log_id)
-        offset = location.offset
+    def read(self, location: Location | tuple[int, int], *, ledger_id: int, entry_id: int) -> bytes:
+        """The body of the entry at `location` (a Location or a plain (log id, offset) pair)."""
+        log_id, offset = location
+        path = self._path(log_id)
         try:
             header = self.fs.read(path, offset, RECORD_HEADER.size)
             if len(header) != RECORD_HEADER.size:

@@ -95,12 +95,15 @@ class Journal:
         self.fs = fs
         self.config = config
         self.current_id: int | None = None
+        self._current_path = ""     # _journal_path(current_id) once current_id is set
         self.current_size = 0
         self._unsynced_ids: list[int] = []
 
     # -- paths ----------------------------------------------------------------------------
 
     def _journal_path(self, journal_id: int) -> str:
+        if journal_id == self.current_id:      # every append and sync: formatted once per file
+            return self._current_path
         return f"{self.config.journal_dir}/{journal_name(journal_id)}"
 
     def journal_ids(self) -> list[int]:
@@ -219,6 +222,7 @@ class Journal:
         self.fs.sync(path)
         self.fs.sync_dir(self.config.journal_dir)
         self.current_id = journal_id
+        self._current_path = path
         self.current_size = JOURNAL_HEADER.size
 
     # -- writing --------------------------------------------------------------------------

@@ -12,9 +12,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from bkcore.wire import store_fields_directly
+
 _HEAP_SLACK_COUNT = 64
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class Waiter:
     request: object          # a ReadRequest with long_poll_timeout_ns > 0
