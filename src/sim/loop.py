@@ -76,43 +76,38 @@ class EventLoop:
     # -- scheduling -------------------------------------------------------------------------
 
     # call_at, post_at and call_later push onto the heap themselves (no shared helper): they run
-    # for nearly every event, and a call layer costs about as much as the push.
+    # for nearly every event, and a call layer costs about as much as the push. One comparison
+    # per push covers both limits: the heap can only be full at a new peak.
 
     def call_at(self, at_ns: int, callback: Callable, *args) -> TimerHandle:
         """Run callback(*args) at virtual time at_ns (>= now_ns); cancellable."""
         assert at_ns >= self.now_ns, f"cannot schedule in the past ({at_ns} < {self.now_ns})"
         handle = TimerHandle(at_ns)
         heap = self._heap
-        if len(heap) >= self.pending_count_max:
-            self._make_room()
+        if len(heap) >= self._pending_count_peak:
+            self._grow(len(heap))
         self._sequence_no += 1
         heappush(heap, (at_ns, self._sequence_no, handle, callback, args))
-        if len(heap) > self._pending_count_peak:
-            self._pending_count_peak = len(heap)
         return handle
 
     def post_at(self, at_ns: int, callback: Callable, *args) -> None:
         """call_at for events nobody will cancel (most of them): no handle to allocate."""
         assert at_ns >= self.now_ns, f"cannot schedule in the past ({at_ns} < {self.now_ns})"
         heap = self._heap
-        if len(heap) >= self.pending_count_max:
-            self._make_room()
+        if len(heap) >= self._pending_count_peak:
+            self._grow(len(heap))
         self._sequence_no += 1
         heappush(heap, (at_ns, self._sequence_no, None, callback, args))
-        if len(heap) > self._pending_count_peak:
-            self._pending_count_peak = len(heap)
 
     def call_later(self, delay_ns: int, callback: Callable, *args) -> TimerHandle:
         assert delay_ns >= 0, f"negative delay {delay_ns}"
         at_ns = self.now_ns + delay_ns
         handle = TimerHandle(at_ns)
         heap = self._heap
-        if len(heap) >= self.pending_count_max:
-            self._make_room()
+        if len(heap) >= self._pending_count_peak:
+            self._grow(len(heap))
         self._sequence_no += 1
         heappush(heap, (at_ns, self._sequence_no, handle, callback, args))
-        if len(heap) > self._pending_count_peak:
-            self._pending_count_peak = len(heap)
         return handle
 
     def cancel(self, handle: TimerHandle) -> None:
@@ -126,11 +121,16 @@ class EventLoop:
         if heap_size >= _COMPACT_SIZE_MIN and self._cancelled_pending_count * 2 > heap_size:
             self._compact()
 
-    def _make_room(self) -> None:
-        """The heap is at pending_count_max: drop cancelled entries, or refuse."""
-        self._compact()
-        if len(self._heap) >= self.pending_count_max:
-            raise EventLoopFull(f"{len(self._heap)} events pending (pending_count_max={self.pending_count_max})")
+    def _grow(self, size: int) -> None:
+        """One entry is about to be pushed onto a heap of `size` entries, as many as ever (the
+        only time it can be full, since pending_count_peak <= pending_count_max): record the new
+        peak, or at pending_count_max drop cancelled entries, or refuse."""
+        if size >= self.pending_count_max:
+            self._compact()
+            if len(self._heap) >= self.pending_count_max:
+                raise EventLoopFull(f"{len(self._heap)} events pending (pending_count_max={self.pending_count_max})")
+        else:
+            self._pending_count_peak = size + 1
 
     def _compact(self) -> None:
         if not self._cancelled_pending_count:

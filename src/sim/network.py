@@ -103,7 +103,17 @@ class SimNetwork:
         if options.duplicate_probability and rng.random() < options.duplicate_probability:
             self._duplicated += 1
             return [self._latency_ns(link), self._latency_ns(link)]
-        return [self._latency_ns(link)]
+        # One copy (nearly always): _latency_ns(link), spelled out.
+        scale = self._link_scale.get(link)
+        if scale is None:
+            scale = self._link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
+        latency_ns = options.latency_min_ns
+        if self._latency_rate:
+            latency_ns += int(-_log(1.0 - rng.random()) / self._latency_rate * scale)
+        if options.reorder_probability and rng.random() < options.reorder_probability:
+            latency_ns += rng.randrange(options.reorder_delay_max_ns + 1)
+            self._reordered += 1
+        return [latency_ns]
 
     def _latency_ns(self, link: tuple[str, str]) -> int:
         options = self.options

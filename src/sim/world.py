@@ -427,6 +427,7 @@ class SimWorld:
             now_ns = loop.now_ns
             name = node.name
             nodes = self.nodes
+            deliver = self._deliver
             message_filter = self.message_filter
             is_sends_only = True
             sent_count = 0
@@ -441,7 +442,7 @@ class SimWorld:
                     if message_filter is not None and not message_filter(name, destination, message):
                         continue
                     for delay_ns in self.network.delays_ns(name, destination, now_ns):
-                        loop.post_at(now_ns + delay_ns, self._deliver, destination, name, message, target.incarnation)
+                        loop.post_at(now_ns + delay_ns, deliver, destination, name, message, target.incarnation)
                 else:
                     is_sends_only = False
                     self._perform(node, effect)
@@ -464,6 +465,9 @@ class SimWorld:
     def _coalesce_adds(node: _ClientNode, effects: list) -> list:
         """What the real driver does before framing: runs of adds for one bookie become
         AddBatchRequests (one message, one network delay, one answer)."""
+        destinations = [effect.destination for effect in effects if type(effect) is Send]
+        if len(set(destinations)) == len(destinations):
+            return effects    # no bookie gets two messages: nothing to coalesce or regroup
         by_destination: dict[str, list] = {}
         others = []
         for effect in effects:
