@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from bkcore.bookie.journal import (
     RECORD_OVERHEAD_SIZE_MAX, RECORD_SIZE_MAX, EntriesRecord, EntryRecord, FenceRecord, ForceRecord, JournalRecord,
-    LacRecord, MasterKeyRecord, encode_record, scan_records,
+    LacRecord, MasterKeyRecord, RecordEncoder, scan_records,
 )
 from bkcore.bookie.longpoll import LongPollWaiters
 from bkcore.bookie.storage import LedgerStorage, StorageIOError
@@ -206,6 +206,7 @@ class Bookie:
         self._known_lac: dict[int, int] = {}
         self._known_lac_prune_at_count = 1024
         self._collecting: _Group | None = None
+        self._encoder = RecordEncoder()
         self._in_flight: tuple[int, _Group] | None = None   # at most one JournalWrite in flight
         self._next_token = 1
         self._pending_adds_count = 0
@@ -279,8 +280,20 @@ class Bookie:
                                    f"({self._in_flight[0] if self._in_flight else 'none'})")
         group = self._in_flight[1]
         self._in_flight = None
+        storage = self.storage
         for record in group.records:
-            self._apply(record)
+            if type(record) is EntryRecord:
+                # _apply of an entry, spelled out (nearly every record is one).
+                ledger_id = record.ledger_id
+                body = record.body
+                storage.add_entry(ledger_id, record.entry_id, body)
+                header = peek_entry_header(body)
+                if header is not None:
+                    known = self._known_lac.get(ledger_id)    # (_cache_lac may replace the dict)
+                    if known is None or header[2] > known:        # else _learn_lac does nothing
+                        self._learn_lac(ledger_id, header[2])
+            else:
+                self._apply(record)
         for request, source in group.waiters:
             self._complete(request, source)
         self._maybe_flush(now_ns)
@@ -322,7 +335,7 @@ class Bookie:
         group = self._collecting
         if group is None:
             group = self._collecting = _Group(started_at_ns=now_ns)
-        data = encode_record(record)
+        data = self._encoder.encode(record)
         group.chunks.append(data)
         group.size += len(data)
         if should_apply:
@@ -491,12 +504,32 @@ class Bookie:
     # -- handlers -------------------------------------------------------------------------
 
     def _on_add(self, request: AddRequest, source: str, now_ns: int) -> None:
-        code = self._check_add(request.ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
+        ledger_id = request.ledger_id
+        code = self._check_add(ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
                                request.entry_id, (request.body,))
         if code != Code.OK:
-            self._send(source, AddResponse(request.request_id, code, request.ledger_id, request.entry_id))
+            self._send(source, AddResponse(request.request_id, code, ledger_id, request.entry_id))
             return
-        self._store_adds(request, EntryRecord(request.ledger_id, request.entry_id, request.body), source, now_ns)
+        record = EntryRecord(ledger_id, request.entry_id, request.body)
+        if request.is_deferred_sync:
+            self._store_adds(request, record, source, now_ns)
+            return
+        # _store_adds -> _journal and _wait_for_journal for the common case (one add, synced),
+        # spelled out: this runs for every entry a bookie stores.
+        self._journal_key_if_new(ledger_id, request.master_key, now_ns)
+        group = self._collecting
+        if group is None:
+            group = self._collecting = _Group(started_at_ns=now_ns)
+        data = self._encoder.encode(record)
+        group.chunks.append(data)
+        group.size += len(data)
+        group.records.append(record)
+        group.waiters.append((request, source))
+        counts = self._counts
+        counts["journal_records"] += 1
+        self._pending_adds_count += 1
+        if self._pending_adds_count > counts["pending_adds_peak"]:
+            counts["pending_adds_peak"] = self._pending_adds_count
 
     def _on_add_batch(self, request: AddBatchRequest, source: str, now_ns: int) -> None:
         code = self._check_add(request.ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,

@@ -112,17 +112,30 @@ class JournalCorrupted(Exception):
 
 
 def encode_record(record: JournalRecord) -> bytes:
-    kind = type(record)
-    # A Packer sized for the record: msgpack.packb would allocate its default 1 MiB buffer for
-    # every record, which costs more than the packing (and a shared Packer is not thread-safe).
-    if kind is EntryRecord:      # nearly every record: its fields without a generator
-        payload = msgpack.Packer(use_bin_type=True, buf_size=len(record.body) + 64).pack(
-            [_ENTRY_KIND, record.ledger_id, record.entry_id, record.body])
-    else:
-        payload = msgpack.Packer(use_bin_type=True, buf_size=4096).pack(
-            [int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)])
-    assert len(payload) <= RECORD_SIZE_MAX, f"{type(record).__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
-    return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+    """One record's bytes (header and payload). A bookie encodes through its own
+    RecordEncoder, which reuses a msgpack Packer; this makes a fresh one."""
+    return RecordEncoder().encode(record)
+
+
+class RecordEncoder:
+    """encode_record with one msgpack Packer reused for every record: msgpack.packb allocates
+    a 1 MiB buffer per call, which costs more than packing an entry. A Packer is not safe to
+    share between threads, so each user (a bookie) keeps its own, as single-threaded as it is."""
+
+    __slots__ = ("_pack",)
+
+    def __init__(self) -> None:
+        self._pack = msgpack.Packer(use_bin_type=True).pack     # resets itself after each pack
+
+    def encode(self, record: JournalRecord) -> bytes:
+        kind = type(record)
+        if kind is EntryRecord:      # nearly every record: its fields without a generator
+            payload = self._pack([_ENTRY_KIND, record.ledger_id, record.entry_id, record.body])
+        else:
+            payload = self._pack([int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)])
+        assert len(payload) <= RECORD_SIZE_MAX, \
+            f"{type(record).__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
+        return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
 def _decode_payload(payload: memoryview) -> JournalRecord:
