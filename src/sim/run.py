@@ -8,6 +8,8 @@ Exit codes follow the house style: 0 ok, 127 crash, 128 liveness failure, 129 vi
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +25,11 @@ from sim.world import SimWorld
 
 EXIT_OK, EXIT_CRASH, EXIT_LIVENESS, EXIT_VIOLATION = 0, 127, 128, 129
 STEP_NS = 100 * MS
+# Net allocations between young-generation garbage collections during a run (CPython's default
+# is 700). A run allocates a stream of short-lived tuples, messages and effects; at 700 the
+# collector runs every few events and mostly walks objects about to be freed anyway (measured:
+# 4-6% of a run's wall time, about 1.5% at this setting). Collection itself is unchanged.
+GC_YOUNG_THRESHOLD = 10_000
 
 
 @dataclass(slots=True)
@@ -84,7 +91,23 @@ def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History
                                   ack_quorum_size=metadata.ack_quorum_size, copies=tuple(copies))
 
 
+@contextlib.contextmanager
+def _young_collections_every(allocation_count: int):
+    """Raise the young-generation GC threshold for the duration, then restore the caller's."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], allocation_count), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
 def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunResult:
+    with _young_collections_every(GC_YOUNG_THRESHOLD):
+        return _run_scenario(scenario, schedule)
+
+
+def _run_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:
     started = time.perf_counter()
     world = SimWorld(scenario=scenario, client_config=scenario.client_config())
     for index in range(scenario.bookie_count):
