@@ -145,7 +145,8 @@ class _Writer:
         # does (the same single uniform draw) without the call: this runs for every add.
         delay_ns = int(-_log(1.0 - self.w.rng.random()) / (1 / self.w.scenario.add_interval_mean_ns))
         writer = self.writer
-        self.w.later(delay_ns, lambda: self._add(writer))
+        loop = self.w.world.loop
+        loop.post_at(loop.now_ns + delay_ns, lambda: self._add(writer))     # later(), spelled out
 
     def _add(self, writer) -> None:
         if writer is not self.writer or self.is_finishing:

@@ -465,20 +465,31 @@ class SimWorld:
     def _coalesce_adds(node: _ClientNode, effects: list) -> list:
         """What the real driver does before framing: runs of adds for one bookie become
         AddBatchRequests (one message, one network delay, one answer)."""
-        destinations = [effect.destination for effect in effects if type(effect) is Send]
-        if len(set(destinations)) == len(destinations):
+        destinations = set()      # membership only: its order is never used
+        for effect in effects:
+            if type(effect) is Send:
+                if effect.destination in destinations:
+                    break
+                destinations.add(effect.destination)
+        else:
             return effects    # no bookie gets two messages: nothing to coalesce or regroup
-        by_destination: dict[str, list] = {}
+        by_destination: dict[str, list[Send]] = {}
         others = []
         for effect in effects:
             if type(effect) is Send:
-                by_destination.setdefault(effect.destination, []).append(effect.message)
+                by_destination.setdefault(effect.destination, []).append(effect)
             else:
                 others.append(effect)
-        if all(len(messages) < 2 for messages in by_destination.values()):
-            return effects
-        sends = [Send(destination, message) for destination, messages in by_destination.items()
-                 for message in coalesce_adds(messages, node.new_batch_id, node.batches)]
+        sends = []
+        for destination, group in by_destination.items():
+            if len(group) == 1:
+                sends.append(group[0])
+                continue
+            messages = coalesce_adds([effect.message for effect in group], node.new_batch_id, node.batches)
+            if len(messages) == len(group):
+                sends.extend(group)       # nothing merged: the same messages in the same order
+            else:
+                sends.extend(Send(destination, message) for message in messages)
         return sends + others
 
     def _perform(self, node: _Node, effect: object) -> None:

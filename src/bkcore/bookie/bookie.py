@@ -130,8 +130,9 @@ class _Group:
     waiters: list[tuple[object, str]] = dataclasses.field(default_factory=list)
 
 
-# Ints the wire can carry (msgpack int64); membership in a range is O(1).
-_INT64 = range(-(2**63), 2**63)
+# Ints the wire can carry (msgpack int64), tested with chained comparisons: a third of the
+# cost of membership in a range.
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 # Validators of well-typed requests: exact field types (bool is not an int), ints in int64.
@@ -140,7 +141,8 @@ def _is_add_request(m: AddRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.entry_id) is int
             and type(m.master_key) is bytes and type(m.body) is bytes and type(m.is_recovery) is bool
             and type(m.is_deferred_sync) is bool
-            and m.request_id in _INT64 and m.ledger_id in _INT64 and m.entry_id in _INT64)
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
+            and _INT64_MIN <= m.entry_id <= _INT64_MAX)
 
 
 def _is_add_batch_request(m: AddBatchRequest) -> bool:
@@ -148,31 +150,35 @@ def _is_add_batch_request(m: AddBatchRequest) -> bool:
             and type(m.master_key) is bytes and type(m.bodies) is list and type(m.is_recovery) is bool
             and type(m.is_deferred_sync) is bool and 0 < len(m.bodies) <= BATCH_ENTRY_COUNT_MAX
             and all(type(body) is bytes for body in m.bodies)
-            and m.request_id in _INT64 and m.ledger_id in _INT64 and m.first_entry_id in _INT64
-            and m.first_entry_id + len(m.bodies) - 1 in _INT64)
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
+            and _INT64_MIN <= m.first_entry_id <= _INT64_MAX
+            and _INT64_MIN <= m.first_entry_id + len(m.bodies) - 1 <= _INT64_MAX)
 
 
 def _is_read_request(m: ReadRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.entry_id) is int
             and type(m.master_key) is bytes and type(m.is_fencing) is bool and type(m.previous_lac) is int
-            and type(m.long_poll_timeout_ns) is int and m.request_id in _INT64 and m.ledger_id in _INT64
-            and m.entry_id in _INT64 and m.previous_lac in _INT64 and m.long_poll_timeout_ns in _INT64)
+            and type(m.long_poll_timeout_ns) is int
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
+            and _INT64_MIN <= m.entry_id <= _INT64_MAX and _INT64_MIN <= m.previous_lac <= _INT64_MAX
+            and _INT64_MIN <= m.long_poll_timeout_ns <= _INT64_MAX)
 
 
 def _is_read_lac_request(m: ReadLacRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int
-            and m.request_id in _INT64 and m.ledger_id in _INT64)
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX)
 
 
 def _is_write_lac_request(m: WriteLacRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.master_key) is bytes
             and type(m.lac) is int and type(m.body) is bytes
-            and m.request_id in _INT64 and m.ledger_id in _INT64 and m.lac in _INT64)
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
+            and _INT64_MIN <= m.lac <= _INT64_MAX)
 
 
 def _is_force_ledger_request(m: ForceLedgerRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.master_key) is bytes
-            and m.request_id in _INT64 and m.ledger_id in _INT64)
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX)
 
 
 def _entry_count(request: AddRequest | AddBatchRequest) -> int:
@@ -260,7 +266,8 @@ class Bookie:
             self._counts["malformed"] += 1
         else:
             row[1](self, message, source, now_ns)
-        self._maybe_flush(now_ns)
+        if self._in_flight is None and self._collecting is not None:     # else nothing to flush
+            self._maybe_flush(now_ns)
 
     def receive_batch(self, messages, *, source: str, now_ns: int) -> None:
         """Handle every request of one receive buffer, then decide about the journal once: a
@@ -294,8 +301,16 @@ class Bookie:
                         self._learn_lac(ledger_id, header[2])
             else:
                 self._apply(record)
+        effects = self._effects
+        counts = self._counts
         for request, source in group.waiters:
-            self._complete(request, source)
+            if type(request) is AddRequest:      # _complete of a single add, spelled out
+                self._pending_adds_count -= 1
+                counts["adds_ok"] += 1
+                effects.append(Send(source, AddResponse(request.request_id, Code.OK, request.ledger_id,
+                                                        request.entry_id)))
+            else:
+                self._complete(request, source)
         self._maybe_flush(now_ns)
 
     # -- crash replay ---------------------------------------------------------------------
@@ -516,7 +531,8 @@ class Bookie:
             return
         # _store_adds -> _journal and _wait_for_journal for the common case (one add, synced),
         # spelled out: this runs for every entry a bookie stores.
-        self._journal_key_if_new(ledger_id, request.master_key, now_ns)
+        if self.storage.master_key(ledger_id) is None and ledger_id not in self._pending_master_keys:
+            self._journal_key_if_new(ledger_id, request.master_key, now_ns)    # the ledger's first add
         group = self._collecting
         if group is None:
             group = self._collecting = _Group(started_at_ns=now_ns)

@@ -232,9 +232,10 @@ class DurableLedgerStorage:
         added: dict[tuple[int, int], int] = {}     # (log, ledger) -> bytes
         records = list(records)
         locations = self.entry_logger.append_many(records)
+        entry_key_of, location_of, added_get = entry_key, pack_location, added.get
         for (ledger_id, entry_id, body), (log_id, offset) in zip(records, locations):
-            puts[entry_key(ledger_id, entry_id)] = pack_location(log_id, offset)
-            added[log_id, ledger_id] = added.get((log_id, ledger_id), 0) + len(body) + RECORD_OVERHEAD_SIZE
+            puts[entry_key_of(ledger_id, entry_id)] = location_of(log_id, offset)
+            added[log_id, ledger_id] = added_get((log_id, ledger_id), 0) + len(body) + RECORD_OVERHEAD_SIZE
         usages: dict[int, dict[int, int]] = {}
         for (log_id, ledger_id), size in added.items():
             usage = usages.get(log_id)

@@ -105,17 +105,21 @@ class EntryLogger:
         offset = self.current_size
         pack_key, pack_header, checksum = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
         fixed_size = RECORD_HEADER.size + ENTRY_KEY.size
+        key_size, log_header_size, size_max = ENTRY_KEY.size, ENTRY_LOG_HEADER.size, self.entry_log_size_max
+        log_id = self.current_id
         for ledger_id, entry_id, body in items:
             # header | key | body without copying the body: the checksum runs over key then body.
             key = pack_key(ledger_id, entry_id)
             record_size = fixed_size + len(body)
-            if offset > ENTRY_LOG_HEADER.size and offset + record_size > self.entry_log_size_max:
+            if offset > log_header_size and offset + record_size > size_max:
                 self._write_out(chunks, offset)
                 chunks, pending_size = [], 0
                 self._roll()
                 offset = self.current_size
-            locations.append((self.current_id, offset))
-            chunks.append(pack_header(ENTRY_KEY.size + len(body), checksum(body, checksum(key))) + key)
+                log_id = self.current_id
+            locations.append((log_id, offset))
+            chunks.append(pack_header(key_size + len(body), checksum(body, checksum(key))))
+            chunks.append(key)
             chunks.append(body)
             pending_size += record_size
             offset += record_size
