@@ -87,7 +87,8 @@ class SimFileSystem:
         return index == self.crash_at_operation_index
 
     def append(self, path: str, data: bytes) -> None:
-        strikes = self._operation()
+        strikes = self.operation_count == self.crash_at_operation_index    # _operation(), inlined
+        self.operation_count += 1
         directory, _, name = path.rpartition("/")
         listing = self._dir(directory or ".")
         disk = listing.get(name)
@@ -112,8 +113,11 @@ class SimFileSystem:
             raise SimulatedCrash(f"crash before {what}")
 
     def sync(self, path: str) -> None:
-        if self._operation():          # _crash_before, without building its message every time
+        # _crash_before, inlined, without building its message every time.
+        if self.operation_count == self.crash_at_operation_index:
+            self.operation_count += 1
             raise SimulatedCrash(f"crash before sync of {path}")
+        self.operation_count += 1
         self._file(path).sync()
 
     def sync_dir(self, path: str) -> None:

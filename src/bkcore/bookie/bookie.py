@@ -673,8 +673,11 @@ class Bookie:
             return
         if body is None:
             self._send_read(source, request, Code.NO_SUCH_ENTRY)
-        else:
-            self._send_read(source, request, Code.OK, entry_id=entry_id, body=body)
+            return
+        # _send_read of an entry, spelled out: every read that finds one comes here.
+        lac = self._known_lac.get(ledger_id)
+        self._effects.append(Send(source, ReadResponse(request.request_id, Code.OK, ledger_id, entry_id, body,
+                                                       self._lac_of(ledger_id) if lac is None else lac)))
 
     def _send_read(self, source: str, request: ReadRequest, code: Code, *, entry_id: int | None = None,
                    body: bytes = b"") -> None:

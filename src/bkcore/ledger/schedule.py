@@ -12,12 +12,26 @@ Rules (BookKeeper's RoundRobinDistributionSchedule):
 from __future__ import annotations
 
 
+# Write sets by (ensemble size, write quorum size): the E sets of each shape, built once. The
+# writer and readers ask for one per entry. At most WRITE_SET_SHAPES_MAX shapes are kept; past
+# that, sets are built on each call (nothing is evicted).
+WRITE_SET_SHAPES_MAX = 64
+_write_sets_by_shape: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+
+
 def write_set(entry_id: int, *, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
-    """Positions (entry_id + i) % ensemble_size for i < write_quorum_size, in that order: a
-    run from entry_id % ensemble_size that wraps to 0 at most once (built from ranges, no
-    generator: the writer asks this for every entry)."""
+    """Positions (entry_id + i) % ensemble_size for i < write_quorum_size, in that order."""
     assert entry_id >= 0 and ensemble_size >= write_quorum_size >= 1
-    start = entry_id % ensemble_size
+    sets = _write_sets_by_shape.get((ensemble_size, write_quorum_size))
+    if sets is None:
+        sets = tuple(_build_write_set(start, ensemble_size, write_quorum_size) for start in range(ensemble_size))
+        if len(_write_sets_by_shape) < WRITE_SET_SHAPES_MAX:
+            _write_sets_by_shape[ensemble_size, write_quorum_size] = sets
+    return sets[entry_id % ensemble_size]
+
+
+def _build_write_set(start: int, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
+    """A run from `start` that wraps to 0 at most once."""
     end = start + write_quorum_size
     if end <= ensemble_size:
         return tuple(range(start, end))
