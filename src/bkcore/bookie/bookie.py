@@ -124,8 +124,9 @@ class _Group:
     started_at_ns: int
     chunks: list[bytes] = dataclasses.field(default_factory=list)         # encoded records
     size: int = 0                                                          # == sum of chunk sizes
-    # Records to apply to storage once durable (deferred-sync adds were applied already).
-    records: list[JournalRecord] = dataclasses.field(default_factory=list)
+    # Records to apply to storage once durable (deferred-sync adds were applied already). A
+    # single add's AddRequest stands in for its EntryRecord (same fields; see _on_add).
+    records: list[JournalRecord | AddRequest] = dataclasses.field(default_factory=list)
     # Requests answered once durable: (request, source).
     waiters: list[tuple[object, str]] = dataclasses.field(default_factory=list)
 
@@ -289,8 +290,8 @@ class Bookie:
         self._in_flight = None
         storage = self.storage
         for record in group.records:
-            if type(record) is EntryRecord:
-                # _apply of an entry, spelled out (nearly every record is one).
+            if type(record) is AddRequest or type(record) is EntryRecord:
+                # _apply of an entry, spelled out (nearly every record is one; see _on_add).
                 ledger_id = record.ledger_id
                 body = record.body
                 storage.add_entry(ledger_id, record.entry_id, body)
@@ -525,21 +526,21 @@ class Bookie:
         if code != Code.OK:
             self._send(source, AddResponse(request.request_id, code, ledger_id, request.entry_id))
             return
-        record = EntryRecord(ledger_id, request.entry_id, request.body)
         if request.is_deferred_sync:
-            self._store_adds(request, record, source, now_ns)
+            self._store_adds(request, EntryRecord(ledger_id, request.entry_id, request.body), source, now_ns)
             return
         # _store_adds -> _journal and _wait_for_journal for the common case (one add, synced),
-        # spelled out: this runs for every entry a bookie stores.
+        # spelled out: this runs for every entry a bookie stores. The request itself stands in
+        # for its ENTRY record among the group's records (same ledger_id, entry_id and body).
         if self.storage.master_key(ledger_id) is None and ledger_id not in self._pending_master_keys:
             self._journal_key_if_new(ledger_id, request.master_key, now_ns)    # the ledger's first add
         group = self._collecting
         if group is None:
             group = self._collecting = _Group(started_at_ns=now_ns)
-        data = self._encoder.encode(record)
+        data = self._encoder.encode_entry(ledger_id, request.entry_id, request.body)
         group.chunks.append(data)
         group.size += len(data)
-        group.records.append(record)
+        group.records.append(request)
         group.waiters.append((request, source))
         counts = self._counts
         counts["journal_records"] += 1

@@ -47,7 +47,9 @@ class _LedgerState:
     lac_body: bytes = b""
 
     def pack(self) -> bytes:
-        return msgpack.packb([self.master_key, self.is_fenced, self.lac, self.lac_body], use_bin_type=True)
+        # A Packer sized for the state (packb would allocate its default 1 MiB buffer); same bytes.
+        return msgpack.Packer(use_bin_type=True, buf_size=len(self.master_key) + len(self.lac_body) + 64).pack(
+            [self.master_key, self.is_fenced, self.lac, self.lac_body])
 
     @classmethod
     def unpack(cls, data: bytes) -> _LedgerState:
@@ -243,7 +245,8 @@ class DurableLedgerStorage:
                 usage = usages[log_id] = self.log_usage(log_id)
             usage[ledger_id] = usage.get(ledger_id, 0) + size
         for log_id, usage in usages.items():
-            puts[log_meta_key(log_id)] = msgpack.packb(usage)
+            # packb(usage), with a Packer sized for it instead of packb's 1 MiB buffer.
+            puts[log_meta_key(log_id)] = msgpack.Packer(buf_size=16 * len(usage) + 16).pack(usage)
 
     def forget_log(self, log_id: int) -> None:
         """A log was deleted: drop cached reads that may have come from it."""
@@ -289,7 +292,7 @@ class DurableLedgerStorage:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
         # Sorted by (ledger, entry) so each ledger's entries sit together in the log.
-        self.append_to_logs(((l, e, body) for (l, e), body in sorted(plan.cache.items())), puts)
+        self.append_to_logs([(l, e, body) for (l, e), body in sorted(plan.cache.items())], puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []
@@ -312,9 +315,15 @@ class DurableLedgerStorage:
         # The newest entries are the ones tailing readers ask for next: keep the tail of what was
         # flushed readable from memory (bounded by the read cache) instead of going to disk.
         keep = itertools.islice(reversed(plan.cache.items()), self.config.read_cache_count_max // 2)
-        for (ledger_id, entry_id), body in reversed(list(keep)):     # the newest, oldest first
-            if ledger_id not in self._deleted_ledgers:
-                self._remember_read((ledger_id, entry_id), body)
+        deleted = self._deleted_ledgers
+        read_cache = self._read_cache
+        read_cache_count_max = self.config.read_cache_count_max
+        for key, body in reversed(list(keep)):     # the newest, oldest first
+            if key[0] not in deleted:
+                read_cache[key] = body             # _remember_read, inlined
+                read_cache.move_to_end(key)
+                if len(read_cache) > read_cache_count_max:
+                    read_cache.popitem(last=False)
         self._flushing = None
         # Deletions the index now holds; ledgers deleted after begin wait for the next round.
         self._deleted_ledgers.difference_update(plan.deleted_ledger_ids)

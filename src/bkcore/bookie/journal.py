@@ -130,11 +130,15 @@ class RecordEncoder:
     def encode(self, record: JournalRecord) -> bytes:
         kind = type(record)
         if kind is EntryRecord:      # nearly every record: its fields without a generator
-            payload = self._pack([_ENTRY_KIND, record.ledger_id, record.entry_id, record.body])
-        else:
-            payload = self._pack([int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)])
-        assert len(payload) <= RECORD_SIZE_MAX, \
-            f"{type(record).__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
+            return self.encode_entry(record.ledger_id, record.entry_id, record.body)
+        payload = self._pack([int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)])
+        assert len(payload) <= RECORD_SIZE_MAX, f"{kind.__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
+        return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+    def encode_entry(self, ledger_id: int, entry_id: int, body: bytes) -> bytes:
+        """encode(EntryRecord(ledger_id, entry_id, body)), without building the record."""
+        payload = self._pack([_ENTRY_KIND, ledger_id, entry_id, body])
+        assert len(payload) <= RECORD_SIZE_MAX, f"EntryRecord of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
         return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 
 
