@@ -45,9 +45,8 @@ def store_fields_directly(cls: type) -> type:
     descriptor. Same parameters, defaults and result as the generated one, which goes through
     object.__setattr__ by name for every field (the price of frozen) and makes building a
     message cost about twice as much. Use it under @dataclass; fields need plain defaults
-    (no default_factory) and the class no __post_init__."""
+    (no default_factory). A __post_init__ runs last, as in the generated __init__."""
     assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen and "__slots__" in cls.__dict__
-    assert not hasattr(cls, "__post_init__"), f"{cls.__name__}: __post_init__ would not run"
     namespace: dict[str, object] = {}
     parameters = []
     stores = []
@@ -60,6 +59,8 @@ def store_fields_directly(cls: type) -> type:
             parameters.append(f"{field.name}=_default_{field.name}")
         namespace[f"_store_{field.name}"] = cls.__dict__[field.name].__set__
         stores.append(f"    _store_{field.name}(self, {field.name})\n")
+    if hasattr(cls, "__post_init__"):
+        stores.append("    self.__post_init__()\n")
     exec(f"def __init__(self, {', '.join(parameters)}):\n{''.join(stores) or '    pass'}\n", namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"

@@ -19,7 +19,7 @@ from enum import Enum
 import msgpack
 
 from bkcore.digest import DigestType
-from bkcore.wire import INVALID_ENTRY_ID
+from bkcore.wire import INVALID_ENTRY_ID, store_fields_directly
 
 FORMAT_VERSION = 1
 
@@ -38,6 +38,7 @@ def password_hash(password: bytes) -> bytes:
     return hashlib.sha256(b"password" + password).digest()
 
 
+@store_fields_directly
 @dataclass(frozen=True, slots=True)
 class LedgerMetadata:
     ledger_id: int
