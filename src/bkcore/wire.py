@@ -63,6 +63,7 @@ def store_fields_directly(cls: type) -> type:
         stores.append("    self.__post_init__()\n")
     exec(f"def __init__(self, {', '.join(parameters)}):\n{''.join(stores) or '    pass'}\n", namespace)
     init = namespace["__init__"]
+    init.__annotations__ = dict(cls.__init__.__annotations__)
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     cls.__init__ = init

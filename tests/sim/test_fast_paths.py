@@ -1,0 +1,231 @@
+"""The simulator's hot paths, written for speed, against plain reference versions: the same
+draws from the same seeds, the same bytes, the same answers.
+
+Each reference here is the straightforward code a fast path replaced (expovariate calls, packb,
+generator-built write sets, the dataclass-generated __init__)."""
+
+import dataclasses
+import inspect
+import random
+from dataclasses import dataclass
+
+import msgpack
+import pytest
+
+from bkcore.bookie.journal import (
+    EntriesRecord, EntryRecord, FenceRecord, ForceRecord, JournalRecordKind, LacRecord, MasterKeyRecord,
+    RecordEncoder, encode_record, scan_records,
+)
+from bkcore.digest import DigestType
+from bkcore.ledger.metadata import LedgerMetadata
+from bkcore.ledger.schedule import WRITE_SET_SHAPES_MAX, write_set
+from bkcore.wire import AddRequest, ReadRequest, ReadResponse, store_fields_directly
+from sim.disk import draw_sync_latency_ns
+from sim.loop import EventLoop, EventLoopFull, TraceHasher
+from sim.network import LINK_LATENCY_SCALES, SimNetwork
+from sim.options import MS, DiskOptions, NetworkOptions
+
+# -- network and disk draws ---------------------------------------------------------------
+
+
+def _reference_delays_ns(rng, options, link_scale, source, destination):
+    """SimNetwork's fate of one message as first written: expovariate, a latency per copy."""
+    if options.loss_probability and rng.random() < options.loss_probability:
+        return []
+    link = (source, destination)
+
+    def latency_ns():
+        scale = link_scale.get(link)
+        if scale is None:
+            scale = link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
+        latency = options.latency_min_ns
+        extra_ns = options.latency_mean_ns - options.latency_min_ns
+        if extra_ns > 0:
+            latency += int(rng.expovariate(1 / extra_ns) * scale)
+        if options.reorder_probability and rng.random() < options.reorder_probability:
+            latency += rng.randrange(options.reorder_delay_max_ns + 1)
+        return latency
+
+    if options.duplicate_probability and rng.random() < options.duplicate_probability:
+        return [latency_ns(), latency_ns()]
+    return [latency_ns()]
+
+
+@pytest.mark.parametrize("options", [
+    NetworkOptions.none(),
+    NetworkOptions(latency_min_ns=100_000, latency_mean_ns=900_000, loss_probability=0.1,
+                   duplicate_probability=0.2, reorder_probability=0.3, reorder_delay_max_ns=5 * MS),
+])
+def test_network_delays_are_the_reference_draws(options):
+    network = SimNetwork(rng=random.Random(7), options=options)
+    reference_rng, link_scale = random.Random(7), {}
+    for index in range(5_000):
+        source, destination = f"n{index % 3}", f"n{index % 5}"
+        expected = _reference_delays_ns(reference_rng, options, link_scale, source, destination)
+        if index % 2:
+            assert network.delays_ns(source, destination, 0) == expected
+        else:
+            assert network.delivery_delays_ns(source=source, destination=destination, now_ns=0) == expected
+
+
+def test_fsync_latency_is_the_reference_draw():
+    options = DiskOptions(fsync_latency_min_ns=50_000, fsync_latency_mean_ns=400_000)
+    rng, reference = random.Random(3), random.Random(3)
+    for _ in range(2_000):
+        extra_ns = options.fsync_latency_mean_ns - options.fsync_latency_min_ns
+        expected = options.fsync_latency_min_ns + int(reference.expovariate(1 / extra_ns))
+        assert draw_sync_latency_ns(rng, options) == expected
+
+
+# -- event loop limits --------------------------------------------------------------------
+
+
+def test_peak_is_the_largest_heap_and_the_limit_still_holds():
+    loop = EventLoop(pending_count_max=5)
+    sizes = []
+    for at_ns in (5, 3, 9, 1):
+        loop.post_at(at_ns, lambda: None)
+        sizes.append(loop.pending_count)
+    loop.run_until(3)                       # two run: the heap shrinks, the peak stays
+    handle = loop.call_at(20, lambda: None)
+    assert loop.statistics().pending_count_peak == max(sizes) == 4
+    loop.call_later(1, lambda: None)
+    loop.call_at(30, lambda: None)
+    assert loop.statistics().pending_count_peak == 5
+    loop.cancel(handle)
+    loop.post_at(40, lambda: None)          # full: fits after dropping the cancelled event
+    with pytest.raises(EventLoopFull):
+        loop.post_at(50, lambda: None)
+    loop.invariants()
+
+
+# -- trace encoding -----------------------------------------------------------------------
+
+
+def _reference_digest(records):
+    packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogatepass",
+                            default=lambda value: msgpack.ExtType(1, str(value).encode("ascii")))
+    import hashlib
+    return hashlib.blake2b(b"".join(packer.pack(tuple(r)) for r in records), digest_size=16).hexdigest()
+
+
+@pytest.mark.parametrize("count", [0, 1, 15, 16, 1023, 1024, 1025, 70_000])
+def test_trace_digest_is_the_concatenated_records_whatever_the_batch(count):
+    records = [(i, f"node-{i % 7}", b"x" * (i % 5), None, i % 2 == 0, 2**70 + i) for i in range(count)]
+    trace = TraceHasher()
+    for index, record in enumerate(records):
+        if index % 3:
+            trace.record(*record)
+        else:
+            trace.record_plain(record)
+    assert trace.hexdigest() == _reference_digest(records) and trace.record_count == count
+
+
+def test_trace_passes_lone_surrogates_through():
+    trace = TraceHasher()
+    trace.record("\udc80", 1)
+    assert trace.hexdigest() == _reference_digest([("\udc80", 1)])
+
+
+# -- journal records ----------------------------------------------------------------------
+
+RECORDS = [
+    EntryRecord(5, 7, b"x" * 100), EntryRecord(2**40, 0, b""), EntryRecord(-3, 2**63 - 1, b"y" * 70_000),
+    MasterKeyRecord(1, b"k" * 32), FenceRecord(3), LacRecord(1, -1, b"zz"), ForceRecord(9),
+    EntriesRecord(1, 2, [b"a", b"b" * 300]),
+]
+KINDS = {EntryRecord: JournalRecordKind.ENTRY, MasterKeyRecord: JournalRecordKind.MASTER_KEY,
+         FenceRecord: JournalRecordKind.FENCE, LacRecord: JournalRecordKind.LAC,
+         ForceRecord: JournalRecordKind.FORCE, EntriesRecord: JournalRecordKind.ENTRIES}
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_record_payload_is_packb_of_kind_and_fields(record):
+    fields = [getattr(record, name) for name in record.__slots__]
+    expected = msgpack.packb([int(KINDS[type(record)]), *fields], use_bin_type=True)
+    encoder = RecordEncoder()
+    for _ in range(2):                      # the reused Packer starts clean every time
+        assert encoder.encode(record)[8:] == expected
+    assert encode_record(record) == encoder.encode(record)
+    if type(record) is EntryRecord:
+        assert encoder.encode_entry(record.ledger_id, record.entry_id, record.body) == encoder.encode(record)
+    assert scan_records(encoder.encode(record)).records == [record]
+
+
+def test_encoder_recovers_after_a_record_it_cannot_pack():
+    encoder = RecordEncoder()
+    with pytest.raises(OverflowError):
+        encoder.encode(EntryRecord(1, 2**64, b""))
+    assert encoder.encode(RECORDS[0]) == encode_record(RECORDS[0])
+
+
+# -- write sets ---------------------------------------------------------------------------
+
+
+def test_write_sets_are_the_round_robin_positions():
+    shapes = [(e, q) for e in range(1, 13) for q in range(1, e + 1)]
+    assert len(shapes) > WRITE_SET_SHAPES_MAX     # past the table's bound too
+    for ensemble_size, write_quorum_size in shapes:
+        for entry_id in range(3 * ensemble_size):
+            assert write_set(entry_id, ensemble_size=ensemble_size, write_quorum_size=write_quorum_size) == \
+                tuple((entry_id + i) % ensemble_size for i in range(write_quorum_size))
+
+
+# -- dataclasses that store their fields directly -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Plain:
+    a: int
+    b: bytes = b""
+    c: bool = False
+
+
+@store_fields_directly
+@dataclass(frozen=True, slots=True)
+class _Direct:
+    a: int
+    b: bytes = b""
+    c: bool = False
+
+
+@store_fields_directly
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    a: int
+
+    def __post_init__(self):
+        if self.a < 0:
+            raise ValueError("negative")
+
+
+def test_direct_init_behaves_like_the_generated_one():
+    assert str(inspect.signature(_Direct)) == str(inspect.signature(_Plain))
+    for args, kwargs in [((1,), {}), ((1, b"x"), {}), ((1,), {"c": True}), ((), {"a": 2, "b": b"y", "c": True})]:
+        direct, plain = _Direct(*args, **kwargs), _Plain(*args, **kwargs)
+        assert dataclasses.astuple(direct) == dataclasses.astuple(plain)
+        assert direct == _Direct(*args, **kwargs) and hash(direct) == hash(_Direct(*args, **kwargs))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        _Direct(1).a = 2
+    with pytest.raises(TypeError):
+        _Direct()
+    with pytest.raises(TypeError):
+        _Direct(1, d=3)
+    assert dataclasses.replace(_Direct(1, b"x"), c=True) == _Direct(1, b"x", True)
+    assert _Checked(1).a == 1
+    with pytest.raises(ValueError):
+        _Checked(-1)
+
+
+def test_messages_and_metadata_keep_their_defaults_and_checks():
+    request = ReadRequest(1, 2, 3)
+    assert (request.master_key, request.is_fencing, request.previous_lac, request.long_poll_timeout_ns) == \
+        (b"", False, -1, 0)
+    assert ReadResponse(1, 0, 2, 3).lac == -1
+    assert AddRequest(1, 2, 3, b"k", b"body").is_recovery is False
+    metadata = LedgerMetadata(ledger_id=5, ensemble_size=3, write_quorum_size=3, ack_quorum_size=2,
+                              ensembles=((0, ("a", "b", "c")),), digest_type=DigestType.CRC32C,
+                              password_hash=b"x" * 32)
+    assert LedgerMetadata.from_bytes(metadata.to_bytes(), version=-1) == metadata
+    with pytest.raises(ValueError):
+        dataclasses.replace(metadata, ack_quorum_size=4)
