@@ -114,21 +114,29 @@ class LedgerMetadata:
         """Entries from `first_entry_id` on go to `bookies`."""
         assert first_entry_id >= self.last_ensemble_start
         kept = self.ensembles if first_entry_id > self.last_ensemble_start else self.ensembles[:-1]
-        return dataclasses.replace(self, ensembles=kept + ((first_entry_id, tuple(bookies)),))
+        return self._replace(ensembles=kept + ((first_entry_id, tuple(bookies)),))
 
     def in_recovery(self) -> LedgerMetadata:
         assert self.state is not LedgerState.CLOSED
-        return dataclasses.replace(self, state=LedgerState.IN_RECOVERY)
+        return self._replace(state=LedgerState.IN_RECOVERY)
 
     def closed(self, *, last_entry_id: int, length: int) -> LedgerMetadata:
         assert last_entry_id >= INVALID_ENTRY_ID and length >= 0
         # Ensembles that start after the last entry never held anything; drop them.
         ensembles = tuple(e for e in self.ensembles if e[0] == 0 or e[0] <= last_entry_id)
-        return dataclasses.replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id,
+        return self._replace(state=LedgerState.CLOSED, last_entry_id=last_entry_id,
                                    length=length, ensembles=ensembles)
 
     def with_version(self, version: int) -> LedgerMetadata:
-        return dataclasses.replace(self, version=version)
+        return self._replace(version=version)
+
+    def _replace(self, **changes) -> LedgerMetadata:
+        """dataclasses.replace(self, **changes), from a fixed list of field names (replace looks
+        the fields up on every call, which costs more than building the new metadata)."""
+        for name in _FIELD_NAMES:
+            if name not in changes:
+                changes[name] = getattr(self, name)
+        return LedgerMetadata(**changes)
 
     def summary(self) -> dict:
         """Plain values for tools and JSON output."""
@@ -141,7 +149,8 @@ class LedgerMetadata:
     # -- serialization --------------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        return msgpack.packb({
+        # packb's bytes, from a Packer sized for metadata instead of packb's 1 MiB buffer.
+        return msgpack.Packer(use_bin_type=True, buf_size=4096).pack({
             "format": FORMAT_VERSION,
             "ledger_id": self.ledger_id,
             "E": self.ensemble_size, "Qw": self.write_quorum_size, "Qa": self.ack_quorum_size,
@@ -155,7 +164,7 @@ class LedgerMetadata:
             "deferred_sync": self.is_deferred_sync,
             "custom": [[k, v] for k, v in self.custom_metadata],
             "master_key": self.master_key,
-        }, use_bin_type=True)
+        })
 
     @classmethod
     def from_bytes(cls, data: bytes, *, version: int) -> LedgerMetadata:
@@ -177,3 +186,6 @@ class LedgerMetadata:
             raise
         except (ValueError, KeyError, TypeError, AttributeError, msgpack.UnpackException) as exc:
             raise MetadataFormatError(f"unreadable ledger metadata: {exc}") from None
+
+
+_FIELD_NAMES = tuple(field.name for field in dataclasses.fields(LedgerMetadata))
