@@ -29,6 +29,8 @@ RETRY_DELAY_NS = 200 * MS
 READ_CHUNK_COUNT = 64
 LONG_POLL_TIMEOUT_NS = 1_000 * MS
 IDLE_POLLS_BEFORE_METADATA_REFRESH = 2
+# Looked up once (an enum member read off its class is slow in CPython 3.11): every add checks it.
+_WRITER_OPEN = WriterState.OPEN
 
 
 @dataclass(slots=True)
@@ -151,7 +153,7 @@ class _Writer:
     def _add(self, writer) -> None:
         if writer is not self.writer or self.is_finishing:
             return
-        if not self.w.is_writing or writer.state is not WriterState.OPEN or self.added_count >= self.entries_max:
+        if not self.w.is_writing or writer.state is not _WRITER_OPEN or self.added_count >= self.entries_max:
             self._finish()
             return
         if self.in_flight_count < self.w.scenario.adds_in_flight_max:
