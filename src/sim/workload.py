@@ -89,7 +89,7 @@ class LedgerWorkload:
 
     @property
     def now_ns(self) -> int:
-        return self.world.now_ns
+        return self.world.loop.now_ns      # (not world.now_ns: one property call, not two)
 
     def pending_operation_count(self) -> int:
         return len(self._callbacks)
