@@ -78,7 +78,12 @@ class SimFileSystem:
         return self._file(path).size
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        return self._file(path).read_range(offset, size)
+        directory, _, name = path.rpartition("/")       # _file, inlined: entry reads come here
+        listing = self._dirs.get(directory or ".")
+        disk = None if listing is None else listing.get(name)
+        if disk is None:
+            self._file(path)                            # raises the error that fits
+        return disk.read_range(offset, size)
 
     def _operation(self) -> bool:
         """Count a mutating operation; True if the armed crash strikes now."""

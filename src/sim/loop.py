@@ -271,8 +271,12 @@ class TraceHasher:
 
     def __init__(self) -> None:
         self._hash = hashlib.blake2b(digest_size=16)
-        self._pack = msgpack.Packer(use_bin_type=True, unicode_errors="surrogatepass",
-                                    default=_pack_big_int).pack
+        # Strict UTF-8 packs strs in place; with an error handler msgpack copies every str first.
+        # The two give the same bytes for any str strict UTF-8 accepts, so the second packer is
+        # only asked about a batch holding a lone surrogate.
+        self._pack = msgpack.Packer(use_bin_type=True, default=_pack_big_int).pack
+        self._pack_surrogates = msgpack.Packer(use_bin_type=True, unicode_errors="surrogatepass",
+                                               default=_pack_big_int).pack
         self._records: list[tuple] = []
         self._flushed_count = 0
 
@@ -302,7 +306,10 @@ class TraceHasher:
         records = self._records
         if records:
             count = len(records)
-            packed = self._pack(records)
+            try:
+                packed = self._pack(records)
+            except UnicodeEncodeError:
+                packed = self._pack_surrogates(records)
             # The batch's array header: 1 byte up to 15 items, 3 up to 65535, else 5.
             header_size = 1 if count < 16 else 3 if count < 0x10000 else 5
             self._hash.update(memoryview(packed)[header_size:])

@@ -186,7 +186,10 @@ class DurableLedgerStorage:
         if value is None:
             return None
         body = self._read_from_log(unpack_location(value), ledger_id, entry_id)
-        self._remember_read(key, body)
+        read_cache = self._read_cache                  # _remember_read of a new key, inlined
+        read_cache[key] = body
+        if len(read_cache) > self.config.read_cache_count_max:
+            read_cache.popitem(last=False)             # evict the least recently used
         return body
 
     def _remember_read(self, key: tuple[int, int], body: bytes) -> None:
