@@ -196,6 +196,18 @@ def _add_answer(request: AddRequest | AddBatchRequest, code: Code) -> AddRespons
     return AddBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id, len(request.bodies))
 
 
+class _Counts:
+    """The counts and peaks statistics() reports (attributes: cheaper than a dict per request)."""
+
+    __slots__ = ("adds_ok", "deferred_adds", "reads", "fences", "lac_writes", "forces", "long_polls_parked",
+                 "long_polls_timed_out", "malformed", "journal_writes", "journal_records", "journal_written_size",
+                 "journal_group_size_peak", "pending_adds_peak", "pending_syncs_peak")
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+
 class Bookie:
     """Owns the journal group commit, fencing state, the known LAC per ledger and parked long
     polls; ledger contents live in `storage`."""
@@ -223,10 +235,7 @@ class Bookie:
         self._pending_adds_count = 0
         self._pending_syncs_count = 0
         self._long_polls = LongPollWaiters(count_max=config.long_poll_waiters_count_max)
-        self._counts = dict.fromkeys(
-            ("adds_ok", "deferred_adds", "reads", "fences", "lac_writes", "forces", "long_polls_parked",
-             "long_polls_timed_out", "malformed", "journal_writes", "journal_records", "journal_written_size",
-             "journal_group_size_peak", "pending_adds_peak", "pending_syncs_peak"), 0)
+        self._counts = _Counts()
         self._rejected: dict[str, int] = {}
 
     # -- driver interface -----------------------------------------------------------------
@@ -259,7 +268,7 @@ class Bookie:
 
     def on_timer(self, now_ns: int) -> None:
         for waiter in self._long_polls.pop_expired(now_ns):
-            self._counts["long_polls_timed_out"] += 1
+            self._counts.long_polls_timed_out += 1
             self._answer_read(waiter.request, waiter.source)
         self._maybe_flush(now_ns)
 
@@ -268,7 +277,7 @@ class Bookie:
         self._has_served = True
         row = _REQUEST_TABLE.get(type(message))
         if row is None or not row[0](message):
-            self._counts["malformed"] += 1
+            self._counts.malformed += 1
         else:
             row[1](self, message, source, now_ns)
         if self._in_flight is None and self._collecting is not None:     # else nothing to flush
@@ -281,7 +290,7 @@ class Bookie:
         for message in messages:
             row = _REQUEST_TABLE.get(type(message))
             if row is None or not row[0](message):
-                self._counts["malformed"] += 1
+                self._counts.malformed += 1
                 continue
             row[1](self, message, source, now_ns)
         self._maybe_flush(now_ns)
@@ -311,7 +320,7 @@ class Bookie:
         for request, source in group.waiters:
             if type(request) is AddRequest:      # _complete of a single add, spelled out
                 self._pending_adds_count -= 1
-                counts["adds_ok"] += 1
+                counts.adds_ok += 1
                 effects.append(Send(source, AddResponse(request.request_id, _OK, request.ledger_id,
                                                         request.entry_id)))
             else:
@@ -360,7 +369,7 @@ class Bookie:
         group.size += len(data)
         if should_apply:
             group.records.append(record)
-        self._counts["journal_records"] += 1
+        self._counts.journal_records += 1
 
     def _wait_for_journal(self, request: object, source: str) -> None:
         assert self._collecting is not None, "journal the record before waiting on it"
@@ -368,12 +377,12 @@ class Bookie:
         kind = type(request)
         if kind is AddRequest or kind is AddBatchRequest:
             self._pending_adds_count += 1 if kind is AddRequest else len(request.bodies)
-            if self._pending_adds_count > self._counts["pending_adds_peak"]:
-                self._counts["pending_adds_peak"] = self._pending_adds_count
+            if self._pending_adds_count > self._counts.pending_adds_peak:
+                self._counts.pending_adds_peak = self._pending_adds_count
         else:
             self._pending_syncs_count += 1
-            if self._pending_syncs_count > self._counts["pending_syncs_peak"]:
-                self._counts["pending_syncs_peak"] = self._pending_syncs_count
+            if self._pending_syncs_count > self._counts.pending_syncs_peak:
+                self._counts.pending_syncs_peak = self._pending_syncs_count
 
     def _maybe_flush(self, now_ns: int) -> None:
         group = self._collecting
@@ -388,9 +397,9 @@ class Bookie:
         self._next_token += 1
         self._collecting = None
         self._in_flight = (token, group)
-        self._counts["journal_writes"] += 1
-        self._counts["journal_written_size"] += group.size
-        self._counts["journal_group_size_peak"] = max(self._counts["journal_group_size_peak"], group.size)
+        self._counts.journal_writes += 1
+        self._counts.journal_written_size += group.size
+        self._counts.journal_group_size_peak = max(self._counts.journal_group_size_peak, group.size)
         self._effects.append(JournalWrite(token=token, data=b"".join(group.chunks)))
 
     def _apply(self, record: JournalRecord) -> None:
@@ -434,14 +443,14 @@ class Bookie:
         """Answer a request whose records are now durable."""
         if type(request) is AddRequest:       # the common case, spelled out
             self._pending_adds_count -= 1
-            self._counts["adds_ok"] += 1
+            self._counts.adds_ok += 1
             self._effects.append(Send(source, AddResponse(request.request_id, _OK, request.ledger_id,
                                                           request.entry_id)))
             return
         if type(request) is AddBatchRequest:
             count = len(request.bodies)
             self._pending_adds_count -= count
-            self._counts["adds_ok"] += count
+            self._counts.adds_ok += count
             self._send(source, _add_answer(request, _OK))
             return
         self._pending_syncs_count -= 1
@@ -547,10 +556,10 @@ class Bookie:
         group.records.append(request)
         group.waiters.append((request, source))
         counts = self._counts
-        counts["journal_records"] += 1
+        counts.journal_records += 1
         self._pending_adds_count += 1
-        if self._pending_adds_count > counts["pending_adds_peak"]:
-            counts["pending_adds_peak"] = self._pending_adds_count
+        if self._pending_adds_count > counts.pending_adds_peak:
+            counts.pending_adds_peak = self._pending_adds_count
 
     def _on_add_batch(self, request: AddBatchRequest, source: str, now_ns: int) -> None:
         code = self._check_add(request.ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
@@ -572,8 +581,8 @@ class Bookie:
             self._apply(record)
             self._journal(record, now_ns, should_apply=False)
             count = _entry_count(request)
-            self._counts["adds_ok"] += count
-            self._counts["deferred_adds"] += count
+            self._counts.adds_ok += count
+            self._counts.deferred_adds += count
             self._send(source, _add_answer(request, _OK))
             return
         self._journal(record, now_ns)
@@ -629,11 +638,11 @@ class Bookie:
 
     def _on_fence(self, request: ReadRequest, source: str, now_ns: int) -> None:
         """A recovery read: fence the ledger durably, then answer the read."""
-        self._counts["reads"] += 1
+        self._counts.reads += 1
         ledger_id = request.ledger_id
         code = self._check_key(ledger_id, request.master_key, may_create=True)
         if code == _OK and self.storage.is_fenced(ledger_id):
-            self._counts["fences"] += 1
+            self._counts.fences += 1
             self._answer_read(request, source)          # durably fenced already
             return
         if code == _OK:
@@ -641,7 +650,7 @@ class Bookie:
         if code != _OK:
             self._send_read(source, request, code)
             return
-        self._counts["fences"] += 1
+        self._counts.fences += 1
         self._journal_key_if_new(ledger_id, request.master_key, now_ns)
         self._fenced.add(ledger_id)
         self._journal(FenceRecord(ledger_id), now_ns)
@@ -651,12 +660,12 @@ class Bookie:
         if request.is_fencing:
             self._on_fence(request, source, now_ns)
             return
-        self._counts["reads"] += 1
+        self._counts.reads += 1
         ledger_id = request.ledger_id
         if (request.long_poll_timeout_ns > 0 and self._lac_of(ledger_id) <= request.previous_lac
                 and not self._is_fenced(ledger_id)):
             if self._long_polls.park(request, source, deadline_ns=now_ns + request.long_poll_timeout_ns):
-                self._counts["long_polls_parked"] += 1
+                self._counts.long_polls_parked += 1
             else:
                 self._send_read(source, request, self._reject(Code.TOO_MANY_REQUESTS))
             return
@@ -715,7 +724,7 @@ class Bookie:
         if code != _OK:
             self._send(source, WriteLacResponse(request.request_id, code, request.ledger_id))
             return
-        self._counts["lac_writes"] += 1
+        self._counts.lac_writes += 1
         self._journal(LacRecord(request.ledger_id, request.lac, request.body), now_ns)
         self._wait_for_journal(request, source)
 
@@ -727,7 +736,7 @@ class Bookie:
         if code != _OK:
             self._send(source, ForceLedgerResponse(request.request_id, code, request.ledger_id))
             return
-        self._counts["forces"] += 1
+        self._counts.forces += 1
         self._journal(ForceRecord(request.ledger_id), now_ns)
         self._wait_for_journal(request, source)
 
@@ -756,13 +765,13 @@ class Bookie:
     def statistics(self) -> BookieStatistics:
         c = self._counts
         return BookieStatistics(
-            adds_ok_count=c["adds_ok"], deferred_adds_count=c["deferred_adds"], reads_count=c["reads"],
-            fences_count=c["fences"], lac_writes_count=c["lac_writes"], forces_count=c["forces"],
-            long_polls_parked_count=c["long_polls_parked"], long_polls_timed_out_count=c["long_polls_timed_out"],
-            rejected_by_code=tuple(sorted(self._rejected.items())), malformed_count=c["malformed"],
-            journal_writes_count=c["journal_writes"], journal_records_count=c["journal_records"],
-            journal_written_size=c["journal_written_size"], journal_group_size_peak=c["journal_group_size_peak"],
-            pending_adds_peak=c["pending_adds_peak"], pending_syncs_peak=c["pending_syncs_peak"],
+            adds_ok_count=c.adds_ok, deferred_adds_count=c.deferred_adds, reads_count=c.reads,
+            fences_count=c.fences, lac_writes_count=c.lac_writes, forces_count=c.forces,
+            long_polls_parked_count=c.long_polls_parked, long_polls_timed_out_count=c.long_polls_timed_out,
+            rejected_by_code=tuple(sorted(self._rejected.items())), malformed_count=c.malformed,
+            journal_writes_count=c.journal_writes, journal_records_count=c.journal_records,
+            journal_written_size=c.journal_written_size, journal_group_size_peak=c.journal_group_size_peak,
+            pending_adds_peak=c.pending_adds_peak, pending_syncs_peak=c.pending_syncs_peak,
             long_poll_waiters_peak=self._long_polls.peak_count)
 
 
