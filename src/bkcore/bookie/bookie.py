@@ -267,9 +267,11 @@ class Bookie:
         return poll_deadline
 
     def on_timer(self, now_ns: int) -> None:
-        for waiter in self._long_polls.pop_expired(now_ns):
-            self._counts.long_polls_timed_out += 1
-            self._answer_read(waiter.request, waiter.source)
+        poll_deadline = self._long_polls.next_deadline_ns()
+        if poll_deadline is not None and poll_deadline <= now_ns:    # else none has expired
+            for waiter in self._long_polls.pop_expired(now_ns):
+                self._counts.long_polls_timed_out += 1
+                self._answer_read(waiter.request, waiter.source)
         self._maybe_flush(now_ns)
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
