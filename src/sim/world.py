@@ -453,7 +453,7 @@ class SimWorld:
                 break
         if core is None:
             return
-        # The timer (_arm_timer, inlined).
+        # Keep the node's timer at the core's next deadline.
         deadline_ns = core.next_deadline_ns()
         if deadline_ns is None:
             if node.timer_handle is not None:
@@ -553,13 +553,6 @@ class SimWorld:
                              client_id, token, MetaResult(MetaCode.CONNECTION_LOSS))
 
     # -- timers ---------------------------------------------------------------------------
-
-    def _arm_timer(self, node: _Node) -> None:
-        deadline_ns = node.core.next_deadline_ns()
-        if deadline_ns is None:
-            self._cancel_timer(node)
-        elif deadline_ns != node.timer_at_ns:
-            self._arm_timer_at(node, deadline_ns)
 
     def _arm_timer_at(self, node: _Node, at_ns: int) -> None:
         loop = self.loop

@@ -690,15 +690,14 @@ class Bookie:
         if body is None:
             self._send_read(source, request, Code.NO_SUCH_ENTRY)
             return
-        # _send_read of an entry, spelled out: every read that finds one comes here.
+        # The entry, with the LAC this bookie knows (_lac_of, its cached case spelled out).
         lac = self._known_lac.get(ledger_id)
         self._effects.append(Send(source, ReadResponse(request.request_id, _OK, ledger_id, entry_id, body,
                                                        self._lac_of(ledger_id) if lac is None else lac)))
 
-    def _send_read(self, source: str, request: ReadRequest, code: Code, *, entry_id: int | None = None,
-                   body: bytes = b"") -> None:
-        self._send(source, ReadResponse(request.request_id, code, request.ledger_id,
-                                        request.entry_id if entry_id is None else entry_id, body,
+    def _send_read(self, source: str, request: ReadRequest, code: Code) -> None:
+        """Answer a read without an entry (an entry is sent by _answer_read)."""
+        self._send(source, ReadResponse(request.request_id, code, request.ledger_id, request.entry_id, b"",
                                         self._lac_of(request.ledger_id)))
 
     def _on_read_lac(self, request: ReadLacRequest, source: str, now_ns: int) -> None:

@@ -186,17 +186,11 @@ class DurableLedgerStorage:
         if value is None:
             return None
         body = self._read_from_log(unpack_location(value), ledger_id, entry_id)
-        read_cache = self._read_cache                  # _remember_read of a new key, inlined
+        read_cache = self._read_cache                  # a new key goes in last
         read_cache[key] = body
         if len(read_cache) > self.config.read_cache_count_max:
             read_cache.popitem(last=False)             # evict the least recently used
         return body
-
-    def _remember_read(self, key: tuple[int, int], body: bytes) -> None:
-        self._read_cache[key] = body
-        self._read_cache.move_to_end(key)
-        if len(self._read_cache) > self.config.read_cache_count_max:
-            self._read_cache.popitem(last=False)   # evict the least recently used
 
     def _read_from_log(self, location: tuple[int, int], ledger_id: int, entry_id: int) -> bytes:
         """Read again after a checksum failure (a disk may flip a bit once); report it if it stays."""
@@ -323,7 +317,7 @@ class DurableLedgerStorage:
         read_cache_count_max = self.config.read_cache_count_max
         for key, body in reversed(list(keep)):     # the newest, oldest first
             if key[0] not in deleted:
-                read_cache[key] = body             # _remember_read, inlined
+                read_cache[key] = body             # the newest end of the LRU order
                 read_cache.move_to_end(key)
                 if len(read_cache) > read_cache_count_max:
                     read_cache.popitem(last=False)
