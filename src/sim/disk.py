@@ -131,8 +131,7 @@ class SimDisk:
     def read_range(self, offset: int = 0, size: int = -1) -> bytes:
         """Bytes [offset, offset + size) (size -1: to the end); with bit_flip_probability one
         bit of the returned copy is flipped. Copies only the range, not the file."""
-        end = len(self._data) if size < 0 else min(len(self._data), offset + size)
-        data = bytes(self._data[offset:end])
+        data = bytes(self._data[offset:] if size < 0 else self._data[offset:offset + size])   # slices clamp
         if data and self.options.bit_flip_probability and self.rng.random() < self.options.bit_flip_probability:
             flipped = bytearray(data)
             flipped[self.rng.randrange(len(flipped))] ^= 1 << self.rng.randrange(8)
