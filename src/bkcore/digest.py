@@ -26,6 +26,7 @@ from enum import Enum
 import crc32c
 
 from bkcore.errors import DigestMismatch
+from bkcore.wire import store_fields_directly
 
 ENTRY_HEADER = struct.Struct(">qqqq")
 LAC_HEADER = struct.Struct(">qq")
@@ -36,10 +37,16 @@ class DigestType(Enum):
     HMAC_SHA256 = "HMAC_SHA256"
 
 
+# Looked up once: reading an enum member off its class is slow in CPython 3.11, and every entry
+# packed or checked asks.
+_CRC32C = DigestType.CRC32C
+
+
 def master_key(password: bytes) -> bytes:
     return hashlib.sha256(b"ledger" + password).digest()
 
 
+@store_fields_directly       # built for every entry a reader checks
 @dataclass(frozen=True, slots=True)
 class UnpackedEntry:
     ledger_id: int
@@ -61,7 +68,7 @@ class Digester:
         self.digest_size = 4 if digest_type is DigestType.CRC32C else 32
 
     def _digest(self, header: bytes, payload: bytes) -> bytes:
-        if self.digest_type is DigestType.CRC32C:
+        if self.digest_type is _CRC32C:
             return crc32c.crc32c(payload, crc32c.crc32c(header)).to_bytes(4, "big")
         mac = hmac.new(self._mac_key, header, hashlib.sha256)
         mac.update(payload)

@@ -402,7 +402,7 @@ class Bookie:
         self._counts.journal_writes += 1
         self._counts.journal_written_size += group.size
         self._counts.journal_group_size_peak = max(self._counts.journal_group_size_peak, group.size)
-        self._effects.append(JournalWrite(token=token, data=b"".join(group.chunks)))
+        self._effects.append(JournalWrite(token, b"".join(group.chunks)))
 
     def _apply(self, record: JournalRecord) -> None:
         """Apply one durable record to storage; crash replay and live persistence share this.

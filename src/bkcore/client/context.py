@@ -85,7 +85,7 @@ class ClientContext:
         return effects
 
     def complete(self, op_id: int, result: object = None, error: BKException | None = None) -> None:
-        self._effects.append(Completed(op_id=op_id, result=result, error=error))
+        self._effects.append(Completed(op_id, result, error))
 
     # -- timers ---------------------------------------------------------------------------
 
@@ -143,7 +143,7 @@ class ClientContext:
         bucket[request_id] = deadline
         self._pending_requests[request_id] = _PendingRequest(destination, on_response, timeout_ns)
         self._pending_peak = max(self._pending_peak, len(self._pending_requests))
-        self._effects.append(Send(destination=destination, message=build(request_id)))
+        self._effects.append(Send(destination, build(request_id)))
         self._sent_count += 1
         return request_id
 
@@ -191,7 +191,7 @@ class ClientContext:
         self._next_token += 1
         self._pending_metadata[token] = on_result
         self._metadata_count += 1
-        self._effects.append(MetadataCall(token=token, op=op))
+        self._effects.append(MetadataCall(token, op))
 
     def on_metadata_result(self, token: int, result: object, now_ns: int) -> None:
         callback = self._pending_metadata.pop(token, None)
