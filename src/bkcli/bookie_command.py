@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 
@@ -78,6 +79,8 @@ async def run_stream_storage(uri: str, config, task_status) -> None:
     from transports.library import connect
     async with connect(uri) as bk:
         async with trio.open_nursery() as nursery:
-            gateway = await nursery.start(GrpcGateway(bk, host=config.host, port=config.stream_storage_port).run)
+            gateway = await nursery.start(GrpcGateway(
+                bk, host=config.host, port=config.stream_storage_port,
+                index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes")).run)
             print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
             task_status.started()

@@ -75,7 +75,8 @@ class StandaloneCluster:
         if self.stream_storage_port:
             self.stream_storage = spawn_bk(
                 "stream storage", ["stream-storage", "--metastore", self.metastore_uri,
-                                   "--port", str(self.stream_storage_port)],
+                                   "--port", str(self.stream_storage_port),
+                                   "--data-dir", os.path.join(self.data_dir, "stream-storage")],
                 log_path=os.path.join(self.data_dir, "stream-storage.log"), port=self.stream_storage_port,
                 ready_text="stream storage listening on")
             log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}")

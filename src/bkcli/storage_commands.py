@@ -14,7 +14,9 @@ Names are NAME (namespace "default") or NAMESPACE/NAME. Errors print what failed
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import tempfile
 
 from bkcli.defaults import add_metastore_argument, metastore_uri
 
@@ -26,6 +28,9 @@ def add_parser(commands) -> None:
     add_metastore_argument(server)
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     server.add_argument("--port", type=int, default=4181, help="gRPC port (4181)")
+    server.add_argument("--data-dir", default=None,
+                        help="where the table indexes (lmdb) live; rebuilt from the range journals when "
+                             "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
     server.set_defaults(run=cmd_stream_storage)
 
     stream = commands.add_parser("stream", help="create, inspect and delete streams (via stream storage)")
@@ -108,7 +113,9 @@ async def _serve(args) -> int:
 
     async with bkclient.connect(metastore_uri(args)) as bk:
         async with trio.open_nursery() as nursery:
-            gateway = await nursery.start(GrpcGateway(bk, host=args.host, port=args.port).run)
+            data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
+            gateway = await nursery.start(GrpcGateway(bk, host=args.host, port=args.port,
+                                                      index_dir=os.path.join(data_dir, "table-indexes")).run)
             print(f"stream storage listening on {gateway.host}:{gateway.port}", flush=True)
             await cancel_on_stop_signal(nursery)
     return 0

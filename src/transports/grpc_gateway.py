@@ -424,8 +424,11 @@ class _WatchHandler:
 
 class GrpcGateway:
     def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, threads: int = 32,
-                 checkpoint_every: int | None = None) -> None:
+                 checkpoint_every: int | None = None, index_dir: str | None = None) -> None:
+        """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
+        the range journals whenever a range is opened); None keeps them in memory."""
         self._bk = bk
+        self._index_dir = index_dir
         self.host, self.port = host, port
         self._threads = threads
         self._checkpoint_every = checkpoint_every
@@ -444,7 +447,7 @@ class GrpcGateway:
                 raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
             self.port = bound
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
-                                 server_id=f"{self.host}:{self.port}")
+                                 server_id=f"{self.host}:{self.port}", index_dir=self._index_dir)
             bridge = _Bridge(trio.lowlevel.current_trio_token())
             storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
                 RootRangeServicer(bridge, streams, self.tables), server)

@@ -1,7 +1,8 @@
 """One range of a table, served by the process that owns it: journal, state, checkpoints, watch.
 
     journal     a log stream of stamped commands (bkcore.table.commands), the source of truth
-    state       bkcore.table.kv.RangeState over an in-memory index, rebuilt on open
+    state       bkcore.table.kv.RangeState over a KvIndex (lmdb on a server, see lmdb_kv;
+                memory when none is given), rebuilt on open
     checkpoints a second log stream: the whole index now and then, one segment per checkpoint
 
 Opening a range takes ownership: opening the journal's writer fences the previous owner (its
@@ -26,7 +27,7 @@ import collections
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Iterable, Iterator
 
 import crc32c
 import msgpack
@@ -38,11 +39,12 @@ from bkcore.stream.segments import StreamSettings
 from bkcore.table.commands import (
     Command, ExpireKeys, RangeRead, RangeResult, Stamped, TableError, decode_stamped, encode_stamped,
 )
-from bkcore.table.kv import EXPIRY, MemoryKvIndex, RangeState, WatchEvent
+from bkcore.table.kv import EXPIRY, KvIndex, MemoryKvIndex, RangeState, WatchEvent
 from transports.stream_writer import ENTRY_SIZE_MAX
 
 TABLES_NAMESPACE = "__tables"
 CHECKPOINT_CHUNK_BYTES = 256 * 1024
+CHECKPOINT_CHUNKS_PER_WRITE = 8
 CHECKPOINTS_KEPT = 2
 WATCH_HISTORY_EVENTS = 10_000
 WATCH_BUFFER_EVENTS = 10_000
@@ -105,14 +107,15 @@ class _Watcher:
 class TableRange:
     def __init__(self, streams, table: str, range_id: int = 0, *,
                  settings: StreamSettings = StreamSettings(),
-                 checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS) -> None:
+                 checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS, index: KvIndex | None = None) -> None:
         self._streams = streams
         self.table, self.range_id = table, range_id
         self._settings = settings
         self._checkpoint_every = checkpoint_every
         self._journal_name = journal_stream_name(table, range_id)
         self._checkpoint_name = self._journal_name + "~checkpoints"
-        self.state = RangeState(MemoryKvIndex())
+        self._index = index if index is not None else MemoryKvIndex()
+        self.state = RangeState(self._index)
         self._slots: collections.deque[_Slot] = collections.deque()
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=WATCH_HISTORY_EVENTS)
         self._watchers: set[_Watcher] = set()
@@ -158,10 +161,12 @@ class TableRange:
         await self._checkpoint_writer.aclose()
 
     async def _restore(self) -> None:
+        index = self._index
         checkpoints = await self._read_checkpoints()
         for info, items in reversed(checkpoints):
+            index.replace_all(sorted(items.items()))
+            state = RangeState(index)
             try:
-                state = RangeState(MemoryKvIndex(items))
                 await self._replay(state, _after(info.journal_position))
             except PositionTruncated:
                 continue
@@ -169,7 +174,8 @@ class TableRange:
             self.restored_from = "checkpoint"
             break
         else:
-            state = RangeState(MemoryKvIndex())
+            index.replace_all(())
+            state = RangeState(index)
             await self._replay(state, None)
             self.restored_from = "journal"
         self.state = state
@@ -298,21 +304,24 @@ class TableRange:
 
     async def checkpoint(self) -> CheckpointInfo:
         """Write the whole state to the checkpoint stream, then truncate both streams behind
-        the oldest checkpoint kept."""
+        the oldest checkpoint kept. Commands go on being applied meanwhile: the checkpoint is
+        the index's snapshot taken at the start."""
         async with self._checkpoint_lock:
             self._check_serving()
             position = self.state.applied_position
-            items = self.state.index.items()       # a consistent copy: applies run in this thread
             revision = self.state.revision
+            snapshot = self.state.index.items()
             self._since_checkpoint = 0
-            chunks = _chunks(items)
-            checksum = 0
-            for chunk in chunks:
-                checksum = crc32c.crc32c(chunk, checksum)
-            header = await self._checkpoint_writer.write(msgpack.packb(["checkpoint", position, revision, len(chunks)]))
-            await self._checkpoint_writer.write_many(chunks)
-            await self._checkpoint_writer.write(msgpack.packb(["end", checksum]))
-            await self._checkpoint_writer.roll()
+            writer = self._checkpoint_writer
+            header = await writer.write(msgpack.packb(["checkpoint", position, revision]))
+            chunk_count, checksum = 0, 0
+            for group in _chunk_groups(snapshot):
+                for chunk in group:
+                    checksum = crc32c.crc32c(chunk, checksum)
+                chunk_count += len(group)
+                await writer.write_many(group)
+            await writer.write(msgpack.packb(["end", checksum, chunk_count]))
+            await writer.roll()
             info = CheckpointInfo(header, DLSN(*position) if position else None, revision)
             self._checkpoints.append(info)
             del self._checkpoints[:-CHECKPOINTS_KEPT]
@@ -337,7 +346,8 @@ class TableRange:
                     continue
                 kind = item[0] if isinstance(item, list) and item else None
                 if kind == "checkpoint":
-                    _, position, revision, chunk_count = item
+                    # [kind, position, revision] (older checkpoints also had the chunk count here)
+                    _, position, revision, *chunk_count = item
                     current = [CheckpointInfo(record.dlsn, DLSN(*position) if position else None, revision),
                                chunk_count, [], 0]
                 elif kind == "chunk" and current is not None:
@@ -345,23 +355,32 @@ class TableRange:
                     current[3] = crc32c.crc32c(record.payload, current[3])
                 elif kind == "end" and current is not None:
                     info, chunk_count, pairs, checksum = current
-                    if len(pairs) == chunk_count and checksum == item[1]:
+                    chunk_count = chunk_count or item[2:]
+                    if [len(pairs)] == chunk_count and checksum == item[1]:
                         found.append((info, {k: v for chunk in pairs for k, v in chunk}))
                     current = None
         return found
 
 
-def _chunks(items: list[tuple[bytes, bytes]]) -> list[bytes]:
-    chunks, pairs, size = [], [], 0
+def _chunk_groups(items: Iterable[tuple[bytes, bytes]]) -> Iterator[list[bytes]]:
+    """The checkpoint records of `items` (each ["chunk", pairs], about CHECKPOINT_CHUNK_BYTES),
+    a few at a time, so that the writer gets them while the rest are still being read. At least
+    one chunk, even for an empty index."""
+    group, pairs, size, chunk_count = [], [], 0, 0
     for key, value in items:
         pairs.append([key, value])
         size += len(key) + len(value) + 8
         if size >= CHECKPOINT_CHUNK_BYTES:
-            chunks.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
+            group.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
             pairs, size = [], 0
-    if pairs or not chunks:
-        chunks.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
-    return chunks
+            if len(group) >= CHECKPOINT_CHUNKS_PER_WRITE:
+                chunk_count += len(group)
+                yield group
+                group = []
+    if pairs or not (group or chunk_count):
+        group.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
+    if group:
+        yield group
 
 
 def _after(position: DLSN | None) -> DLSN | None:

@@ -28,7 +28,8 @@ from bkcore.table.commands import (
     RangeResult, TableError, Txn, TxnResult, fold_key, pkey_end, unfold_key,
 )
 from bkcore.table.kv import WatchEvent
-from transports.range_ownership import NotOwner, RangeOwnership
+from transports.lmdb_kv import LmdbRangeIndexes
+from transports.range_ownership import NotOwner, OwnershipUncertain, RangeOwnership
 from transports.table_range import TABLES_NAMESPACE, TableRange, journal_stream_name
 
 SETTINGS_TTL_S = 5.0
@@ -47,8 +48,10 @@ def table_key(key: bytes) -> tuple[bytes, bytes]:
 
 class Tables:
     def __init__(self, bk, nursery: trio.Nursery, *, checkpoint_every: int | None = None,
-                 server_id: str | None = None) -> None:
+                 server_id: str | None = None, index_dir: str | None = None) -> None:
         self._bk = bk
+        # Range indexes in lmdb under index_dir; without one, in memory (library use, tests).
+        self._indexes = LmdbRangeIndexes(index_dir) if index_dir else None
         self._nursery = nursery
         # With a server id, ranges are claimed in the metastore (several servers share the
         # tables); without one, this process serves every range it is asked about.
@@ -91,8 +94,10 @@ class Tables:
                 journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
                                                   settings.ack_quorum_size)
                 options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
-                table_range = TableRange(self._bk.streams, f"{namespace}/{stream}", index[2],
-                                         settings=journal_settings, **options)
+                table = f"{namespace}/{stream}"
+                if self._indexes is not None:
+                    options["index"] = self._indexes.index_for(table, index[2])
+                table_range = TableRange(self._bk.streams, table, index[2], settings=journal_settings, **options)
                 try:
                     await table_range.open(self._nursery)
                 except BaseException:
@@ -131,6 +136,8 @@ class Tables:
             table_range = self._ranges.pop(index)
             if table_range.is_serving:
                 await table_range.aclose()
+        if self._indexes is not None:
+            self._indexes.drop_table(f"{namespace}/{stream}")
         streams = self._bk.streams
         prefix = journal_stream_name(f"{namespace}/{stream}", 0).rsplit("~", 1)[0] + "~"
         with contextlib.suppress(NamespaceNotFound):
@@ -148,6 +155,9 @@ class Tables:
                 logger.warning("closing table range %s: %s", index, exc)
                 table_range.stop(exc)
         self._ranges.clear()
+        if self._indexes is not None:
+            self._indexes.close()
+            self._indexes = None
 
     # -- operations ---------------------------------------------------------------------------
 
@@ -181,8 +191,16 @@ class Tables:
 
     async def range(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
                     limit: int = 0, count_only: bool = False, keys_only: bool = False) -> RangeResult:
-        """`lkey`, or [lkey, lkey_end) within the pkey (lkey_end b"": to the pkey's end)."""
+        """`lkey`, or [lkey, lkey_end) within the pkey (lkey_end b"": to the pkey's end).
+
+        Answered from this owner's applied state, which is the newest only while no other
+        server can have taken the range over: with ownership claims, that is while the
+        metastore session holding the claim is certain to be alive (a read lease). Writes need
+        no lease; a deposed owner's journal write is fenced."""
         table_range = await self.range_for(namespace, stream, pkey)
+        if self._ownership is not None and self._bk.store.session_lease_s() <= 0:
+            raise OwnershipUncertain(f"range {table_range.range_id} of table {namespace}/{stream}: this server's "
+                                     f"metastore session is not confirmed, so it may have lost the range; retry")
         return table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
                                           keys_only))
 

@@ -11,6 +11,7 @@ from bkcore.stream.errors import WriterFenced
 from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn,
 )
+from transports.lmdb_kv import LmdbRangeIndexes
 from transports.table_range import TABLES_NAMESPACE, TableRange, WatchCompacted
 
 URI = "memory://tables"
@@ -23,9 +24,17 @@ async def bk(start_cluster):
         yield client
 
 
-@pytest.fixture
-def open_range(bk, nursery):
+@pytest.fixture(params=["memory", "lmdb"])
+def open_range(request, bk, nursery, tmp_path):
+    """Opens range 0 of table ns/t as a new owner would: with a memory index, or with an lmdb
+    index of its own (each owner a server with its own index directory)."""
+    owners = []
+
     async def open_range(**options):
+        if request.param == "lmdb":
+            indexes = LmdbRangeIndexes(str(tmp_path / f"owner{len(owners)}"))
+            owners.append(indexes)
+            options["index"] = indexes.index_for("ns/t", 0)
         table_range = TableRange(bk.streams, "ns/t", 0, **options)
         await table_range.open(nursery)
         return table_range
@@ -76,7 +85,7 @@ async def test_checkpoints_bound_the_journal_and_restore_with_replay(bk, open_ra
     await table_range.checkpoint()
     await table_range.execute(Put(b"after", b"the last checkpoint"))
     await table_range.execute(DeleteRange(b"key00"))
-    expected = table_range.state.index.items()
+    expected = list(table_range.state.index.items())
     journal = await bk.streams.stream_info(TABLES_NAMESPACE, "ns~t~0")
     checkpoints = await bk.streams.stream_info(TABLES_NAMESPACE, "ns~t~0~checkpoints")
     # Only the two newest checkpoints, and the journal after the older of them, are kept.
@@ -86,7 +95,7 @@ async def test_checkpoints_bound_the_journal_and_restore_with_replay(bk, open_ra
 
     reopened = await open_range()
     assert reopened.restored_from == "checkpoint"
-    assert reopened.state.index.items() == expected
+    assert list(reopened.state.index.items()) == expected
     assert value_of(reopened, b"after") == b"the last checkpoint" and value_of(reopened, b"key00") is None
     await reopened.aclose()
 
@@ -203,10 +212,10 @@ async def test_random_operations_match_a_model_dict_with_versions(bk, open_range
         for k in keys:
             kvs = table_range.read(RangeRead(k)).kvs
             assert ((kvs[0].value, kvs[0].version, kvs[0].is_number) if kvs else None) == model.get(k), (step, k)
-    expected = table_range.state.index.items()
+    expected = list(table_range.state.index.items())
     await table_range.aclose()
     reopened = await open_range()
-    assert reopened.restored_from == "checkpoint" and reopened.state.index.items() == expected
+    assert reopened.restored_from == "checkpoint" and list(reopened.state.index.items()) == expected
     await reopened.aclose()
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import msgpack
 from sortedcontainers import SortedDict
@@ -57,6 +57,14 @@ class KvIndex(abc.ABC):
     @abc.abstractmethod
     def write(self, changes: dict[bytes, bytes | None]) -> None: ...
 
+    @abc.abstractmethod
+    def items(self) -> Iterable[tuple[bytes, bytes]]:
+        """Every pair in key order, as the index is now (later writes do not show)."""
+
+    @abc.abstractmethod
+    def replace_all(self, items: Iterable[tuple[bytes, bytes]]) -> None:
+        """Make the index hold exactly `items` (a checkpoint being loaded)."""
+
 
 class MemoryKvIndex(KvIndex):
     def __init__(self, items: dict[bytes, bytes] | None = None) -> None:
@@ -78,6 +86,9 @@ class MemoryKvIndex(KvIndex):
 
     def items(self) -> list[tuple[bytes, bytes]]:
         return list(self._map.items())
+
+    def replace_all(self, items: Iterable[tuple[bytes, bytes]]) -> None:
+        self._map = SortedDict(items)
 
 
 class RangeState:

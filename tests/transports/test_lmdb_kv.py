@@ -1,0 +1,83 @@
+"""The table range index in lmdb against the in-memory one: same answers for the same writes,
+snapshots that do not see later writes, rebuilds, dropped tables, a full map."""
+
+import random
+
+import pytest
+
+from bkcore.table.kv import MemoryKvIndex, RangeState
+from bkcore.table.commands import Increment, Put, RangeRead, Stamped
+from transports.lmdb_kv import IndexFull, LmdbRangeIndexes
+
+
+@pytest.fixture
+def indexes(tmp_path):
+    indexes = LmdbRangeIndexes(str(tmp_path / "tables"))
+    yield indexes
+    indexes.close()
+
+
+def test_random_writes_and_scans_agree_with_the_memory_index(indexes):
+    rng = random.Random(7)
+    lmdb_index, memory_index = indexes.index_for("ns/t", 0), MemoryKvIndex()
+    keys = [bytes([rng.randrange(4), rng.randrange(256)]) for _ in range(60)]
+    for _ in range(300):
+        changes = {rng.choice(keys): rng.choice([None, b"", b"v%d" % rng.randrange(100)]) for _ in range(3)}
+        lmdb_index.write(changes)
+        memory_index.write(changes)
+        start, end = sorted([rng.choice(keys), rng.choice(keys)])
+        assert list(lmdb_index.scan(start, end)) == list(memory_index.scan(start, end))
+        key = rng.choice(keys)
+        assert lmdb_index.get(key) == memory_index.get(key)
+    assert list(lmdb_index.items()) == memory_index.items()
+
+
+def test_items_is_a_snapshot_taken_when_asked(indexes):
+    index = indexes.index_for("ns/t", 0)
+    index.write({b"a": b"1", b"b": b"2"})
+    snapshot = index.items()
+    index.write({b"a": None, b"c": b"3"})
+    assert list(snapshot) == [(b"a", b"1"), (b"b", b"2")]
+    assert list(index.items()) == [(b"b", b"2"), (b"c", b"3")]
+
+
+def test_ranges_are_separate_and_a_new_owner_starts_empty(indexes):
+    first, second = indexes.index_for("ns/t", 0), indexes.index_for("ns/t", 1)
+    first.write({b"k": b"range 0"})
+    second.write({b"k": b"range 1"})
+    assert first.get(b"k") == b"range 0" and second.get(b"k") == b"range 1"
+    assert indexes.index_for("ns/t", 0).get(b"k") is None       # reopened: rebuilt from the journal
+
+
+def test_state_applied_to_lmdb_matches_state_applied_in_memory(indexes):
+    on_disk, in_memory = RangeState(indexes.index_for("ns/t", 0)), RangeState(MemoryKvIndex())
+    commands = [Put(b"dk%d" % (i % 7), b"v%d" % i, False, 0) for i in range(40)]
+    commands += [Increment(b"dcount", i) for i in range(10)]
+    for now_ms, command in enumerate(commands):
+        for state in (on_disk, in_memory):
+            state.apply(Stamped(command, now_ms), position=[1, now_ms, 0])
+    assert on_disk.revision == in_memory.revision
+    assert list(on_disk.index.items()) == in_memory.index.items()
+    read = RangeRead(b"d", b"e", 0, False, False)
+    assert on_disk.read(read, now_ms=100) == in_memory.read(read, now_ms=100)
+
+
+def test_a_dropped_table_leaves_other_tables_alone(indexes):
+    indexes.index_for("ns/t", 0).write({b"k": b"v"})
+    indexes.index_for("ns/t", 1).write({b"k": b"v"})
+    other = indexes.index_for("ns/t2", 0)
+    other.write({b"k": b"kept"})
+    indexes.drop_table("ns/t")
+    with indexes.env.begin() as txn:
+        names = sorted(bytes(key) for key, _ in txn.cursor())
+    assert names == [b"ns/t2~0"]
+    assert other.get(b"k") == b"kept"
+
+
+def test_a_full_map_is_a_clear_error(tmp_path):
+    small = LmdbRangeIndexes(str(tmp_path / "small"), map_size=64 * 1024)
+    index = small.index_for("ns/t", 0)
+    with pytest.raises(IndexFull, match="is full"):
+        for i in range(1000):
+            index.write({b"k%d" % i: bytes(1024)})
+    small.close()
