@@ -25,6 +25,7 @@ Rules every backend keeps:
 from __future__ import annotations
 
 import abc
+import math
 
 import trio
 
@@ -71,6 +72,14 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def session_lost(self) -> bool:
         """True once the session has expired or closed: its ephemeral nodes are gone."""
+
+    def session_lease_s(self) -> float:
+        """For how many more seconds this session's ephemeral nodes are certain to stay, even if
+        the metastore is never heard from again (0.0 once that is not certain). A server that
+        owns something through an ephemeral node may act as sole owner only while this is
+        positive: after that, another may have taken over. An in-process store's session ends
+        only when told to, so here it is unbounded until then."""
+        return 0.0 if self.session_lost else math.inf
 
     @abc.abstractmethod
     async def aclose(self) -> None:

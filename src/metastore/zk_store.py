@@ -16,6 +16,7 @@ changes arrive on kazoo's thread and are handed to the trio loop with trio.from_
 from __future__ import annotations
 
 import logging
+import math
 
 import trio
 from kazoo.client import KazooClient, KazooState
@@ -70,6 +71,15 @@ class ZooKeeperStore(MetadataStore):
             trio.from_thread.run_sync(fn, *args, trio_token=self._token)
         except (trio.RunFinishedError, RuntimeError):
             pass    # the trio run ended: nobody waits for this any more
+
+    def session_lease_s(self) -> float:
+        """Unbounded while kazoo is CONNECTED, 0.0 otherwise. Kazoo turns SUSPENDED when the
+        server has been silent for two thirds of the session timeout (it pings every third), so
+        a connected client's session has not expired; the window between the server's last
+        answer and kazoo noticing its silence is what this trusts."""
+        if self._lost or self._closed or self._client.state != KazooState.CONNECTED:
+            return 0.0
+        return math.inf
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:

@@ -48,6 +48,12 @@ class NotOwner(Exception):
         self.owner = owner
 
 
+class OwnershipUncertain(ConnectionError):
+    """This server cannot be sure it still owns the range (its metastore session has not been
+    confirmed for too long), so it does not answer reads from its state; retry, here or at the
+    range's next owner."""
+
+
 class RangeOwnership:
     def __init__(self, store: MetadataStore, root: str, server_id: str) -> None:
         self._store = store

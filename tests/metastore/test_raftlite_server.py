@@ -66,3 +66,21 @@ async def test_the_cluster_survives_its_leader_stopping(nursery, tmp_path):
         assert (await store.execute(Get("/before"))).data == b"x"
         assert (await store.execute(Get("/eph"))).code is MetaCode.OK    # the session lived on
         assert not store.session_lost
+
+
+async def test_the_session_lease_is_renewed_by_pings_and_runs_out_without_them(nursery, tmp_path):
+    """A client's read lease: positive while its pings are answered, never longer than 0.8 of
+    the cluster's session timeout (2 s here), and gone within that long once the cluster is
+    silent, before the cluster could expire the session (a timeout after the last ping)."""
+    uri, nodes = await start_cluster(nursery, tmp_path, 1)
+    async with await open_metastore(uri, session_timeout_s=2.0) as store:
+        for _ in range(15):                   # two seconds: pings every 2/3 s keep it up
+            assert 0 < store.session_lease_s() <= 1.6
+            await trio.sleep(0.15)
+        ((_, scope),) = nodes.values()
+        scope.cancel()
+        stopped_at = trio.current_time()
+        with trio.fail_after(3):
+            while store.session_lease_s() > 0:
+                await trio.sleep(0.02)
+        assert trio.current_time() - stopped_at <= 1.6 + 0.05

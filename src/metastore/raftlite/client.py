@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 
 import trio
 
@@ -23,6 +24,10 @@ log = logging.getLogger("bk.metastore.client")
 
 CONNECT_TIMEOUT_S = 2.0
 REQUEST_TIMEOUT_S = 10.0
+# The share of the session timeout, counted from when the newest acknowledged ping was sent,
+# for which the session is taken to be alive (the rest covers clocks running at slightly
+# different rates on the client and the leader).
+SESSION_LEASE_FRACTION = 0.8
 
 
 class _NotLeader(Exception):
@@ -45,6 +50,7 @@ class RaftStore(MetadataStore):
         self._ids = itertools.count(1)
         self._host_index = 0
         self._scope: trio.CancelScope | None = None
+        self._confirmed_at = -math.inf     # trio time at which the newest acknowledged ping was sent
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -110,18 +116,24 @@ class RaftStore(MetadataStore):
 
     async def _converse(self, connection: _Connection) -> None:
         """Open or re-attach the session, then keep it alive until something fails."""
+        sent_at = trio.current_time()
         if self.session_id is None:
             self.session_id = await self._call(connection, ["open"])
         elif not await self._call(connection, ["attach", self.session_id]):
             self._mark_lost("the cluster says the session expired")
             return
+        self._confirmed_at = sent_at
         self._connection = connection
         self._notify()
         while True:
             await trio.sleep(min(self.session_timeout_s, self._cluster_timeout_s) / 3)
+            sent_at = trio.current_time()
             if not await self._call(connection, ["ping", self.session_id]):
                 self._mark_lost("the cluster says the session expired")
                 return
+            # The leader heard this ping after it was sent, so it cannot expire the session
+            # sooner than a timeout after sent_at.
+            self._confirmed_at = sent_at
 
     def _notify(self) -> None:
         """Wake everyone waiting for the connection state to change (connected, dropped, lost)."""
@@ -187,6 +199,12 @@ class RaftStore(MetadataStore):
     @property
     def session_lost(self) -> bool:
         return self._lost
+
+    def session_lease_s(self) -> float:
+        if self._lost:
+            return 0.0
+        expires_at = self._confirmed_at + self._cluster_timeout_s * SESSION_LEASE_FRACTION
+        return max(0.0, expires_at - trio.current_time())
 
     async def execute(self, op: MetaOp) -> MetaResult:
         return (await self._execute(op, 0))[0]
