@@ -56,8 +56,9 @@ class Client:
     # -- driver inputs --------------------------------------------------------------------
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
-        self.ctx.now_ns = now_ns
-        self.ctx.on_response(message, source=source, now_ns=now_ns)
+        ctx = self.ctx
+        ctx.now_ns = now_ns
+        ctx.on_response(message, source, now_ns)
 
     def on_send_failed(self, message: object, *, destination: str, now_ns: int) -> None:
         """The driver could not deliver a request (connection refused or broken)."""

@@ -28,13 +28,6 @@ MetadataCallback = Callable[[object, int], None]          # (MetaResult, now_ns)
 TimerCallback = Callable[[int], None]                     # (now_ns)
 
 
-@dataclass(slots=True)
-class _PendingRequest:
-    destination: str
-    on_response: ResponseCallback
-    timeout_ns: int              # which deadline bucket holds it
-
-
 @dataclass(frozen=True, slots=True)
 class ContextStatistics:
     requests_sent_count: int
@@ -57,7 +50,9 @@ class ClientContext:
         # that carry no time of their own (writer -> recovery) can schedule from it.
         self.now_ns = 0
         self._next_request_id = 1
-        self._pending_requests: dict[int, _PendingRequest] = {}
+        # Request id -> (destination, on_response, timeout_ns): a plain tuple, since one is built
+        # for every request sent (timeout_ns names the deadline bucket that holds the request).
+        self._pending_requests: dict[int, tuple[str, ResponseCallback, int]] = {}
         # Request deadlines without a heap entry each: one insertion-ordered dict per timeout
         # value, request id -> deadline. Requests are sent at non-decreasing times, so within a
         # bucket deadlines only grow and the first entry is always the next to expire.
@@ -100,15 +95,18 @@ class ClientContext:
         self._timer_callbacks.pop(key, None)
 
     def next_deadline_ns(self) -> int | None:
+        # Asked after every input: the first deadline of each bucket is read with a for/break
+        # (cheaper than next(iter(...))).
         timers = self._timers
-        while timers and timers[0][1] not in self._timer_callbacks:
+        callbacks = self._timer_callbacks
+        while timers and timers[0][1] not in callbacks:
             heapq.heappop(timers)
         deadline = timers[0][0] if timers else None
         for bucket in self._request_deadlines.values():
-            if bucket:
-                first = next(iter(bucket.values()))
+            for first in bucket.values():
                 if deadline is None or first < deadline:
                     deadline = first
+                break
         return deadline
 
     def on_timer(self, now_ns: int) -> None:
@@ -133,16 +131,20 @@ class ClientContext:
                      on_response: ResponseCallback, *, timeout_ns: int, now_ns: int) -> int:
         """Send `build(request_id)` to a bookie; `on_response` gets the answer or None on timeout."""
         request_id = self._next_request_id
-        self._next_request_id += 1
+        self._next_request_id = request_id + 1
+        deadline = now_ns + timeout_ns
         bucket = self._request_deadlines.get(timeout_ns)
         if bucket is None:
             bucket = self._request_deadlines[timeout_ns] = {}
-        deadline = now_ns + timeout_ns
-        if bucket:
-            deadline = max(deadline, next(reversed(bucket.values())))   # keep the bucket in order
+        elif bucket:
+            last_deadline = next(reversed(bucket.values()))
+            if last_deadline > deadline:            # keep the bucket in order
+                deadline = last_deadline
         bucket[request_id] = deadline
-        self._pending_requests[request_id] = _PendingRequest(destination, on_response, timeout_ns)
-        self._pending_peak = max(self._pending_peak, len(self._pending_requests))
+        pending = self._pending_requests
+        pending[request_id] = (destination, on_response, timeout_ns)
+        if len(pending) > self._pending_peak:
+            self._pending_peak = len(pending)
         self._effects.append(Send(destination, build(request_id)))
         self._sent_count += 1
         return request_id
@@ -151,30 +153,31 @@ class ClientContext:
         """Stop waiting for a request (its answer, if any, will be dropped)."""
         pending = self._pending_requests.pop(request_id, None)
         if pending is not None:
-            self._request_deadlines[pending.timeout_ns].pop(request_id, None)
+            self._request_deadlines[pending[2]].pop(request_id, None)
 
-    def on_response(self, message: object, *, source: str, now_ns: int) -> None:
+    def on_response(self, message: object, source: str, now_ns: int) -> None:
         request_id = getattr(message, "request_id", None)
         pending = self._pending_requests.get(request_id) if type(request_id) is int else None
-        if pending is None or pending.destination != source:
+        if pending is None or pending[0] != source:
             self._dropped_count += 1
             return
         del self._pending_requests[request_id]
-        self._request_deadlines[pending.timeout_ns].pop(request_id, None)
+        _, on_response, timeout_ns = pending
+        self._request_deadlines[timeout_ns].pop(request_id, None)
         self._responses_count += 1
-        pending.on_response(message, now_ns)
+        on_response(message, now_ns)
 
     def on_send_failed(self, request_id: int, *, destination: str, now_ns: int) -> None:
         """The connection to `destination` broke before it could answer: fail that request now
         (the same outcome as its timeout, only sooner)."""
         pending = self._pending_requests.get(request_id)
-        if pending is not None and pending.destination == destination:
-            self._request_deadlines[pending.timeout_ns].pop(request_id, None)
+        if pending is not None and pending[0] == destination:
+            self._request_deadlines[pending[2]].pop(request_id, None)
             self._on_request_timeout(request_id, now_ns)
 
     def on_connection_lost(self, destination: str, now_ns: int) -> None:
         """Every request sent to `destination` and not answered is lost with the connection."""
-        lost = [rid for rid, pending in self._pending_requests.items() if pending.destination == destination]
+        lost = [rid for rid, pending in self._pending_requests.items() if pending[0] == destination]
         for request_id in lost:
             self.on_send_failed(request_id, destination=destination, now_ns=now_ns)
 
@@ -182,7 +185,7 @@ class ClientContext:
         pending = self._pending_requests.pop(request_id, None)
         if pending is not None:
             self._timeouts_count += 1
-            pending.on_response(None, now_ns)
+            pending[1](None, now_ns)
 
     # -- metadata -------------------------------------------------------------------------
 
