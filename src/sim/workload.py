@@ -14,6 +14,7 @@ Everything seen goes into the History; the workload never judges, the checker do
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from math import log as _log
 from typing import Callable
 
@@ -71,12 +72,17 @@ class LedgerWorkload:
     def call(self, client_id: str, start: Callable[[int], object],
              on_done: Callable[[Completed, int], None]) -> object:
         """Start an operation on a client; `on_done` gets its Completed effect."""
+        value = start(self.new_op(client_id, on_done))
+        self.world.client_did_something(client_id)
+        return value
+
+    def new_op(self, client_id: str, on_done: Callable[[Completed, int], None]) -> int:
+        """The op id for an operation the caller starts on the client itself (then it tells the
+        world: client_did_something); `on_done` gets its Completed effect."""
         op_id = self._next_op_id
         self._next_op_id += 1
         self._callbacks[client_id, op_id] = on_done
-        value = start(op_id)
-        self.world.client_did_something(client_id)
-        return value
+        return op_id
 
     def _on_completed(self, client_id: str, completed: Completed, now_ns: int) -> None:
         callback = self._callbacks.pop((client_id, completed.op_id))
@@ -145,27 +151,30 @@ class _Writer:
     def _schedule_add(self) -> None:
         # An exponential draw with mean add_interval_mean_ns, computed as Random.expovariate
         # does (the same single uniform draw) without the call: this runs for every add.
-        delay_ns = int(-_log(1.0 - self.w.rng.random()) / (1 / self.w.scenario.add_interval_mean_ns))
-        writer = self.writer
-        loop = self.w.world.loop
-        loop.post_at(loop.now_ns + delay_ns, lambda: self._add(writer))     # later(), spelled out
+        w = self.w
+        delay_ns = int(-_log(1.0 - w.rng.random()) / (1 / w.scenario.add_interval_mean_ns))
+        loop = w.world.loop
+        loop.post_at(loop.now_ns + delay_ns, self._add, self.writer)     # later(), spelled out
 
     def _add(self, writer) -> None:
         if writer is not self.writer or self.is_finishing:
             return
-        if not self.w.is_writing or writer.state is not _WRITER_OPEN or self.added_count >= self.entries_max:
+        w = self.w
+        if not w.is_writing or writer.state is not _WRITER_OPEN or self.added_count >= self.entries_max:
             self._finish()
             return
-        if self.in_flight_count < self.w.scenario.adds_in_flight_max:
+        if self.in_flight_count < w.scenario.adds_in_flight_max:
             self.added_count += 1
             self.in_flight_count += 1
-            payload = f"{self.name}/{writer.ledger_id}/{self.added_count}/".encode() + b"x" * self.w.rng.randrange(64)
+            payload = f"{self.name}/{writer.ledger_id}/{self.added_count}/".encode() + b"x" * w.rng.randrange(64)
             record: list[int] = []
-            entry_id = self.w.call(self.name, lambda op: writer.add(op, payload, now_ns=self.w.now_ns),
-                                   lambda c, now: self._on_added(writer, record, c, now))
+            now_ns = w.world.loop.now_ns
+            # call(), spelled out without a lambda to start the add: this runs for every add.
+            entry_id = writer.add(w.new_op(self.name, partial(self._on_added, writer, record)), payload, now_ns=now_ns)
+            w.world.client_did_something(self.name)
             if entry_id is not None:
-                record.append(self.w.history.add_invoked(process=self.name, ledger_id=writer.ledger_id,
-                                                         entry_id=entry_id, payload=payload, now_ns=self.w.now_ns))
+                record.append(w.history.add_invoked(process=self.name, ledger_id=writer.ledger_id,
+                                                    entry_id=entry_id, payload=payload, now_ns=now_ns))
         self._schedule_add()
 
     def _on_added(self, writer, record: list[int], completed: Completed, now_ns: int) -> None:
