@@ -431,6 +431,8 @@ class SimWorld:
             message_filter = self.message_filter
             is_sends_only = True
             sent_count = 0
+            delays_ns = self.network.delays_ns
+            post_at = loop.post_at
             for effect in effects:
                 if type(effect) is Send:
                     sent_count += 1
@@ -441,8 +443,8 @@ class SimWorld:
                     message = effect.message
                     if message_filter is not None and not message_filter(name, destination, message):
                         continue
-                    for delay_ns in self.network.delays_ns(name, destination, now_ns):
-                        loop.post_at(now_ns + delay_ns, deliver, destination, name, message, target.incarnation)
+                    for delay_ns in delays_ns(name, destination, now_ns):
+                        post_at(now_ns + delay_ns, deliver, destination, name, message, target.incarnation)
                 else:
                     is_sends_only = False
                     self._perform(node, effect)
