@@ -7,6 +7,7 @@ generator-built write sets, the dataclass-generated __init__)."""
 import dataclasses
 import inspect
 import random
+import struct
 from dataclasses import dataclass
 
 import msgpack
@@ -15,6 +16,9 @@ import pytest
 from bkcore.bookie.journal import (
     EntriesRecord, EntryRecord, FenceRecord, ForceRecord, JournalRecordKind, LacRecord, MasterKeyRecord,
     RecordEncoder, encode_record, scan_records,
+)
+from bkcore.bookie.index import (
+    ENTRY_PREFIX, entry_id_of, entry_key, entry_prefix, pack_location, unpack_location,
 )
 from bkcore.digest import DigestType
 from bkcore.ledger.metadata import LedgerMetadata
@@ -169,6 +173,27 @@ def test_write_sets_are_the_round_robin_positions():
         for entry_id in range(3 * ensemble_size):
             assert write_set(entry_id, ensemble_size=ensemble_size, write_quorum_size=write_quorum_size) == \
                 tuple((entry_id + i) % ensemble_size for i in range(write_quorum_size))
+
+
+# -- index keys and locations -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ledger_id, entry_id", [(0, 0), (1, 2), (2**40, 7), (2**64 - 1, 2**64 - 1)])
+def test_entry_keys_and_locations_are_the_prefixed_pairs(ledger_id, entry_id):
+    pair = struct.Struct(">QQ")
+    assert entry_key(ledger_id, entry_id) == ENTRY_PREFIX + pair.pack(ledger_id, entry_id)
+    assert entry_id_of(entry_key(ledger_id, entry_id)) == entry_id
+    assert entry_key(ledger_id, entry_id).startswith(entry_prefix(ledger_id))
+    assert pack_location(ledger_id, entry_id) == pair.pack(ledger_id, entry_id)
+    assert unpack_location(pack_location(ledger_id, entry_id)) == (ledger_id, entry_id)
+
+
+def test_entry_keys_refuse_what_the_pairs_refuse():
+    for ledger_id, entry_id in [(-1, 0), (0, -1), (2**64, 0)]:
+        with pytest.raises(struct.error):
+            struct.pack(">QQ", ledger_id, entry_id)
+        with pytest.raises(struct.error):
+            entry_key(ledger_id, entry_id)
 
 
 # -- dataclasses that store their fields directly -----------------------------------------

@@ -229,12 +229,14 @@ class DurableLedgerStorage:
         """Append (ledger, entry, body) records to the entry logs, adding their index locations
         and the per-log usage they add (merged with what the index has) to `puts`."""
         added: dict[tuple[int, int], int] = {}     # (log, ledger) -> bytes
-        records = list(records)
+        if type(records) is not list:
+            records = list(records)
         locations = self.entry_logger.append_many(records)
         entry_key_of, location_of, added_get = entry_key, pack_location, added.get
-        for (ledger_id, entry_id, body), (log_id, offset) in zip(records, locations):
-            puts[entry_key_of(ledger_id, entry_id)] = location_of(log_id, offset)
-            added[log_id, ledger_id] = added_get((log_id, ledger_id), 0) + len(body) + RECORD_OVERHEAD_SIZE
+        for (ledger_id, entry_id, body), location in zip(records, locations):
+            puts[entry_key_of(ledger_id, entry_id)] = location_of(*location)
+            key = (location[0], ledger_id)
+            added[key] = added_get(key, 0) + len(body) + RECORD_OVERHEAD_SIZE
         usages: dict[int, dict[int, int]] = {}
         for (log_id, ledger_id), size in added.items():
             usage = usages.get(log_id)

@@ -118,9 +118,7 @@ class EntryLogger:
                 offset = self.current_size
                 log_id = self.current_id
             locations.append((log_id, offset))
-            chunks.append(pack_header(key_size + len(body), checksum(body, checksum(key))))
-            chunks.append(key)
-            chunks.append(body)
+            chunks += (pack_header(key_size + len(body), checksum(body, checksum(key))), key, body)
             pending_size += record_size
             offset += record_size
             if pending_size >= APPEND_WRITE_SIZE:
