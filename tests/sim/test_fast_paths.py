@@ -24,9 +24,12 @@ from bkcore.digest import DigestType
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.ledger.schedule import WRITE_SET_SHAPES_MAX, write_set
 from bkcore.wire import AddRequest, ReadRequest, ReadResponse, store_fields_directly
+from bkcore.effects import Completed, Send
 from sim.disk import draw_sync_latency_ns
+from sim.harness import Harness
 from sim.loop import EventLoop, EventLoopFull, TraceHasher
 from sim.network import LINK_LATENCY_SCALES, SimNetwork
+from sim.world import PUMP_ROUND_COUNT_MAX
 from sim.options import MS, DiskOptions, NetworkOptions
 
 # -- network and disk draws ---------------------------------------------------------------
@@ -254,3 +257,53 @@ def test_messages_and_metadata_keep_their_defaults_and_checks():
     assert LedgerMetadata.from_bytes(metadata.to_bytes(), version=-1) == metadata
     with pytest.raises(ValueError):
         dataclasses.replace(metadata, ack_quorum_size=4)
+
+
+# -- the world's pump ---------------------------------------------------------------------
+
+
+class _ScriptedCore:
+    """A client core that hands out the rounds it was given, then a Completed every time if
+    asked to keep talking."""
+
+    def __init__(self, rounds, *, is_endless=False):
+        self.rounds = list(rounds)
+        self.is_endless = is_endless
+        self.taken_count = 0
+
+    def take_effects(self):
+        self.taken_count += 1
+        if self.rounds:
+            return self.rounds.pop(0)
+        return [Completed(self.taken_count)] if self.is_endless else []
+
+    def next_deadline_ns(self):
+        return None
+
+
+def _world_with_core(core):
+    h = Harness(bookie_count=1)
+    h.client("c")
+    node = h.world.clients["c"]
+    node.core = core
+    node.on_completed = lambda client_id, completed, now_ns: None
+    return h.world, node
+
+
+def test_pump_counts_sends_only_and_asks_again_only_after_other_effects():
+    core = _ScriptedCore([[Send("bookie-0", object()), Completed(1), Send("nowhere", object())],
+                          [Send("bookie-0", object())], [Completed(2)]])
+    world, node = _world_with_core(core)
+    sent_before = world.counts.messages_sent
+    world._pump(node)
+    # Round 1 had a Completed, so the core was asked again; round 2 was sends only: not asked a
+    # third time. Sends to unknown nodes count as sent (and vanish).
+    assert core.taken_count == 2 and core.rounds == [[Completed(2)]]
+    assert world.counts.messages_sent - sent_before == 3
+
+
+def test_pump_refuses_a_core_that_never_stops_talking():
+    world, node = _world_with_core(_ScriptedCore([], is_endless=True))
+    with pytest.raises(AssertionError, match="effects kept coming"):
+        world._pump(node)
+    assert node.core.taken_count == PUMP_ROUND_COUNT_MAX + 1

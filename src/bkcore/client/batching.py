@@ -52,8 +52,9 @@ def coalesce_adds(messages: list, new_batch_id: Callable[[], int],
             close_run()
             run, run_size = [message], len(message.body)
         else:
-            close_run()
-            run, run_size = [], 0
+            if run:             # (reads come in long runs of their own: no call for each)
+                close_run()
+                run, run_size = [], 0
             out.append(message)
     close_run()
     return out
