@@ -26,6 +26,9 @@ from bkcore.wire import INVALID_ENTRY_ID, LAST_ENTRY_ID, ReadLacRequest, ReadReq
 
 EntryCallback = Callable[[UnpackedEntry | None, BKException | None, int], None]
 _NO_SUCH = (Code.NO_SUCH_ENTRY, Code.NO_SUCH_LEDGER)
+# Looked up once: reading an enum member off its class is slow in CPython 3.11, and every answer
+# to a read is checked against it.
+_OK = Code.OK
 
 
 def _replicas(metadata: LedgerMetadata, entry_id: int) -> list[str]:
@@ -38,10 +41,10 @@ def _verified(digester: Digester, response, entry_id: int) -> tuple[UnpackedEntr
     """(entry, OK) for a good answer, else (None, the code that describes the failure)."""
     if response is None:
         return None, Code.TIMEOUT
-    if response.code != Code.OK:
+    if response.code != _OK:
         return None, Code(response.code)
     try:
-        return digester.unpack_entry(response.body, expected_entry_id=entry_id), Code.OK
+        return digester.unpack_entry(response.body, expected_entry_id=entry_id), _OK
     except DigestMismatch:
         return None, Code.DIGEST_MISMATCH
 
@@ -81,17 +84,16 @@ class EntryRead:
         bookie = self.replicas[self.next_index]
         self.next_index += 1
         ledger_id, entry_id = self.metadata.ledger_id, self.entry_id
-        request_id = self.ctx.send_request(
-            bookie, lambda rid: ReadRequest(request_id=rid, ledger_id=ledger_id, entry_id=entry_id),
-            lambda response, at_ns: self._on_response(request_id_box[0], response, at_ns),
-            timeout_ns=self.ctx.config.read_entry_timeout_ns, now_ns=now_ns)
-        request_id_box = [request_id]
+        ctx = self.ctx
+        request_id = ctx.send_request(
+            bookie, lambda rid: ReadRequest(rid, ledger_id, entry_id),
+            lambda response, at_ns: self._on_response(request_id, response, at_ns),
+            timeout_ns=ctx.config.read_entry_timeout_ns, now_ns=now_ns)
         self.outstanding[request_id] = bookie
         if self.next_index < len(self.replicas):
             if self.timer_key is not None:
-                self.ctx.cancel_timer(self.timer_key)
-            self.timer_key = self.ctx.call_at(now_ns + self.ctx.config.speculative_read_timeout_ns,
-                                              self._on_speculative_timeout)
+                ctx.cancel_timer(self.timer_key)
+            self.timer_key = ctx.call_at(now_ns + ctx.config.speculative_read_timeout_ns, self._on_speculative_timeout)
 
     def _on_speculative_timeout(self, now_ns: int) -> None:
         self.timer_key = None
@@ -119,9 +121,10 @@ class EntryRead:
         self.is_done = True
         if self.timer_key is not None:
             self.ctx.cancel_timer(self.timer_key)
-        for request_id in list(self.outstanding):
-            self.ctx.forget_request(request_id)
-        self.outstanding.clear()
+        if self.outstanding:        # (after a first answer, usually nothing is)
+            for request_id in list(self.outstanding):
+                self.ctx.forget_request(request_id)
+            self.outstanding.clear()
 
     def _finish(self, entry: UnpackedEntry | None, error: BKException | None, now_ns: int) -> None:
         self.cancel()
