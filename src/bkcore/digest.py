@@ -29,6 +29,8 @@ from bkcore.errors import DigestMismatch
 from bkcore.wire import store_fields_directly
 
 ENTRY_HEADER = struct.Struct(">qqqq")
+_ENTRY_HEADER_IDS = struct.Struct(">qqq")      # the header's first three fields: ledger, entry, lac
+_ENTRY_HEADER_SIZE = ENTRY_HEADER.size
 LAC_HEADER = struct.Struct(">qq")
 
 
@@ -113,7 +115,7 @@ class Digester:
 def peek_entry_header(body: bytes) -> tuple[int, int, int] | None:
     """(ledger_id, entry_id, lac) of a packed entry without verifying it; None if too short.
     Bookies use this: they store entries without the password needed to check them."""
-    if len(body) < ENTRY_HEADER.size:
-        return None
-    ledger_id, entry_id, lac, _ = ENTRY_HEADER.unpack_from(body)
-    return ledger_id, entry_id, lac
+    # (Bookies peek at every entry they store: the three fields are unpacked straight into the
+    # tuple returned, and the whole header must be there, as unpack_entry requires.)
+    return _ENTRY_HEADER_IDS.unpack_from(body) if len(body) >= _ENTRY_HEADER_SIZE else None
+

@@ -536,8 +536,8 @@ class Bookie:
 
     def _on_add(self, request: AddRequest, source: str, now_ns: int) -> None:
         ledger_id = request.ledger_id
-        code = self._check_add(ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
-                               request.entry_id, (request.body,))
+        code, known_key = self._check_add(ledger_id, request.master_key, request.is_recovery,
+                                          request.is_deferred_sync, request.entry_id, (request.body,))
         if code != _OK:
             self._send(source, AddResponse(request.request_id, code, ledger_id, request.entry_id))
             return
@@ -547,7 +547,7 @@ class Bookie:
         # _store_adds -> _journal and _wait_for_journal for the common case (one add, synced),
         # spelled out: this runs for every entry a bookie stores. The request itself stands in
         # for its ENTRY record among the group's records (same ledger_id, entry_id and body).
-        if self.storage.master_key(ledger_id) is None and ledger_id not in self._pending_master_keys:
+        if known_key is None:
             self._journal_key_if_new(ledger_id, request.master_key, now_ns)    # the ledger's first add
         group = self._collecting
         if group is None:
@@ -564,8 +564,8 @@ class Bookie:
             counts.pending_adds_peak = self._pending_adds_count
 
     def _on_add_batch(self, request: AddBatchRequest, source: str, now_ns: int) -> None:
-        code = self._check_add(request.ledger_id, request.master_key, request.is_recovery, request.is_deferred_sync,
-                               request.first_entry_id, request.bodies)
+        code, _ = self._check_add(request.ledger_id, request.master_key, request.is_recovery,
+                                  request.is_deferred_sync, request.first_entry_id, request.bodies)
         if code != _OK:
             self._send(source, AddBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id,
                                                 len(request.bodies)))
@@ -591,35 +591,39 @@ class Bookie:
         self._wait_for_journal(request, source)
 
     def _check_add(self, ledger_id: int, master_key: bytes, is_recovery: bool, is_deferred_sync: bool,
-                   first_entry_id: int, bodies) -> Code:
-        """Checks shared by single and batched adds; a batch passes or fails as a whole.
+                   first_entry_id: int, bodies) -> tuple[Code, bytes | None]:
+        """Checks shared by single and batched adds; a batch passes or fails as a whole. Returns
+        the code and, once the checks reach it, the ledger's known key (_known_key: None for a
+        ledger this bookie has not seen), which the caller journals if it is new.
         (Runs for every add: _known_key, _is_fenced and _has_room are spelled out here.)"""
         config = self.config
         size = 0
         entry_size_max = config.entry_size_max
         for offset, body in enumerate(bodies):
+            body_size = len(body)
             header = peek_entry_header(body)
-            if (len(body) > entry_size_max or header is None
+            if (body_size > entry_size_max or header is None
                     or header[0] != ledger_id or header[1] != first_entry_id + offset):
-                return self._reject(Code.BAD_REQUEST)
-            size += len(body) + RECORD_OVERHEAD_SIZE_MAX
-        if len(master_key) > config.master_key_size_max or first_entry_id < 0:
-            return self._reject(Code.BAD_REQUEST)
+                return self._reject(Code.BAD_REQUEST), None
+            size += body_size + RECORD_OVERHEAD_SIZE_MAX
+        master_key_size = len(master_key)
+        if master_key_size > config.master_key_size_max or first_entry_id < 0:
+            return self._reject(Code.BAD_REQUEST), None
         if self._is_readonly and not is_recovery:
-            return self._reject(Code.READONLY)
+            return self._reject(Code.READONLY), None
         storage = self.storage
         known = storage.master_key(ledger_id)
         if known is None:
             known = self._pending_master_keys.get(ledger_id)
         if known is not None and known != master_key:
-            return self._reject(Code.UNAUTHORIZED)
+            return self._reject(Code.UNAUTHORIZED), known
         if not is_recovery and (ledger_id in self._fenced or storage.is_fenced(ledger_id)):
-            return self._reject(Code.FENCED)
+            return self._reject(Code.FENCED), known
         collected_size = 0 if self._collecting is None else self._collecting.size
         if ((not is_deferred_sync and self._pending_adds_count + len(bodies) > config.pending_adds_count_max)
-                or collected_size + size + len(master_key) + RECORD_OVERHEAD_SIZE_MAX > config.journal_queue_size_max):
-            return self._reject(Code.TOO_MANY_REQUESTS)
-        return _OK
+                or collected_size + size + master_key_size + RECORD_OVERHEAD_SIZE_MAX > config.journal_queue_size_max):
+            return self._reject(Code.TOO_MANY_REQUESTS), known
+        return _OK, known
 
     def _check_key(self, ledger_id: int, master_key: bytes, *, may_create: bool) -> Code:
         """Key check of fences, LAC writes and forces (adds check in _check_add)."""
