@@ -5,6 +5,9 @@ The journal path is the real one — Bookie core, group commit, journal records,
 fdatasync — driven in-process without a network: adds are handed to the core in batches (as a
 bookie handles a whole receive buffer at once), each batch becomes one journal group. Figures:
 entries/s, MB/s, and per-add latency from receive to acknowledgement (p50/p99).
+
+It also reads entries back after a checkpoint (entry logs + lmdb index, nothing in memory),
+in order, with read-ahead off and on: entries/s of each and their ratio.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import tempfile
 import time
 
 from bkcore.bookie.bookie import BookieConfig
-from bkcore.bookie.durable_storage import StorageConfig
+from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
 from bkcore.bookie.journal_files import JournalConfig
 from bkcore.bookie.stack import BookieStack
 from bkcore.bookie.index import MemoryIndexStore
@@ -24,6 +27,7 @@ from bkcore.effects import JournalWrite
 from bkcore.digest import Digester, DigestType
 from bkcore.wire import AddRequest
 from transports.filesystem import OsFileSystem
+from transports.lmdb_index import LmdbIndexStore
 
 MIB = 1024 * 1024
 
@@ -123,6 +127,36 @@ def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: in
             "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3)}
 
 
+def entry_log_read_runs(directory: str, entry_size: int, count: int) -> dict:
+    """Write `count` entries of one ledger to the entry logs (one checkpoint), then read them
+    all in order from a storage that has nothing in memory, without and with read-ahead."""
+    root = tempfile.mkdtemp(dir=directory)
+    os.makedirs(f"{root}/index")
+    fs, index = OsFileSystem(f"{root}/files"), LmdbIndexStore(f"{root}/index")
+    try:
+        writer = DurableLedgerStorage(fs=fs, index=index)
+        writer.set_master_key(1, b"k" * 32)
+        payload = os.urandom(entry_size)
+        for entry_id in range(count):
+            writer.add_entry(1, entry_id, payload)
+        writer.checkpoint()
+        figures = {}
+        for name, read_ahead_count_max in (("without_read_ahead", 0), ("with_read_ahead", 100)):
+            reader = DurableLedgerStorage(fs=fs, index=index, config=StorageConfig(
+                read_ahead_count_max=read_ahead_count_max))
+            started = time.perf_counter()
+            for entry_id in range(count):
+                reader.get_entry(1, entry_id)
+            figures[f"{name}_entries_per_second"] = round(count / (time.perf_counter() - started))
+        figures["read_ahead_ratio"] = round(figures["with_read_ahead_entries_per_second"]
+                                            / figures["without_read_ahead_entries_per_second"], 2)
+        return {"entry_size": entry_size, "entries": count, **figures}
+    finally:
+        index.close()
+        fs.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def add_parser(sub) -> None:
     journal = sub.add_parser("journal", help="journal path on real files vs raw fdatasync and bandwidth (JSON)")
     journal.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
@@ -139,6 +173,8 @@ def cmd_bench_journal(args) -> int:
     for run in runs:
         run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
     one_at_a_time = journal_run(args.dir, 1024, args.seconds, 1)
+    reads = entry_log_read_runs(args.dir, 1024, 50_000)
     print(json.dumps({"benchmark": "journal", "raw_fdatasync": raw_sync, "raw_sequential": raw_bandwidth,
-                      "journal": runs, "journal_one_add_per_group": one_at_a_time}, indent=2))
+                      "journal": runs, "journal_one_add_per_group": one_at_a_time,
+                      "entry_log_reads": reads}, indent=2))
     return 0

@@ -81,6 +81,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("nettyMaxFrameSizeBytes", "", "frame_size_max", int, help="largest frame accepted (8388608)"),
     Option("logSizeLimit", "storage", "entry_log_size_max", int, help="roll entry logs at this size (1073741824)"),
     Option("readCacheMaxEntries", "storage", "read_cache_count_max", int, help="entries kept after reads (4096)"),
+    Option("dbStorage_readAheadCacheBatchSize", "storage", "read_ahead_count_max", int,
+           help="entries read ahead after a read from an entry log (100; 0 turns it off)"),
     Option("flushInterval", "", "flush_interval_s", int, to_field=lambda v: v / 1000,
            help="checkpoint period in ms (1000)"),
     Option("gcWaitTime", "", "gc_wait_time_s", int, to_field=lambda v: v / 1000, help="GC period in ms (60000)"),

@@ -373,6 +373,7 @@ class BookieServer:
         counters = {name: value for name, value in dataclasses.asdict(statistics).items()
                     if isinstance(value, int) and not name.endswith("_peak")}
         counters.update({f"server_{name}": value for name, value in self.counts.items()})
+        counters["read_ahead_entries_count"] = self.stack.storage.read_ahead_entries_count
         for code, count in statistics.rejected_by_code:
             counters[f"rejected_{code.lower()}_count"] = count
         gauges = {"journal_waiters": self.core.journal_waiter_count, "connections": len(self.connections),

@@ -179,3 +179,94 @@ def test_a_write_that_fails_half_way_never_misplaces_later_entries(fs, monkeypat
     storage.checkpoint()
     storage._read_cache.clear()
     assert [storage.get_entry(1, e) for e in range(15)] == [bytes([e]) * 100 for e in range(15)]
+
+
+class ReadCounter:
+    """Wraps a file system and counts entry-log reads (what read-ahead saves)."""
+
+    def __init__(self, fs) -> None:
+        self._fs = fs
+        self.log_read_count = 0
+
+    def read(self, path, offset=0, size=-1):
+        if path.endswith(".log"):
+            self.log_read_count += 1
+        return self._fs.read(path, offset, size)
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+
+def test_a_sequential_reader_finds_the_next_entries_read_ahead(stack):
+    storage = stack.storage(read_ahead_count_max=10)
+    fill(storage, 1, 30)
+    fill(storage, 2, 5)                   # after ledger 1 in the log: read-ahead stops there
+    storage.checkpoint()
+    restarted = stack.storage(read_ahead_count_max=10)
+    restarted.entry_logger.fs = counter = ReadCounter(stack.fs)
+    assert [restarted.get_entry(1, e) for e in range(30)] == [b"L1-E%d" % e for e in range(30)]
+    # Misses at 0, 11 and 22 read their entry (header, then body) and the next ten at once.
+    assert counter.log_read_count == 3 * 3
+    assert restarted.read_ahead_entries_count == 10 + 10 + 7
+    assert (2, 0) not in restarted._read_cache
+    assert restarted.get_entry(2, 0) == b"L2-E0"
+
+
+def test_read_ahead_off_reads_every_entry_from_the_log(stack):
+    storage = stack.storage(read_ahead_count_max=0)
+    fill(storage, 1, 5)
+    storage.checkpoint()
+    restarted = stack.storage(read_ahead_count_max=0)
+    restarted.entry_logger.fs = counter = ReadCounter(stack.fs)
+    assert [restarted.get_entry(1, e) for e in range(5)] == [b"L1-E%d" % e for e in range(5)]
+    assert counter.log_read_count == 5 * 2 and restarted.read_ahead_entries_count == 0
+
+
+def test_read_ahead_stops_before_a_corrupt_record_which_stays_an_io_error(stack):
+    storage = stack.storage()
+    fill(storage, 1, 6)
+    storage.checkpoint()
+    log_id = storage.entry_logger.log_ids()[0]
+    path = f"ledgers/{log_id:x}.log"
+    data = bytearray(stack.fs.read(path))
+    location = storage.index.get(b"E" + (1).to_bytes(8, "big") + (3).to_bytes(8, "big"))
+    offset = int.from_bytes(location[8:], "big")
+    data[offset + 20] ^= 0x01             # inside entry 3's record
+    stack.fs.delete(path)
+    stack.fs.append(path, bytes(data))
+    restarted = stack.storage()
+    assert restarted.get_entry(1, 0) == b"L1-E0"
+    assert restarted.read_ahead_entries_count == 2          # entries 1 and 2, not 3 or beyond
+    with pytest.raises(StorageIOError, match="checksum"):
+        restarted.get_entry(1, 3)
+    assert restarted.get_entry(1, 5) == b"L1-E5"
+
+
+def test_read_ahead_keeps_only_what_the_index_places_there():
+    """A checkpoint that crashed before its index commit leaves records the index never named;
+    read-ahead must not serve them, even when they hold the next entry ids."""
+    fs = SimFileSystem(rng=random.Random(4), options=DiskOptions.none())
+    index = MemoryIndexStore()
+    storage = DurableLedgerStorage(fs=fs, index=index)
+    fill(storage, 1, 3)
+    storage.checkpoint()
+    storage.entry_logger.append_many([(1, 3, b"never-indexed-3"), (1, 4, b"never-indexed-4")])
+    storage.entry_logger.flush()
+    fill(storage, 1, 2, first=3)         # the journal's replay writes them again, elsewhere
+    storage.checkpoint()
+    restarted = DurableLedgerStorage(fs=fs, index=index)
+    assert restarted.get_entry(1, 2) == b"L1-E2"
+    assert (1, 3) not in restarted._read_cache
+    assert [restarted.get_entry(1, e) for e in (3, 4)] == [b"L1-E3", b"L1-E4"]
+
+
+def test_read_ahead_is_bounded_by_count_and_by_half_the_read_cache(stack):
+    storage = stack.storage(read_ahead_count_max=50, read_cache_count_max=8)
+    fill(storage, 1, 40)
+    storage.checkpoint()
+    restarted = stack.storage(read_ahead_count_max=50, read_cache_count_max=8)
+    restarted.get_entry(1, 0)
+    assert restarted.read_ahead_entries_count == 4 and len(restarted._read_cache) == 5
+    small = stack.storage(read_ahead_count_max=50, read_ahead_size_max=3 * 30 + 10)   # records of 30 bytes
+    small.get_entry(1, 10)
+    assert small.read_ahead_entries_count == 3

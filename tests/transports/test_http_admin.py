@@ -44,6 +44,7 @@ async def test_endpoints(bookies, monkeypatch):
     assert int(lines['bookie_journal_write_seconds_bucket{le="+Inf"}']) >= 1
     assert int(lines["bookie_add_request_seconds_count"]) >= 1      # 20 adds, coalesced in batches
     assert int(lines["bookie_server_checkpoints"]) >= 1
+    assert int(lines["bookie_read_ahead_entries_count"]) == 0          # nothing read from a log yet
     status, text = await http_get(server.http_port, "/api/v1/bookie/state")
     state = json.loads(text)
     assert status == 200 and state["bookie_id"] == bookies[0].bookie_id and state["readonly"] is False

@@ -8,7 +8,10 @@ state to the index in one batch. Only after that may the caller advance the Last
 and replaying an entry twice only writes it again.
 
 Reads: write cache, then a bounded read cache, then index + entry log (checksummed; corruption
-raises StorageIOError, never "no such entry").
+raises StorageIOError, never "no such entry"). A read that goes to the entry log reads ahead:
+the ledger's next entries usually follow it in the same log (checkpoints write them sorted), so
+one read brings up to read_ahead_count_max of them into the read cache, each kept only if the
+index places it exactly where it was found (dbStorage_readAheadCacheBatchSize in BookKeeper).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class StorageConfig:
     ledger_dir: str = "ledgers"
     entry_log_size_max: int = 1024 * 1024 * 1024       # logSizeLimit
     read_cache_count_max: int = 4096                   # entries kept after a read
+    read_ahead_count_max: int = 100                    # entries read ahead on a miss (0: off)
+    read_ahead_size_max: int = 1024 * 1024             # bytes read ahead on a miss
 
 
 @dataclass(slots=True)
@@ -94,6 +99,7 @@ class DurableLedgerStorage:
         # The write cache a checkpoint is writing out (see begin_checkpoint), or None.
         self._flushing: dict[tuple[int, int], bytes] | None = None
         self.dropped_entries_count = 0
+        self.read_ahead_entries_count = 0     # entries brought into the read cache by read-ahead
 
     # -- ledger state ---------------------------------------------------------------------
 
@@ -185,12 +191,42 @@ class DurableLedgerStorage:
         value = self.index.get(entry_key(ledger_id, entry_id))
         if value is None:
             return None
-        body = self._read_from_log(unpack_location(value), ledger_id, entry_id)
+        location = unpack_location(value)
+        body = self._read_from_log(location, ledger_id, entry_id)
         read_cache = self._read_cache                  # a new key goes in last
         read_cache[key] = body
         if len(read_cache) > self.config.read_cache_count_max:
             read_cache.popitem(last=False)             # evict the least recently used
+        if self.config.read_ahead_count_max:
+            self._read_ahead(location, ledger_id, entry_id + 1,
+                             next_offset=location[1] + RECORD_OVERHEAD_SIZE + len(body))
         return body
+
+    def _read_ahead(self, location: tuple[int, int], ledger_id: int, first_entry_id: int, *,
+                    next_offset: int) -> None:
+        """Put the entries that follow `location` in its log into the read cache. Only those the
+        index places at exactly that (log, offset) are kept, so read-ahead never serves a copy the
+        index does not name (one left by a checkpoint that crashed before its index commit, or by
+        a compaction). At most half the read cache, so read-ahead never evicts what it brought."""
+        config = self.config
+        log_id = location[0]
+        following = self.entry_logger.read_following(
+            log_id, next_offset, ledger_id=ledger_id, first_entry_id=first_entry_id,
+            count_max=min(config.read_ahead_count_max, config.read_cache_count_max // 2),
+            size_max=config.read_ahead_size_max)
+        index_get, read_cache, write_cache = self.index.get, self._read_cache, self._write_cache
+        flushing = self._flushing or {}
+        for entry_id, offset, body in following:
+            if index_get(entry_key(ledger_id, entry_id)) != pack_location(log_id, offset):
+                break
+            key = (ledger_id, entry_id)
+            if key in write_cache or key in flushing:
+                continue                               # served from memory already
+            read_cache[key] = body
+            read_cache.move_to_end(key)
+            if len(read_cache) > config.read_cache_count_max:
+                read_cache.popitem(last=False)
+            self.read_ahead_entries_count += 1
 
     def _read_from_log(self, location: tuple[int, int], ledger_id: int, entry_id: int) -> bytes:
         """Read again after a checksum failure (a disk may flip a bit once); report it if it stays."""

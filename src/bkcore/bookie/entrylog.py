@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import crc32c
 
-from bkcore.bookie.fs import FileSystem
+from bkcore.bookie.fs import FileSystem, FileSystemError
 from bkcore.bookie.storage import StorageIOError
 
 ENTRY_LOG_MAGIC = b"BKLO"
@@ -189,6 +189,36 @@ class EntryLogger:
             raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: holds entry "
                                  f"{ENTRY_KEY.unpack_from(payload)}")
         return payload[ENTRY_KEY.size:]
+
+    def read_following(self, log_id: int, offset: int, *, ledger_id: int, first_entry_id: int,
+                       count_max: int, size_max: int) -> list[tuple[int, int, bytes]]:
+        """Read-ahead: the records from `offset` on, as long as they hold ledger_id's next
+        entries in order (first_entry_id, first_entry_id + 1, ...), at most count_max of them
+        within size_max bytes, as (entry id, offset, body) in one read of the log.
+
+        It is a guess, so it stops quietly at anything else: another ledger, a gap, a checksum
+        that fails, a record cut off by size_max, the end of the log, a log that is gone. An
+        entry it stopped at is read (and its problem reported) by read() when someone asks."""
+        if count_max <= 0 or size_max <= 0:
+            return []
+        try:
+            data = memoryview(self.fs.read(self._path(log_id), offset, size_max))
+        except (OSError, FileSystemError):
+            return []
+        found = []
+        position, entry_id, end_of_data = 0, first_entry_id, len(data)
+        header_size, key_size, unpack_key = RECORD_HEADER.size, ENTRY_KEY.size, ENTRY_KEY.unpack_from
+        while len(found) < count_max and position + header_size <= end_of_data:
+            length, checksum = RECORD_HEADER.unpack_from(data, position)
+            start, end = position + header_size, position + header_size + length
+            if length < key_size or end > end_of_data:
+                break
+            if crc32c.crc32c(data[start:end]) != checksum or unpack_key(data, start) != (ledger_id, entry_id):
+                break
+            found.append((entry_id, offset + position, bytes(data[start + key_size:end])))
+            entry_id += 1
+            position = end
+        return found
 
 
 def _what(ledger_id: int, entry_id: int, path: str, offset: int) -> str:
