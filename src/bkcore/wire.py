@@ -154,6 +154,9 @@ class WriteLacResponse:
 @store_fields_directly
 @dataclass(frozen=True, slots=True)
 class ReadLacRequest:
+    """What a bookie knows of a ledger's LAC: its explicit LAC and its last entry, as written
+    (the reader checks both digests and takes the larger)."""
+
     TAG: ClassVar[int] = 7
     request_id: int
     ledger_id: int
