@@ -16,6 +16,7 @@ from bkcore.metaops import Create, Get, MetaCode, SetData, op_to_list, result_fr
 from metastore.raftlite.core import (
     Changed, PersistentState, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
 )
+from sim.linearizability import check_linearizable
 from sim.loop import EventLoop
 
 MS = 1_000_000
@@ -220,38 +221,17 @@ class RaftWorld:
 def check_register_linearizable(history: list[HistoryOp], initial: tuple = (b"init", 0)) -> bool:
     """Is there an order of the operations, each placed between its invocation and its
     completion (unanswered ones: any time after invocation, or never), that one register
-    with versioned compare-and-set explains? (Wing-Gong search; an unanswered operation that would
-    not change the state is never placed, since leaving it out is the same history.)"""
-    ops = [op for op in history if op.result is not None or op.kind == "cas"]
-    failed: set = set()      # (remaining, state) pairs known to lead nowhere
+    with versioned compare-and-set explains? (sim.linearizability's Wing-Gong search.)"""
+    return check_linearizable([op for op in history if op.result is not None or op.kind == "cas"], initial,
+                              _register_step)
 
-    def step(state: tuple, op: HistoryOp) -> tuple | None:
-        data, version = state
-        if op.kind == "get":
-            return state if op.result is None or op.result == state else None
-        expected, new_data = op.args
-        succeeds = expected == version
-        if op.result is not None and op.result != ((True, version + 1) if succeeds else (False, version)):
-            return None
-        return (new_data, version + 1) if succeeds else state
 
-    def search(remaining: frozenset, state: tuple) -> bool:
-        answered = [i for i in remaining if ops[i].result is not None]
-        if not answered:
-            return True
-        if (remaining, state) in failed:
-            return False
-        horizon_ns = min(ops[i].completed_ns for i in answered)
-        for i in sorted(remaining, key=lambda i: (ops[i].invoked_ns, i)):
-            op = ops[i]
-            if op.invoked_ns > horizon_ns:
-                break
-            after = step(state, op)
-            if after is None or (op.result is None and after == state):
-                continue
-            if search(remaining - {i}, after):
-                return True
-        failed.add((remaining, state))
-        return False
-
-    return search(frozenset(range(len(ops))), initial)
+def _register_step(state: tuple, op: HistoryOp) -> tuple | None:
+    data, version = state
+    if op.kind == "get":
+        return state if op.result is None or op.result == state else None
+    expected, new_data = op.args
+    succeeds = expected == version
+    if op.result is not None and op.result != ((True, version + 1) if succeeds else (False, version)):
+        return None
+    return (new_data, version + 1) if succeeds else state
