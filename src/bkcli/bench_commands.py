@@ -14,12 +14,13 @@ def add_parser(commands) -> None:
     sim.add_argument("--start", type=int, default=1)
     sim.add_argument("--duration", type=float, default=10.0, help="simulated seconds per seed")
     sim.set_defaults(run=cmd_bench_sim)
-    from bkcli import bench_bookie, bench_failover, bench_journal, bench_ledger, bench_storage
+    from bkcli import bench_all, bench_bookie, bench_failover, bench_journal, bench_ledger, bench_storage
     bench_journal.add_parser(sub)
     bench_bookie.add_parser(sub)
     bench_ledger.add_parser(sub)
     bench_storage.add_parser(sub)
     bench_failover.add_parser(sub)
+    bench_all.add_parser(sub)
 
 
 def cmd_bench_sim(args) -> int:
