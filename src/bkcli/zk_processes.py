@@ -1,5 +1,6 @@
-"""Real ZooKeeper servers for tests: a standalone server or a 3-node ensemble on 127.0.0.1,
-started in the foreground from a temp dir with free ports, stopped (or killed) by pid.
+"""Real ZooKeeper servers on 127.0.0.1, for tests and the jepsen-like harness: a standalone
+server or a 3-node ensemble started in the foreground from a directory of the caller's with free
+ports, stopped (or killed) by pid.
 
 Debian's `zookeeper` package provides the jars; without them the tests fail and say to install
 it (CI's .ci/run does). Readiness is the `srvr` four-letter word reporting a Mode, not just ruok.
