@@ -1,0 +1,121 @@
+"""The jepsen-like checkers must be able to fail: each is fed a right history (valid) and
+deliberately wrong ones (lost ack, divergent read, gap before the LAC, non-linearizable table
+history, wrong counter total, stream records lost, moved or reordered)."""
+
+import pytest
+
+from bkjepsen.checkers import check_ledgers, check_streams, check_tables
+from bkjepsen.history import History
+
+
+class Clock:
+    """Ops with hand-set times: each call moves time by one second."""
+
+    def __init__(self) -> None:
+        self.history = History(started_at=0.0)
+        self.t = 0.0
+        self.history.now_s = self.now
+
+    def now(self) -> float:
+        self.t += 1.0
+        return self.t
+
+    def done(self, process, kind, key, value=None, result=None, outcome="ok"):
+        op = self.history.invoke(process, kind, key, value)
+        if outcome == "ok":
+            self.history.ok(op, result)
+        elif outcome == "unknown":
+            self.history.unknown(op, "timeout")
+        return op
+
+
+def ledger_history(*, lose_entry=False, diverge=False, gap=False) -> History:
+    c = Clock()
+    for entry_id in range(3):
+        c.done("writer", "add", (7, entry_id), f"p{entry_id}", entry_id)
+    c.done("writer", "add", (7, 3), "p3", outcome="unknown")
+    c.done("tail-1", "lac", 7, result=2)
+    for entry_id in range(3):
+        c.done("tail-1", "read", (7, entry_id), result=f"p{entry_id}")
+    if diverge:
+        c.done("tail-2", "read", (7, 1), result="other")
+    if gap:
+        c.done("tail-2", "read", (7, 2), result=None)
+    c.done("final", "close", 7, result=[1 if lose_entry else 3, 4])
+    return c.history
+
+
+def test_a_right_ledger_history_is_valid():
+    assert check_ledgers(ledger_history()) == []
+
+
+@pytest.mark.parametrize("fault, rule", [("lose_entry", "lost-ack"), ("diverge", "divergent"),
+                                         ("gap", "gap-before-lac")])
+def test_wrong_ledger_histories_are_caught(fault, rule):
+    found = check_ledgers(ledger_history(**{fault: True}))
+    assert any(v.startswith(rule) for v in found), found
+
+
+def stream_history(*, lose=False, move=False, reorder=False) -> History:
+    c = Clock()
+    for i in range(3):
+        c.done("writer-1", "write", "s", f"r{i}", [1, i, 0])
+    c.done("writer-1", "write", "s", "r3", outcome="unknown")
+    order = ["r0", "r2", "r1"] if reorder else ["r0", "r1", "r2"]
+    for payload in order[:2]:
+        c.done("reader-1", "read", "from-start", result=[[1, int(payload[1]), 0], payload])
+    final = ["r0", "r2"] if lose else ["r0", "r1", "r2", "r3"]
+    for i, payload in enumerate(final):
+        position = [2, 0, 0] if move and payload == "r1" else [1, i, 0]
+        c.done("final", "read", "from-start", result=[position, payload])
+    c.done("final", "final-read", "s")
+    return c.history
+
+
+def test_a_right_stream_history_is_valid():
+    assert check_streams(stream_history()) == []
+
+
+@pytest.mark.parametrize("fault, rule", [("lose", "lost-ack"), ("move", "moved"), ("reorder", "gap")])
+def test_wrong_stream_histories_are_caught(fault, rule):
+    found = check_streams(stream_history(**{fault: True}))
+    assert any(v.startswith(rule) for v in found), found
+
+
+def table_history(*, stale_read=False, double_cas=False, wrong_total=False) -> History:
+    c = Clock()
+    c.done("c1", "put", "k", "a", [None, 0])
+    c.done("c2", "cas", "k", [1, "b"], True)
+    c.done("c1", "cas", "k", [2, "c"], outcome="unknown")
+    c.done("c2", "get", "k", result=["a", 1] if stale_read else ["c", 3])
+    c.done("c1", "cas", "k", [3, "d"], not double_cas)
+    c.done("c2", "cas", "k", [3, "e"], double_cas)
+    c.done("c1", "incr", "n", 1, 1)
+    c.done("c2", "incr", "n", 1, outcome="unknown")
+    c.done("c1", "incr", "n", 2, 4)
+    c.done("final", "get", "n", result=5 if wrong_total else 4)
+    return c.history
+
+
+def test_a_right_table_history_is_valid():
+    assert check_tables(table_history()) == []
+
+
+@pytest.mark.parametrize("fault, rule", [("stale_read", "not-linearizable"), ("double_cas", "not-linearizable"),
+                                         ("wrong_total", "not-linearizable")])
+def test_wrong_table_histories_are_caught(fault, rule):
+    found = check_tables(table_history(**{fault: True}))
+    assert any(v.startswith(rule) for v in found), found
+
+
+def test_a_counter_total_outside_the_acknowledged_range_is_caught():
+    c = Clock()
+    c.done("c1", "incr", "n", 1, outcome="unknown")
+    c.done("c2", "incr", "n", 1, outcome="unknown")
+    c.done("final", "get", "n", result=0)
+    assert check_tables(c.history) == []
+    c2 = Clock()
+    c2.done("c1", "incr", "n", 1, outcome="unknown")
+    c2.done("final", "get", "n", result=3)
+    found = check_tables(c2.history)
+    assert any(v.startswith("counter-total") for v in found), found
