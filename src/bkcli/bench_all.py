@@ -62,6 +62,8 @@ HEADLINES = (
              "etcd 3-node puts/s", "peers.etcd.pipelined.adds_per_second"),
     Headline("ledger", "ledger, one add at a time, p50 ms", "one_at_a_time.add_latency_p50_ms",
              "NATS JetStream R3 p50 ms", "peers.nats_jetstream.one_at_a_time.add_latency_p50_ms", ("<=", 1.0)),
+    Headline("ledger", "ledger at half the pipelined rate, p99 ms", "half_peak_load.add_latency_p99_ms",
+             target=("<=", 5.0)),
     Headline("ledger", "tail visibility (ack to long-poll reader), p50 ms", "tail_visibility.visibility_p50_ms",
              target=("<=", 1.0)),
     Headline("table", "table puts/s, 16 clients", "put.ops_per_second",

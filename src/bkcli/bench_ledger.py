@@ -5,6 +5,8 @@ group commit) in a temp dir with free ports, then from this process:
   one at a time   — add, wait for the acknowledgement, repeat: adds/s, p50/p99/p999 latency;
   pipelined       — up to --in-flight adds outstanding (the client coalesces them into
                     multi-entry frames per bookie): adds/s, MiB/s, latency percentiles;
+  half peak load  — adds started at a steady half of the pipelined rate: latency percentiles
+                    of a writer that does not saturate the cluster;
   tail visibility — a long-polling reader on the same ledger: time from an add's
                     acknowledgement to the reader seeing it (p50/p99).
 With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
@@ -23,6 +25,9 @@ import trio
 
 from bkcli.bench_journal import MIB, percentile
 from bkcli.local_processes import free_port
+
+
+PACE_TICK_S = 0.001
 
 
 def _ms(values: list[float], fraction: float) -> float | None:
@@ -55,41 +60,78 @@ async def _one_at_a_time(bk, args, payload: bytes) -> dict:
     return adds_summary(latencies, elapsed)
 
 
+class _AddLoad:
+    """Adds started straight on the client driver with a completion callback (a task per add
+    would cost more than the add): what pipelined and paced measurements share."""
+
+    def __init__(self, ledger, payload: bytes) -> None:
+        self._driver, self._writer, self._payload = ledger._driver, ledger._writer, payload
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+        self.in_flight = 0
+        self._changed = trio.Event()
+
+    def start_add(self) -> None:
+        self.in_flight += 1
+        sent_at = time.perf_counter()
+        writer, payload = self._writer, self._payload
+        self._driver.start_with_callback(lambda op_id, now_ns: writer.add(op_id, payload, now_ns=now_ns),
+                                         lambda completed: self._on_completed(sent_at, completed))
+
+    def _on_completed(self, sent_at: float, completed) -> None:
+        if completed.error is not None:
+            self.errors.append(repr(completed.error))
+        else:
+            self.latencies.append(time.perf_counter() - sent_at)
+        self.in_flight -= 1
+        self._changed.set()
+
+    async def until_some_complete(self) -> None:
+        self._changed = trio.Event()
+        await self._changed.wait()
+
+    async def drain(self) -> None:
+        while self.in_flight:
+            await self.until_some_complete()
+
+
 async def _pipelined(bk, args, payload: bytes) -> dict:
-    from bkcore.effects import Completed
     ledger = await bk.create_ledger(ensemble=args.ensemble, write_quorum=args.write_quorum,
                                     ack_quorum=args.ack_quorum, password=b"bench")
-    driver, writer = ledger._driver, ledger._writer
-    latencies: list[float] = []
-    errors: list[str] = []
-    in_flight = [0]
-    room = [trio.Event()]
+    load = _AddLoad(ledger, payload)
     started = time.perf_counter()
     deadline = started + args.seconds
-
-    def on_completed(sent_at: float, completed: Completed) -> None:
-        if completed.error is not None:
-            errors.append(repr(completed.error))
-        else:
-            latencies.append(time.perf_counter() - sent_at)
-        in_flight[0] -= 1
-        room[0].set()
-
-    while time.perf_counter() < deadline and not errors:
-        while in_flight[0] < args.in_flight:
-            in_flight[0] += 1
-            sent_at = time.perf_counter()
-            driver.start_with_callback(lambda op_id, now_ns: writer.add(op_id, payload, now_ns=now_ns),
-                                       lambda completed, t=sent_at: on_completed(t, completed))
-        room[0] = trio.Event()
-        await room[0].wait()
-    while in_flight[0]:
-        room[0] = trio.Event()
-        await room[0].wait()
+    while time.perf_counter() < deadline and not load.errors:
+        while load.in_flight < args.in_flight:
+            load.start_add()
+        await load.until_some_complete()
+    await load.drain()
     elapsed = time.perf_counter() - started
     await ledger.close()
-    return {"in_flight": args.in_flight, **adds_summary(latencies, elapsed),
-            "mib_per_second": round(len(latencies) * len(payload) / MIB / elapsed, 2), "errors": errors[:3]}
+    return {"in_flight": args.in_flight, **adds_summary(load.latencies, elapsed),
+            "mib_per_second": round(len(load.latencies) * len(payload) / MIB / elapsed, 2),
+            "errors": load.errors[:3]}
+
+
+async def _paced(bk, args, payload: bytes, rate: float) -> dict:
+    """Adds started at a steady `rate` per second (open loop: not waiting for earlier ones), so
+    the latencies are those of a writer at that load, not of one saturating the cluster."""
+    ledger = await bk.create_ledger(ensemble=args.ensemble, write_quorum=args.write_quorum,
+                                    ack_quorum=args.ack_quorum, password=b"bench")
+    load = _AddLoad(ledger, payload)
+    started = time.perf_counter()
+    issued = 0
+    while (now := time.perf_counter()) - started < args.seconds and not load.errors:
+        due = int((now - started) * rate)
+        for _ in range(due - issued):
+            load.start_add()
+        issued = max(issued, due)
+        await trio.sleep(PACE_TICK_S)
+    await load.drain()
+    elapsed = time.perf_counter() - started
+    await ledger.close()
+    return {"target_adds_per_second": round(rate), **adds_summary(load.latencies, elapsed),
+            "errors": load.errors[:3]}
 
 
 async def _tail_visibility(bk, args, payload: bytes) -> dict:
@@ -150,8 +192,9 @@ def cmd_bench_ledger(args) -> int:
 
         async def measure() -> dict:
             async with connect(cluster.metastore_uri) as bk:
-                return {"one_at_a_time": await _one_at_a_time(bk, args, payload),
-                        "pipelined": await _pipelined(bk, args, payload),
+                pipelined = await _pipelined(bk, args, payload)
+                return {"one_at_a_time": await _one_at_a_time(bk, args, payload), "pipelined": pipelined,
+                        "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2),
                         "tail_visibility": await _tail_visibility(bk, args, payload)}
 
         results = trio.run(measure)
