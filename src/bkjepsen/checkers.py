@@ -57,6 +57,8 @@ def check_ledgers(history: History) -> list[str]:
             sim.closed_seen(process=op.process, ledger_id=op.key, last_entry_id=last_entry_id, length=length,
                             now_ns=to_ns(op.completed_s))
     found = [str(violation) for violation in check_ledger_history(sim)]
+    found += [f"final-read: ledger {op.key} could not be recovered and read after healing ({op.error})"
+              for op in history.ops if op.kind == "final-read" and op.outcome != "ok"]
     found += _gaps_before_lac(sim)
     found += [f"entry-id: {op.process} predicted entry {op.key} but the add returned {op.result}"
               for op in history.ops if op.kind == "add" and op.outcome == "ok" and op.result != op.key[1]]
