@@ -7,7 +7,12 @@ For 100 B, 1 KiB and 64 KiB entries:
   pipelined   — one AddBatchRequest of many entries per frame (as the client library coalesces
                 pending adds), up to `window` adds in flight: entries/s, MiB/s,
                 p50/p99 add latency (send to acknowledgement), fraction of raw bandwidth;
-  one at a time — one add, wait for its answer, repeat: p50/p99 latency.
+  one at a time — one add, wait for its answer, repeat: p50/p99 latency;
+  overload    — 1 KiB adds with OVERLOAD_WINDOW in flight, four times the bookie's
+                maxAddsInProgressLimit: the bookie must refuse the excess (TOO_MANY_REQUESTS)
+                rather than queue it, and its memory must stay bounded.
+After every measurement the bookie's resident memory (VmRSS) and its peak so far (VmHWM) are
+read from /proc.
 """
 
 from __future__ import annotations
@@ -28,6 +33,19 @@ from bkcore.wire import AddBatchRequest, AddRequest, FrameDecoder, encode_frame
 
 PASSWORD = b"bench"
 FRAME_PAYLOAD_BYTES = 256 * 1024     # entries packed per frame, by size
+PIPELINED_WINDOW_MAX = 8_000         # under the bookie's maxAddsInProgressLimit (10,000)
+OVERLOAD_WINDOW = 40_000
+
+
+def bookie_memory_mib(pid: int) -> dict:
+    """The process's resident memory now and at its peak, from /proc (Linux)."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("VmRSS", "VmHWM"):
+                fields[name] = round(int(value.split()[0]) / 1024, 1)
+    return {"rss_mib": fields.get("VmRSS"), "rss_peak_mib": fields.get("VmHWM")}
 
 
 def _bodies(ledger_id: int, entry_size: int, count: int) -> list[bytes]:
@@ -37,10 +55,10 @@ def _bodies(ledger_id: int, entry_size: int, count: int) -> list[bytes]:
             for i in range(count)]
 
 
-async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float, window_bytes: int) -> dict:
+async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float, window_bytes: int, *,
+                     window_max: int = PIPELINED_WINDOW_MAX) -> dict:
     per_frame = max(1, FRAME_PAYLOAD_BYTES // (entry_size + 64))
-    # Stay under the bookie's maxAddsInProgressLimit (10,000): past it adds are refused.
-    window = min(8_000, max(per_frame * 2, window_bytes // (entry_size + 64)))
+    window = min(window_max, max(per_frame * 2, window_bytes // (entry_size + 64)))
     # Enough entries for the run at ~400 MB/s, capped; packed before the clock starts.
     count = min(400_000, max(window * 4, int(seconds * 400 * MIB / (entry_size + 64))))
     key = master_key(PASSWORD)
@@ -148,12 +166,18 @@ def cmd_bench_bookie(args) -> int:
                           extra={"flushInterval": 1000})
     try:
         async def measure() -> dict:
-            runs = [await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes)
-                    for index, size in enumerate((100, 1024, 65536))]
-            for run in runs:
+            pid = bookie.process.pid
+            runs = []
+            for index, size in enumerate((100, 1024, 65536)):
+                run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes)
                 run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
+                runs.append({**run, "bookie_memory": bookie_memory_mib(pid)})
             single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
-            return {"pipelined": runs, "one_at_a_time": single}
+            before = bookie_memory_mib(pid)
+            overload = await _pipelined(bookie.port, 20, 1024, args.seconds, OVERLOAD_WINDOW * 1100,
+                                        window_max=OVERLOAD_WINDOW)
+            return {"pipelined": runs, "one_at_a_time": single,
+                    "overload": {**overload, "bookie_memory_before": before, "bookie_memory": bookie_memory_mib(pid)}}
 
         results = trio.run(measure)
     finally:
