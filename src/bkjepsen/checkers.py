@@ -92,9 +92,9 @@ def check_streams(history: History) -> list[str]:
             found.append(f"divergent: position {position} read as {at_position[position]!r} and {payload!r}")
         if position_of.setdefault(payload, position) != position:
             found.append(f"moved: {payload!r} read at {position_of[payload]} and at {position}")
-    final = [op for op in reads if op.process == "final"]
-    final_payloads = [op.result[1] for op in final]
-    if not any(op.kind == "final-read" and op.outcome == "ok" for op in history.ops):
+    finals = [op.result for op in history.ops if op.kind == "final-read" and op.outcome == "ok"]
+    final_payloads = [op.result[1] for op in reads if finals and op.process == finals[-1]]
+    if not finals:
         found.append("final-read: the stream could not be read to its end after healing; acknowledged "
                      "records are unverified")
     else:
@@ -112,7 +112,7 @@ def _reader_gaps(reads: list[Op], final_payloads: list[str]) -> list[str]:
     """Each reader that started at the beginning saw a prefix of the final sequence."""
     by_reader: dict[str, list[str]] = defaultdict(list)
     for op in reads:
-        if op.process != "final" and op.key == "from-start":
+        if not op.process.startswith("final") and op.key == "from-start":
             by_reader[op.process].append(op.result[1])
     found = []
     for reader, seen in sorted(by_reader.items()):

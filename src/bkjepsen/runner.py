@@ -112,7 +112,7 @@ async def run(args: argparse.Namespace, folder: str, log=print) -> RunResult:
             log(f"cluster up: {', '.join(cluster.services)}; workload {args.workload}, nemesis {kinds or 'none'}")
             history = result.history = History()
             workload = make_workload(args.workload, history, random.Random(rng.random()), cluster)
-            await workload.prepare(cluster.client_uri) if hasattr(workload, "prepare") else None
+            await workload.prepare(cluster.client_uri)
             victims = ["ss"] if spec.stream_storage else []
             nemesis = Nemesis(cluster, history, rng=random.Random(rng.random()), kinds=kinds, victims_extra=victims)
             async with trio.open_nursery() as inner:

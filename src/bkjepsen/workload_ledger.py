@@ -29,6 +29,9 @@ class LedgerWorkload:
         self.history, self.rng = history, rng
         self.ledger_ids: list[int] = []
 
+    async def prepare(self, uri: str) -> None:
+        """Nothing to create: ledgers are made as the writer goes."""
+
     async def run(self, uri: str, duration_s: float) -> None:
         deadline = trio.current_time() + duration_s
         async with bkclient.connect(uri) as bk:

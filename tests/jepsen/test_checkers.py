@@ -67,8 +67,8 @@ def stream_history(*, lose=False, move=False, reorder=False) -> History:
     final = ["r0", "r2"] if lose else ["r0", "r1", "r2", "r3"]
     for i, payload in enumerate(final):
         position = [2, 0, 0] if move and payload == "r1" else [1, i, 0]
-        c.done("final", "read", "from-start", result=[position, payload])
-    c.done("final", "final-read", "s")
+        c.done("final.0", "read", "from-start", result=[position, payload])
+    c.done("final", "final-read", "s", result="final.0")
     return c.history
 
 
