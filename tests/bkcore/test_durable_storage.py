@@ -6,7 +6,7 @@ import random
 import pytest
 
 from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
-from bkcore.bookie.index import MemoryIndexStore
+from bkcore.bookie.index import MemoryIndexStore, entry_key, unpack_location
 from bkcore.bookie.storage import StorageIOError
 from sim.filesystem import SimFileSystem
 from sim.options import DiskOptions
@@ -71,16 +71,20 @@ def test_entry_logs_roll_at_their_size_limit(stack):
     assert [restarted.get_entry(1, e) for e in range(30)] == [b"L1-E%d" % e for e in range(30)]
 
 
+def flip_bits_in_first_log(stack, storage, offset: int, mask: int) -> None:
+    """Rewrite the first entry log with the byte at `offset` (negative: from the end) XORed."""
+    path = f"ledgers/{storage.entry_logger.log_ids()[0]:x}.log"
+    data = bytearray(stack.fs.read(path))
+    data[offset] ^= mask
+    stack.fs.delete(path)
+    stack.fs.append(path, bytes(data))
+
+
 def test_a_corrupt_record_is_an_io_error_not_a_missing_entry(stack):
     storage = stack.storage()
     fill(storage, 1, 3)
     storage.checkpoint()
-    log_id = storage.entry_logger.log_ids()[0]
-    path = f"ledgers/{log_id:x}.log"
-    data = bytearray(stack.fs.read(path))
-    data[-2] ^= 0xFF                      # inside the last record (entry 2)
-    stack.fs.delete(path)
-    stack.fs.append(path, bytes(data))
+    flip_bits_in_first_log(stack, storage, -2, 0xFF)         # inside the last record (entry 2)
     restarted = stack.storage()
     assert restarted.get_entry(1, 0) == b"L1-E0"
     with pytest.raises(StorageIOError, match="checksum"):
@@ -226,14 +230,8 @@ def test_read_ahead_stops_before_a_corrupt_record_which_stays_an_io_error(stack)
     storage = stack.storage()
     fill(storage, 1, 6)
     storage.checkpoint()
-    log_id = storage.entry_logger.log_ids()[0]
-    path = f"ledgers/{log_id:x}.log"
-    data = bytearray(stack.fs.read(path))
-    location = storage.index.get(b"E" + (1).to_bytes(8, "big") + (3).to_bytes(8, "big"))
-    offset = int.from_bytes(location[8:], "big")
-    data[offset + 20] ^= 0x01             # inside entry 3's record
-    stack.fs.delete(path)
-    stack.fs.append(path, bytes(data))
+    _, offset = unpack_location(storage.index.get(entry_key(1, 3)))
+    flip_bits_in_first_log(stack, storage, offset + 20, 0x01)   # inside entry 3's record
     restarted = stack.storage()
     assert restarted.get_entry(1, 0) == b"L1-E0"
     assert restarted.read_ahead_entries_count == 2          # entries 1 and 2, not 3 or beyond
