@@ -93,6 +93,11 @@ class SyncBookKeeper:
     def list_bookies(self, *, readonly: bool = False) -> list[str]:
         return self._portal.call(self._bk.list_bookies, readonly=readonly)
 
+    def run(self, fn, *args, **kwargs):
+        """Run `await fn(bk, *args, **kwargs)` with the async client on its thread and return
+        the result (for callers that need the async API, e.g. bk.streams, from blocking code)."""
+        return self._portal.call(fn, self._bk, *args, **kwargs)
+
     def close(self) -> None:
         self._portal.close()
 

@@ -1,0 +1,25 @@
+"""bkspark: pybookkeeper as a PySpark data source ("bookkeeper"), on pyspark.sql.datasource.
+
+Modules, each owning one thing:
+    options        the source's and sink's options, parsed and checked
+    offsets        offset JSON (position + ledger id) and startingOffsets/endingOffsets specs
+    planning       Spark-free planning: segment extents, spans, data loss, admission control
+    arrow_rows     entries decoded into pyarrow RecordBatches (the format is bkcore's)
+    cluster        blocking calls into the store from Spark's threads and workers
+    source         the DataSource class and batch reads
+    stream_source  structured streaming reads (offsets, admission control, cursors)
+    sink           batch and streaming writes, exactly once
+    table_source   a table's snapshot
+
+Register with `bkspark.register(spark)`; with pyspark 4.2+ the source is also found
+automatically through the `pyspark_bookkeeper` module (Spark looks for pyspark_* modules with a
+DefaultSource when it first needs a Python data source).
+"""
+
+from __future__ import annotations
+
+
+def register(spark) -> None:
+    """Make format("bookkeeper") available in `spark` (a SparkSession)."""
+    from bkspark.source import BookKeeperDataSource
+    spark.dataSource.register(BookKeeperDataSource)

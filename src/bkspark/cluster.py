@@ -1,0 +1,97 @@
+"""The source's and sink's calls into the store, from blocking Spark code.
+
+Spark calls the data source from plain threads (the driver's planner, Python workers). Each
+process keeps one blocking client per metastore URI (bkclient.sync, a trio thread), opened on
+first use and reused by every task the worker runs, since connecting costs a metastore session.
+The coroutines here run on that client's thread through SyncBookKeeper.run().
+"""
+
+from __future__ import annotations
+
+import threading
+
+from bkclient.sync import SyncBookKeeper
+from bkclient.sync import connect as sync_connect
+from bkcore.errors import NoSuchEntry, NoSuchLedger
+from bkcore.stream.records import unpack_entry
+from bkcore.stream.segments import SegmentState
+from bkspark.planning import ReadSpan, StreamView, extent_of
+from transports.stream_writer import STREAM_LEDGER_PASSWORD
+
+_clients: dict[str, SyncBookKeeper] = {}
+_clients_lock = threading.Lock()
+
+
+def client(metastore: str) -> SyncBookKeeper:
+    """This process's client of the cluster whose metastore is `metastore`."""
+    with _clients_lock:
+        bk = _clients.get(metastore)
+        if bk is None:
+            bk = _clients[metastore] = sync_connect(metastore)
+        return bk
+
+
+def close_clients() -> None:
+    with _clients_lock:
+        for bk in _clients.values():
+            bk.close()
+        _clients.clear()
+
+
+async def stream_view(bk, namespace: str, stream: str) -> StreamView:
+    """The stream's truncation point and its segments, in-progress ones up to their LAC now."""
+    catalog = bk.streams.catalog
+    metadata = await catalog.get_stream(namespace, stream)
+    extents = []
+    for segment in await catalog.segments(namespace, stream):
+        if segment.state is not SegmentState.IN_PROGRESS:
+            extents.append(extent_of(segment))
+            continue
+        try:
+            handle = await bk.open_ledger(segment.ledger_id, password=STREAM_LEDGER_PASSWORD, recovery=False)
+        except NoSuchLedger:
+            extents.append(extent_of(segment, lac=-1))
+            continue
+        lac = handle.last_add_confirmed
+        if lac < 0:
+            extents.append(extent_of(segment, lac=-1))
+            continue
+        last = unpack_entry((await handle.read(lac, lac))[0])
+        extents.append(extent_of(segment, lac=lac, records_through=last.records_through,
+                                 bytes_through=last.bytes_through))
+    return StreamView(f"{namespace}/{stream}", metadata.truncated_to, tuple(extents))
+
+
+async def ledger_extents(bk, ledger_ids: tuple[int, ...], password: bytes) -> list[tuple[int, int]]:
+    """(ledger id, last readable entry id) of raw ledgers, opened without recovery (an analytics
+    read never fences a ledger's writer)."""
+    extents = []
+    for ledger_id in ledger_ids:
+        handle = await bk.open_ledger(ledger_id, password=password, recovery=False)
+        extents.append((ledger_id, handle.last_add_confirmed))
+    return extents
+
+
+async def open_span(bk, span: ReadSpan, password: bytes):
+    """A read handle of the span's ledger, its LAC known to cover the span; None if the ledger
+    is gone (truncated since planning)."""
+    if span.stream is not None:
+        password = STREAM_LEDGER_PASSWORD
+    try:
+        handle = await bk.open_ledger(span.ledger_id, password=password, recovery=False)
+    except NoSuchLedger:
+        return None
+    if handle.last_add_confirmed < span.last_entry_id and not handle.is_closed:
+        await handle.read_lac()
+    if handle.last_add_confirmed < span.last_entry_id:
+        raise NoSuchEntry(f"ledger {span.ledger_id} was planned up to entry {span.last_entry_id} but its bookies "
+                          f"confirm only {handle.last_add_confirmed}")
+    return handle
+
+
+async def read_entries(bk, handle, first_entry_id: int, last_entry_id: int) -> list[bytes] | None:
+    """Entries first..last; None if the ledger was deleted meanwhile."""
+    try:
+        return await handle.read(first_entry_id, last_entry_id)
+    except NoSuchLedger:
+        return None
