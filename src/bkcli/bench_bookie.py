@@ -25,14 +25,13 @@ import time
 
 import trio
 
-from bkcli.bench_journal import MIB, percentile, raw_fdatasync, raw_sequential
+from bkcli.bench_journal import FRAME_PAYLOAD_BYTES, MIB, percentile, raw_fdatasync, raw_sequential
 from bkcli.local_processes import spawn_bookie
 from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import Code
 from bkcore.wire import AddBatchRequest, AddRequest, FrameDecoder, encode_frame
 
 PASSWORD = b"bench"
-FRAME_PAYLOAD_BYTES = 256 * 1024     # entries packed per frame, by size
 PIPELINED_WINDOW_MAX = 8_000         # under the bookie's maxAddsInProgressLimit (10,000)
 OVERLOAD_WINDOW = 40_000
 
