@@ -61,6 +61,8 @@ HEADLINES = (
     Headline("bookie", "bookie at 4x its in-progress limit: peak memory MiB", "overload.bookie_memory.rss_peak_mib",
              "peak before the overload", "overload.bookie_memory_before.rss_peak_mib", ("<=", 1.5), True),
     Headline("bookie", "adds refused with TOO_MANY_REQUESTS under overload", "overload.errors.TOO_MANY_REQUESTS"),
+    Headline("ledger_one_bookie", "one writer pipelining into one bookie, 1 KiB adds/s", "pipelined.adds_per_second",
+             target=(">=", 100_000)),
     Headline("ledger", "ledger E3 Qw3 Qa2, pipelined 1 KiB adds/s", "pipelined.adds_per_second",
              "NATS JetStream R3 adds/s", "peers.nats_jetstream.pipelined.adds_per_second", (">=", 6.0), True),
     Headline("ledger", "ledger E3 Qw3 Qa2, pipelined 1 KiB adds/s (vs etcd)", "pipelined.adds_per_second",
@@ -146,6 +148,8 @@ def _commands(args) -> dict[str, list[str]]:
         "journal": ["journal", "--dir", work_dir, "--seconds", seconds],
         "bookie": ["bookie", "--dir", work_dir, "--seconds", seconds],
         "ledger": ["ledger", "--seconds", seconds, "--dir", work_dir, *(["--peers"] if args.peers else [])],
+        "ledger_one_bookie": ["ledger", "--seconds", seconds, "--dir", work_dir, "--bookies", "1", "--ensemble", "1",
+                              "--write-quorum", "1", "--ack-quorum", "1"],
         "table": ["table", "--seconds", seconds, "--dir", work_dir, *(["--peers"] if args.peers else [])],
         "stream": ["stream", "--seconds", seconds, "--dir", work_dir],
         "failover": ["failover", "--seconds", str(max(4.0, args.seconds)), "--out", args.out, "--dir", work_dir],
@@ -181,7 +185,8 @@ def add_parser(sub) -> None:
     every.add_argument("--no-peers", dest="peers", action="store_false",
                        help="skip the NATS JetStream and etcd clusters")
     every.add_argument("--skip", action="append", default=[], metavar="NAME",
-                       help="leave out a benchmark (sim, journal, bookie, ledger, table, stream, failover)")
+                       help="leave out a benchmark (sim, journal, bookie, ledger, ledger_one_bookie, table, stream, "
+                            "failover)")
     every.set_defaults(run=cmd_bench_all)
 
 
