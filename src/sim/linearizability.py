@@ -64,13 +64,15 @@ def _has_answered(ops: Sequence, remaining: frozenset) -> bool:
 
 
 def _candidates(ops: Sequence, order: list[int], remaining: frozenset) -> list[int]:
-    """The operations that may come next: invoked before the earliest completion of an answered one."""
+    """The operations that may come next: invoked before the earliest completion of an answered
+    one. Answered ones are tried first: an unanswered one is placed only when the answers need it,
+    which keeps histories with many unknown writes from exploring every placement of them."""
     horizon_ns = min(ops[i].completed_ns for i in remaining if ops[i].result is not None)
-    chosen = []
+    answered, unanswered = [], []
     for i in order:
         if i not in remaining:
             continue
         if ops[i].invoked_ns > horizon_ns:
             break
-        chosen.append(i)
-    return chosen
+        (answered if ops[i].result is not None else unanswered).append(i)
+    return answered + unanswered
