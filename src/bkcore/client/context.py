@@ -14,6 +14,7 @@ Rules:
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,6 +23,9 @@ from bkcore.errors import BKException
 from bkcore.client.config import ClientConfig
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.rng import Rng
+
+# Dead deadline entries a FIFO may hold beyond twice the pending requests before it is rebuilt.
+DEADLINE_SLACK_COUNT = 1024
 
 ResponseCallback = Callable[[object | None, int], None]  # (response or None on timeout, now_ns)
 MetadataCallback = Callable[[object, int], None]          # (MetaResult, now_ns)
@@ -50,13 +54,18 @@ class ClientContext:
         # that carry no time of their own (writer -> recovery) can schedule from it.
         self.now_ns = 0
         self._next_request_id = 1
-        # Request id -> (destination, on_response, timeout_ns): a plain tuple, since one is built
-        # for every request sent (timeout_ns names the deadline bucket that holds the request).
-        self._pending_requests: dict[int, tuple[str, ResponseCallback, int]] = {}
-        # Request deadlines without a heap entry each: one insertion-ordered dict per timeout
-        # value, request id -> deadline. Requests are sent at non-decreasing times, so within a
-        # bucket deadlines only grow and the first entry is always the next to expire.
-        self._request_deadlines: dict[int, dict[int, int]] = {}
+        # Request id -> (destination, on_response): a plain tuple, since one is built for every
+        # request sent.
+        self._pending_requests: dict[int, tuple[str, ResponseCallback]] = {}
+        # Request deadlines without a heap entry each: one FIFO per timeout value of
+        # (deadline, request id). Requests are sent at non-decreasing times, so within a FIFO
+        # deadlines only grow (a deadline is raised to the one before it if the clock stepped
+        # back) and the head is the next to expire. Answered requests are not searched for:
+        # an entry whose request is no longer pending is dead and dropped when it reaches the
+        # head (ids are never reused). A FIFO holding more than twice the pending requests plus
+        # DEADLINE_SLACK_COUNT entries is rebuilt from its live ones, so dead entries stay
+        # bounded by the live ones.
+        self._request_deadlines: dict[int, deque[tuple[int, int]]] = {}
         self._next_token = 1
         self._pending_metadata: dict[int, MetadataCallback] = {}
         # Open application writers by ledger id, told when a bookie's registration vanishes.
@@ -102,11 +111,14 @@ class ClientContext:
         while timers and timers[0][1] not in callbacks:
             heapq.heappop(timers)
         deadline = timers[0][0] if timers else None
+        pending = self._pending_requests
         for bucket in self._request_deadlines.values():
-            for first in bucket.values():
+            while bucket and bucket[0][1] not in pending:
+                bucket.popleft()                      # a dead entry: nothing observable changes
+            if bucket:
+                first = bucket[0][0]
                 if deadline is None or first < deadline:
                     deadline = first
-                break
         return deadline
 
     def on_timer(self, now_ns: int) -> None:
@@ -118,12 +130,9 @@ class ClientContext:
                 callback(now_ns)
         for timeout_ns in sorted(self._request_deadlines):
             bucket = self._request_deadlines[timeout_ns]
-            while bucket:
-                request_id, deadline = next(iter(bucket.items()))
-                if deadline > now_ns:
-                    break
-                del bucket[request_id]
-                self._on_request_timeout(request_id, now_ns)
+            while bucket and bucket[0][0] <= now_ns:
+                _, request_id = bucket.popleft()
+                self._on_request_timeout(request_id, now_ns)      # nothing if it was answered
 
     # -- bookie requests ------------------------------------------------------------------
 
@@ -135,25 +144,25 @@ class ClientContext:
         deadline = now_ns + timeout_ns
         bucket = self._request_deadlines.get(timeout_ns)
         if bucket is None:
-            bucket = self._request_deadlines[timeout_ns] = {}
+            bucket = self._request_deadlines[timeout_ns] = deque()
         elif bucket:
-            last_deadline = next(reversed(bucket.values()))
-            if last_deadline > deadline:            # keep the bucket in order
+            last_deadline = bucket[-1][0]
+            if last_deadline > deadline:            # keep the FIFO in order
                 deadline = last_deadline
-        bucket[request_id] = deadline
+        bucket.append((deadline, request_id))
         pending = self._pending_requests
-        pending[request_id] = (destination, on_response, timeout_ns)
+        pending[request_id] = (destination, on_response)
         if len(pending) > self._pending_peak:
             self._pending_peak = len(pending)
+        if len(bucket) > 2 * len(pending) + DEADLINE_SLACK_COUNT:
+            self._request_deadlines[timeout_ns] = deque(entry for entry in bucket if entry[1] in pending)
         self._effects.append(Send(destination, build(request_id)))
         self._sent_count += 1
         return request_id
 
     def forget_request(self, request_id: int) -> None:
         """Stop waiting for a request (its answer, if any, will be dropped)."""
-        pending = self._pending_requests.pop(request_id, None)
-        if pending is not None:
-            self._request_deadlines[pending[2]].pop(request_id, None)
+        self._pending_requests.pop(request_id, None)      # its deadline entry is dead now
 
     def on_response(self, message: object, source: str, now_ns: int) -> None:
         request_id = getattr(message, "request_id", None)
@@ -162,17 +171,14 @@ class ClientContext:
             self._dropped_count += 1
             return
         del self._pending_requests[request_id]
-        _, on_response, timeout_ns = pending
-        self._request_deadlines[timeout_ns].pop(request_id, None)
         self._responses_count += 1
-        on_response(message, now_ns)
+        pending[1](message, now_ns)
 
     def on_send_failed(self, request_id: int, *, destination: str, now_ns: int) -> None:
         """The connection to `destination` broke before it could answer: fail that request now
         (the same outcome as its timeout, only sooner)."""
         pending = self._pending_requests.get(request_id)
         if pending is not None and pending[0] == destination:
-            self._request_deadlines[pending[2]].pop(request_id, None)
             self._on_request_timeout(request_id, now_ns)
 
     def on_connection_lost(self, destination: str, now_ns: int) -> None:
