@@ -114,6 +114,10 @@ class StreamCatalog:
             await self._write(Delete(self.layout.segment_path(namespace, stream, seqno)))
         for cursor in await self.list_cursors(namespace, stream):
             await self._write(Delete(self.layout.cursor_path(namespace, stream, cursor)))
+        commits = await self._read(Children(self.commits_path(namespace, stream)))
+        for name in commits.children if commits.code is MetaCode.OK else ():
+            await self._write(Delete(f"{self.commits_path(namespace, stream)}/{name}"))
+        await self._write(Delete(self.commits_path(namespace, stream)))
         await self._write(Delete(self.layout.segments_path(namespace, stream)))
         await self._write(Delete(self.layout.cursors_path(namespace, stream)))
         await self._write(Delete(self.layout.stream_path(namespace, stream)))
@@ -187,6 +191,28 @@ class StreamCatalog:
         if (await self._write(Delete(self.layout.cursor_path(namespace, stream, cursor)))).code is MetaCode.NO_NODE:
             raise CursorNotFound(f"cursor {cursor!r} of stream {namespace}/{stream} does not exist")
 
+    # -- commit records of batch writers (transports.stream_attach) ------------------------------
+
+    def commits_path(self, namespace: str, stream: str) -> str:
+        return f"{self.layout.stream_path(namespace, stream)}/commits"
+
+    async def commit_record(self, namespace: str, stream: str, writer_id: str) -> tuple[bytes | None, int]:
+        """(value, version) of a batch writer's commit record; (None, -1) if it has none."""
+        result = await self._read(Get(f"{self.commits_path(namespace, stream)}/{_writer_node(writer_id)}"))
+        if result.code is MetaCode.NO_NODE:
+            await self.get_stream(namespace, stream)          # a missing stream is an error
+            return None, -1
+        return result.data, result.version
+
+    async def put_commit_record(self, namespace: str, stream: str, writer_id: str, data: bytes,
+                                version: int) -> bool:
+        """Create (version -1) or CAS the record; False if someone else changed it first."""
+        path = f"{self.commits_path(namespace, stream)}/{_writer_node(writer_id)}"
+        if version < 0:
+            await self._ensure(self.commits_path(namespace, stream))
+            return (await self._write(Create(path, data))).code is MetaCode.OK
+        return (await self._write(SetData(path, data, version))).code is MetaCode.OK
+
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _ensure(self, path: str) -> None:
@@ -229,6 +255,13 @@ class StreamCatalog:
         if now.code is MetaCode.OK and now.data == op.data and now.version != op.version:
             return MetaResult(MetaCode.OK, version=now.version)
         return None
+
+
+def _writer_node(writer_id: str) -> str:
+    """A writer id as one node name (ids such as checkpoint paths hold '/')."""
+    if not writer_id or len(writer_id) > 400:
+        raise ValueError(f"writer id {writer_id!r} must be 1 to 400 characters")
+    return writer_id.replace("%", "%25").replace("/", "%2F")
 
 
 def _check_answered(result: MetaResult, path: str) -> None:

@@ -144,6 +144,16 @@ class Streams:
     async def delete_cursor(self, namespace: str, stream: str, cursor: str) -> None:
         await self.catalog.delete_cursor(namespace, stream, cursor)
 
+    # -- batch writers ------------------------------------------------------------------------
+
+    async def attach_segments(self, namespace: str, stream: str, *, writer_id: str, batch_id: int,
+                              ledgers: list) -> "AttachOutcome":
+        """Attach closed ledgers of stream entries (transports.stream_attach.AttachedLedger) as
+        new segments, exactly once per (writer_id, batch_id); see transports.stream_attach."""
+        from transports.stream_attach import attach_segments
+        return await attach_segments(self._bk, self.catalog, namespace, stream, writer_id=writer_id,
+                                     batch_id=batch_id, ledgers=ledgers)
+
     # -- truncation and retention -------------------------------------------------------------
 
     async def truncate(self, namespace: str, stream: str, position: DLSN) -> list[int]:
