@@ -44,6 +44,7 @@ class SourceOptions:
     cursor: str | None = None
     writer_id: str | None = None
     filter_pushdown: bool = False
+    checkpoint_location: str | None = None
 
     @property
     def stream_name(self) -> str:
@@ -82,7 +83,8 @@ def parse_options(raw: dict) -> SourceOptions:
         min_entries_per_trigger=_positive(options, "minEntriesPerTrigger", None),
         max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_S),
         cursor=options.get("cursor") or None, writer_id=options.get("writerid") or None,
-        filter_pushdown=_boolean(options, "filterPushdown", False))
+        filter_pushdown=_boolean(options, "filterPushdown", False),
+        checkpoint_location=options.get("checkpointlocation") or None)
 
 
 def require_stream(options: SourceOptions, what: str) -> None:

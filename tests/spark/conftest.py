@@ -1,5 +1,5 @@
 """Fixtures of the Spark tests: one local cluster (a raft-lite node, 3 bookies as real processes)
-and one SparkSession (local[2], UI off, 2 shuffle partitions) for the whole session; the data
+and one SparkSession (local[2,2]: two threads, a failed task tried twice; UI off, 2 shuffle partitions) for the whole session; the data
 source is found through the pyspark_bookkeeper module, as users get it."""
 
 import os
@@ -43,7 +43,7 @@ def spark(tmp_path_factory):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["PYTHONPATH"] = SRC + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
-    session = (SparkSession.builder.master("local[2]").appName("bkspark-tests")
+    session = (SparkSession.builder.master("local[2,2]").appName("bkspark-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.python.filterPushdown.enabled", "true")
