@@ -22,6 +22,9 @@ OP_TIMEOUT_S = 10.0
 BATCH_COUNT_MAX = 16
 READ_BATCH_COUNT = 64
 FINAL_ATTEMPT_COUNT = 8
+# What a client call may raise when the cluster misbehaves (a long poll's error comes wrapped
+# in an ExceptionGroup from the library's nursery).
+ERRORS = (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError, ExceptionGroup)
 
 
 class LedgerWorkload:
@@ -52,7 +55,7 @@ class LedgerWorkload:
                 with trio.fail_after(OP_TIMEOUT_S):
                     ledger = await bk.create_ledger(ensemble=3, write_quorum=self.rng.choice([2, 3]), ack_quorum=2,
                                                     password=b"jepsen")
-            except (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError):
+            except ERRORS:
                 await trio.sleep(0.5)
                 continue
             self.ledger_ids.append(ledger.ledger_id)
@@ -100,7 +103,7 @@ class LedgerWorkload:
         try:
             with trio.fail_after(OP_TIMEOUT_S):
                 metadata = await ledger.close()
-        except (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError) as exc:
+        except ERRORS as exc:
             self.history.unknown(op, exc)
             return
         self.history.ok(op)
@@ -122,7 +125,7 @@ class LedgerWorkload:
                 with trio.fail_after(OP_TIMEOUT_S):
                     reader = await bk.open_ledger(newest, password=b"jepsen", recovery=False)
                 await self._follow(reader, process, deadline)
-            except (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError):
+            except ERRORS:
                 await trio.sleep(0.2)
 
     async def _follow(self, reader, process: str, deadline: float) -> None:
@@ -158,7 +161,7 @@ class LedgerWorkload:
                 (payload,) = await reader.read(entry_id, entry_id)
         except bkclient.NoSuchEntry:
             self.history.ok(op, None)
-        except (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError) as exc:
+        except ERRORS as exc:
             self.history.fail(op, exc)
         else:
             self.history.ok(op, bytes(payload).decode("utf-8", "backslashreplace"))
@@ -173,7 +176,7 @@ class LedgerWorkload:
             ledger_id = self.ledger_ids[-1] if rng.random() < 0.6 else rng.choice(self.ledger_ids)
             try:
                 await self.recover_and_read(bk, "recoverer", ledger_id)
-            except (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError):
+            except ERRORS:
                 pass
 
     async def recover_and_read(self, bk, process: str, ledger_id: int) -> None:
@@ -198,7 +201,7 @@ class LedgerWorkload:
                         await self.recover_and_read(bk, "final", ledger_id)
                         error = None
                         break
-                    except (bkclient.BKException, trio.TooSlowError, ConnectionError, OSError) as exc:
+                    except ERRORS as exc:
                         error = exc
                         await trio.sleep(1.0 + attempt)
                 if error is None:

@@ -20,7 +20,9 @@ from bkjepsen.history import History
 NAMESPACE, STREAM = "default", "jepsen-stream"
 OP_TIMEOUT_S = 10.0
 BATCH_COUNT_MAX = 8
-ERRORS = (bkclient.BKException, StreamException, trio.TooSlowError, ConnectionError, OSError)
+# trio.EndOfChannel: a reader whose read-ahead ended without an end marker (seen under faults).
+ERRORS = (bkclient.BKException, StreamException, trio.TooSlowError, trio.EndOfChannel, ConnectionError, OSError,
+          ExceptionGroup)
 
 
 async def create_stream(bk, namespace: str, stream: str) -> None:
