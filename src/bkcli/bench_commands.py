@@ -21,6 +21,8 @@ def add_parser(commands) -> None:
     bench_storage.add_parser(sub)
     bench_failover.add_parser(sub)
     bench_all.add_parser(sub)
+    from bkcli import bench_spark
+    bench_spark.add_parser(sub)
 
 
 def cmd_bench_sim(args) -> int:

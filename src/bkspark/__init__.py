@@ -9,7 +9,6 @@ Modules, each owning one thing:
     source         the DataSource class and batch reads
     stream_source  structured streaming reads (offsets, admission control, cursors)
     sink           batch and streaming writes, exactly once
-    table_source   a table's snapshot
 
 Register with `bkspark.register(spark)`; with pyspark 4.2+ the source is also found
 automatically through the `pyspark_bookkeeper` module (Spark looks for pyspark_* modules with a

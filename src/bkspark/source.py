@@ -51,8 +51,8 @@ class BookKeeperDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         if self.parsed.table is not None:
-            from bkspark.table_source import TableReader
-            return TableReader(self.parsed)
+            raise OptionError(f'option "table"={self.parsed.table!r}: table snapshots are not readable from Spark yet; '
+                              f'read the table\'s journal stream, or use bk.open_table() in the driver')
         return FilteringBatchReader(self.parsed) if self.parsed.filter_pushdown else BatchReader(self.parsed)
 
     def streamReader(self, schema):

@@ -1,0 +1,123 @@
+"""`bk bench spark`: the Spark data source on a local 3-bookie cluster, beside Parquet, one run.
+
+    write           N rows of --size bytes written with df.write.format("bookkeeper") into a
+                    stream (rows/s), and the same DataFrame written as Parquet
+    read_ledgers    N entries of --size bytes (written with the library, E3 Qw2 Qa2) read with
+                    spark.read.format("bookkeeper").option("ledgers", ...) into a count
+    read_stream     the stream the write made, read back into a count
+    parquet_read    the Parquet files read back, forcing every payload to be read
+                    (sum(length(payload)); a bare count would read only Parquet's footers)
+
+Spark runs local[2]; the ratios are against Parquet in the same run. Needs the spark extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from bkcli.local_processes import free_port
+
+
+def add_parser(sub) -> None:
+    spark = sub.add_parser("spark", help="the Spark data source: batch read and write entries/s beside Parquet (JSON)")
+    spark.add_argument("--entries", type=int, default=200_000, help="rows/entries per measurement (200000)")
+    spark.add_argument("--size", type=int, default=1024, help="payload bytes (1024)")
+    spark.add_argument("--ledgers", type=int, default=4, help="ledgers the raw entries are spread over (4)")
+    spark.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    spark.set_defaults(run=cmd_bench_spark)
+
+
+def _timed(action) -> tuple[object, float]:
+    started = time.perf_counter()
+    result = action()
+    return result, time.perf_counter() - started
+
+
+def _rate(count: int, seconds: float) -> dict:
+    return {"count": count, "seconds": round(seconds, 3), "per_second": round(count / seconds) if seconds else 0}
+
+
+def _write_ledgers(bk, args) -> list[int]:
+    payload = os.urandom(args.size)
+    ledger_ids, per_ledger = [], -(-args.entries // args.ledgers)
+    for _ in range(args.ledgers):
+        ledger = bk.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"bench")
+        for first in range(0, per_ledger, 5000):
+            ledger.add_many([payload] * min(5000, per_ledger - first))
+        ledger.close()
+        ledger_ids.append(ledger.ledger_id)
+    return ledger_ids
+
+
+def _spark_session(work_dir: str):
+    from pyspark.sql import SparkSession
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[2]").appName("bk-bench-spark")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.driver.memory", "2g")
+               .config("spark.sql.warehouse.dir", os.path.join(work_dir, "warehouse")).getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict:
+    from pyspark.sql import functions as F
+    uri = cluster.metastore_uri
+    rows = (spark.range(0, args.entries, numPartitions=2)
+            .select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload")))
+
+    def source():        # a new reader each time: a DataFrameReader keeps the options it is given
+        return spark.read.format("bookkeeper").option("metastore", uri)
+    _, write_s = _timed(lambda: rows.write.format("bookkeeper").option("metastore", uri)
+                        .option("stream", "bench/spark").mode("append").save())
+    parquet_path = os.path.join(work_dir, "parquet")
+    _, parquet_write_s = _timed(lambda: rows.write.parquet(parquet_path))
+    ledger_count, read_ledgers_s = _timed(
+        lambda: source().option("ledgers", ",".join(map(str, ledger_ids))).option("password", "bench").load().count())
+    stream_count, read_stream_s = _timed(lambda: source().option("stream", "bench/spark").load().count())
+    parquet_bytes, parquet_read_s = _timed(
+        lambda: spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0])
+    assert ledger_count == len(ledger_ids) * -(-args.entries // args.ledgers) and stream_count == args.entries
+    assert parquet_bytes == args.entries * args.size
+    write, read = _rate(args.entries, write_s), _rate(ledger_count, read_ledgers_s)
+    parquet_write, parquet_read = _rate(args.entries, parquet_write_s), _rate(args.entries, parquet_read_s)
+    return {
+        "write_stream": write, "read_ledgers": read, "read_stream": _rate(stream_count, read_stream_s),
+        "parquet_write": parquet_write, "parquet_read": parquet_read,
+        "read_vs_parquet": round(read["per_second"] / parquet_read["per_second"], 3),
+        "write_vs_parquet": round(write["per_second"] / parquet_write["per_second"], 3),
+        "read_target_entries_per_second": 200_000,
+        "read_meets_target": read["per_second"] >= 200_000,
+    }
+
+
+def cmd_bench_spark(args) -> int:
+    from bkclient.sync import connect
+    from bkcli.standalone_command import StandaloneCluster
+    from bkcore.stream.segments import StreamSettings
+    root = tempfile.mkdtemp(dir=args.dir, prefix="bench-spark-")
+    cluster = StandaloneCluster(os.path.join(root, "cluster"), bookie_ports=[free_port() for _ in range(3)],
+                                metastore_ports=[free_port()])
+    spark = None
+    try:
+        cluster.start(log=lambda line: None)
+        settings = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+        with connect(cluster.metastore_uri) as bk:
+            bk.run(lambda client: client.streams.create_namespace("bench", settings))
+            bk.run(lambda client: client.streams.create_stream("bench", "spark"))
+            ledger_ids = _write_ledgers(bk, args)
+        spark = _spark_session(root)
+        results = _measure(spark, cluster, args, ledger_ids, root)
+        print(json.dumps({"benchmark": "spark", "master": "local[2]", "bookies": 3, "entries": args.entries,
+                          "entry_size": args.size, **results}, indent=2))
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
