@@ -19,7 +19,7 @@ import math
 
 import trio
 
-from bkcore.errors import NoSuchEntry, NoSuchLedger
+from bkcore.errors import BKException, NoSuchEntry, NoSuchLedger
 from bkcore.stream.errors import PositionTruncated, StreamException
 from bkcore.stream.records import DLSN, DLSN_START, PositionedRecord, positioned, unpack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, segment_for_txid, start_of
@@ -124,7 +124,10 @@ class StreamReader:
                     if position is None:
                         await self._send.send(_END)
                         return
-            except (StreamException, NoSuchLedger, NoSuchEntry, OSError) as exc:
+            except (StreamException, BKException, OSError) as exc:
+                # Every domain error below (a read timing out, replicas answering IO_ERROR, a
+                # digest mismatch, the metastore gone) reaches the reader as itself; only bugs
+                # and cancellation escape the task.
                 await self._send.send(exc)
 
     async def _read_segment(self, segment: SegmentMetadata, position: DLSN) -> DLSN | None:

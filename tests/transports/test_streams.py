@@ -224,3 +224,26 @@ async def test_cursors_resume_after_the_committed_record(bk):
     assert await streams.list_cursors("ns", "s") == ["group-1"]
     await streams.delete_cursor("ns", "s", "group-1")
     assert await streams.list_cursors("ns", "s") == []
+
+
+async def test_a_ledger_read_error_reaches_the_reader_as_its_typed_error(bk, monkeypatch):
+    """Whatever the read-ahead meets below it (here every replica answering EIO) comes out of
+    read_next() as that error, not as a closed channel or an exception group."""
+    from bkcore.errors import BookieIOError
+    from transports.library import ReadHandle
+
+    streams = bk.streams
+    await streams.create_stream("ns", "s")
+    async with streams.open_writer("ns", "s") as writer:
+        await writer.write(b"x")
+
+    async def failing_tail(self, start_entry_id=0):
+        raise BookieIOError("every replica answered IO_ERROR")
+        yield                                       # an async generator, like the real one
+
+    monkeypatch.setattr(ReadHandle, "tail", failing_tail)
+    async with streams.open_reader("ns", "s") as reader:
+        with pytest.raises(BookieIOError, match="IO_ERROR"):
+            with trio.fail_after(20):
+                await reader.read_next()
+        assert reader.is_ended
