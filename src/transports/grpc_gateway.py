@@ -364,7 +364,8 @@ def _response_op(result) -> kv_rpc_pb2.ResponseOp:
 
 class _WatchHandler:
     """bk.table.Watch/Watch: request {"stream_id" | "namespace"+"stream", "pkey", "key",
-    "range_end", "start_revision"}; answers one dict per change, or {"error": ..., "code": ...}."""
+    "range_end", "start_revision"}; answers first {"created": True, "revision": r} (every change
+    above revision r follows), then one dict per change, or {"error": ..., "code": ..., "kind": ...}."""
 
     def __init__(self, bridge: _Bridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
         self._bridge, self._streams, self._tables, self._nursery = bridge, streams, tables, nursery
@@ -381,9 +382,11 @@ class _WatchHandler:
                     else:
                         namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
                     key = request["key"]
+                    started = lambda revision: events.put({"created": True, "revision": revision})  # noqa: E731
                     async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
                                                           request.get("range_end"),
-                                                          start_revision=request.get("start_revision", 0)):
+                                                          start_revision=request.get("start_revision", 0),
+                                                          started=started):
                         if events.qsize() >= WATCH_QUEUE_EVENTS:
                             raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
                         events.put({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,

@@ -13,6 +13,7 @@ Failures raise StorageError with BookKeeper's status name (STREAM_NOT_FOUND, BAD
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import grpc
@@ -127,32 +128,81 @@ class TableClient:
         return self._send(self._stub.Delete, request, "delete").deleted
 
     def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> WatchStream:
-        """Every change of the key from `start_revision` (0: from now on), as they happen."""
+        """Every change of the key from `start_revision` (0: from now on), as they happen; the
+        watch resumes by itself where it left off when its stream breaks (see WatchStream)."""
         call = self._client._channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
                                                   response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
-        return WatchStream(call({"stream_id": self._stream_id, "pkey": pkey or key, "key": key,
-                                 "start_revision": start_revision}), key)
+        request = {"stream_id": self._stream_id, "pkey": pkey or key, "key": key}
+        return WatchStream(lambda revision: call({**request, "start_revision": revision}), key, start_revision)
+
+
+# Watch errors that another attempt cannot cure: they end the watch.
+FINAL_WATCH_ERRORS = frozenset({"WatchCompacted", "StreamNotFound", "NamespaceNotFound", "TableError"})
+WATCH_RESUME_TIMEOUT_S = 60.0
+WATCH_RESUME_BACKOFF_MAX_S = 1.0
 
 
 class WatchStream:
-    """Iterate for change dicts (blocking); cancel() from any thread ends the iteration."""
+    """Iterate for change dicts (blocking); cancel() from any thread ends the iteration.
 
-    def __init__(self, call, key: bytes) -> None:
-        self._call = call
+    A stream that breaks (the server restarts, the range changes owner, the connection drops)
+    is opened again from the revision of the last change delivered, and the changes of that
+    revision already delivered are skipped, so the iteration sees every change once, in order.
+    It gives up with ConnectionError after WATCH_RESUME_TIMEOUT_S without a working stream."""
+
+    def __init__(self, open_call, key: bytes, start_revision: int) -> None:
+        self._open_call = open_call
         self._key = key
+        self._resume_revision = start_revision     # 0 until the server says where the watch starts
+        self._delivered_at_resume = 0              # changes of _resume_revision already delivered
+        self._call = None
+        self._is_cancelled = False
 
     def __iter__(self) -> Iterator[dict]:
-        try:
-            for event in self._call:
-                if "error" in event:
-                    raise StorageError(event["code"], f"watching {self._key!r}: {event['error']}")
-                yield event
-        except grpc.RpcError as exc:
-            if exc.code() is not grpc.StatusCode.CANCELLED:
-                raise ConnectionError(f"the watch of {self._key!r} broke off ({exc.code().name}); "
-                                      f"watch again from the next revision") from None
-        finally:
-            self._call.cancel()
+        backoff_s, broken_since = 0.05, None
+        while not self._is_cancelled:
+            self._call = call = self._open_call(self._resume_revision)
+            if self._is_cancelled:
+                call.cancel()
+                return
+            skip = self._delivered_at_resume
+            why = "the server ended it"
+            try:
+                for event in call:
+                    if "created" in event:
+                        if not self._resume_revision:
+                            self._resume_revision = event["revision"] + 1
+                        broken_since, backoff_s = None, 0.05
+                        continue
+                    if "error" in event:
+                        if event.get("kind") in FINAL_WATCH_ERRORS:
+                            raise StorageError(event["code"], f"watching {self._key!r}: {event['error']}")
+                        why = event["error"]
+                        break
+                    revision = event["revision"]
+                    if revision < self._resume_revision or (revision == self._resume_revision and skip > 0):
+                        skip -= revision == self._resume_revision
+                        continue                    # delivered before the stream broke
+                    if revision == self._resume_revision:
+                        self._delivered_at_resume += 1
+                    else:
+                        self._resume_revision, self._delivered_at_resume = revision, 1
+                    yield event
+            except grpc.RpcError as exc:
+                if exc.code() is grpc.StatusCode.CANCELLED and self._is_cancelled:
+                    return
+                why = exc.code().name
+            finally:
+                call.cancel()
+            now = time.monotonic()
+            broken_since = broken_since or now
+            if now - broken_since > WATCH_RESUME_TIMEOUT_S:
+                raise ConnectionError(f"the watch of {self._key!r} broke off ({why}) and could not be resumed "
+                                      f"for {WATCH_RESUME_TIMEOUT_S:g}s; is stream storage running?")
+            time.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, WATCH_RESUME_BACKOFF_MAX_S)
 
     def cancel(self) -> None:
-        self._call.cancel()
+        self._is_cancelled = True
+        if self._call is not None:
+            self._call.cancel()

@@ -27,7 +27,7 @@ import collections
 import contextlib
 import time
 from dataclasses import dataclass
-from typing import AsyncIterator, Iterable, Iterator
+from typing import AsyncIterator, Callable, Iterable, Iterator
 
 import crc32c
 import msgpack
@@ -165,6 +165,7 @@ class TableRange:
         checkpoints = await self._read_checkpoints()
         for info, items in reversed(checkpoints):
             index.replace_all(sorted(items.items()))
+            self._history.clear()
             state = RangeState(index)
             try:
                 await self._replay(state, _after(info.journal_position))
@@ -175,6 +176,7 @@ class TableRange:
             break
         else:
             index.replace_all(())
+            self._history.clear()
             state = RangeState(index)
             await self._replay(state, None)
             self.restored_from = "journal"
@@ -186,7 +188,8 @@ class TableRange:
             async for record in reader:
                 if state.applied_position is not None and record.dlsn <= DLSN(*state.applied_position):
                     continue
-                state.apply(decode_stamped(record.payload), position=list(record.dlsn))
+                _, events = state.apply(decode_stamped(record.payload), position=list(record.dlsn))
+                self._history.extend(events)    # so watches can resume from before this owner
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -257,10 +260,12 @@ class TableRange:
 
     # -- watches ------------------------------------------------------------------------------
 
-    async def watch(self, key: bytes, range_end: bytes | None = None, *,
-                    start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+    async def watch(self, key: bytes, range_end: bytes | None = None, *, start_revision: int = 0,
+                    started: Callable[[int], None] | None = None) -> AsyncIterator[WatchEvent]:
         """Every change of `key` (or [key, range_end)) from `start_revision` (0: from now on),
-        in order, until the caller stops iterating."""
+        in order, until the caller stops iterating. Once the watch is in place, `started(r)` is
+        called: every change with a revision above r will come (so a watcher that reconnects
+        knows where to resume even before it has seen an event)."""
         self._check_serving()
         watcher = _Watcher(key, range_end)
         if start_revision:
@@ -273,6 +278,8 @@ class TableRange:
                 if event.revision >= start_revision and watcher.wants(event):
                     watcher.send.send_nowait(event)
         self._watchers.add(watcher)
+        if started is not None:
+            started(start_revision - 1 if start_revision else self.state.revision)
         try:
             async with watcher.receive:
                 async for event in watcher.receive:
