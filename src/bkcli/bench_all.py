@@ -80,6 +80,10 @@ HEADLINES = (
     Headline("table", "watch event latency p50 ms", "watch.watch_latency_p50_ms", target=("<=", 2.0)),
     Headline("stream", "stream append records/s", "append.records_per_second"),
     Headline("stream", "stream read-back records/s", "read_back.records_per_second"),
+    Headline("spark", "Spark batch read of 1 KiB ledger entries, rows/s", "read_ledgers.per_second",
+             "Parquet read rows/s", "parquet_read.per_second", (">=", 200_000)),
+    Headline("spark", "Spark exactly-once write into a stream, rows/s", "write_stream.per_second",
+             "Parquet write rows/s", "parquet_write.per_second"),
     Headline("failover", "add p99 ms in the second after a bookie kill",
              "runs.a bookie of the ensemble killed half-way.first_second_after_kill.add_latency_p99_ms",
              "no failure p99 ms", "runs.no failure.add_latency_p99_ms"),
@@ -153,6 +157,7 @@ def _commands(args) -> dict[str, list[str]]:
         "table": ["table", "--seconds", seconds, "--dir", work_dir, *(["--peers"] if args.peers else [])],
         "stream": ["stream", "--seconds", seconds, "--dir", work_dir],
         "failover": ["failover", "--seconds", str(max(4.0, args.seconds)), "--out", args.out, "--dir", work_dir],
+        "spark": ["spark", "--entries", str(args.spark_entries), "--dir", work_dir],
     }
     return {name: argv for name, argv in commands.items() if name not in args.skip}
 
@@ -180,13 +185,14 @@ def add_parser(sub) -> None:
     every = sub.add_parser("all", help="every benchmark, one JSON file and a Markdown table")
     every.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement (5)")
     every.add_argument("--sim-seeds", type=int, default=20, help="seeds for bk bench sim (20)")
+    every.add_argument("--spark-entries", type=int, default=50_000, help="rows for bk bench spark (50000)")
     every.add_argument("--out", default="bench-results", help="directory for results.json, results.md, failover.png")
     every.add_argument("--dir", default=None, help="where benchmarks put their data (default: --out)")
     every.add_argument("--no-peers", dest="peers", action="store_false",
                        help="skip the NATS JetStream and etcd clusters")
     every.add_argument("--skip", action="append", default=[], metavar="NAME",
                        help="leave out a benchmark (sim, journal, bookie, ledger, ledger_one_bookie, table, stream, "
-                            "failover)")
+                            "failover, spark)")
     every.set_defaults(run=cmd_bench_all)
 
 

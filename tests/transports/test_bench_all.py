@@ -41,7 +41,7 @@ def test_targets_are_judged_on_the_figure_or_on_its_ratio_to_the_baseline():
 def test_a_run_of_two_benchmarks_writes_json_and_markdown(tmp_path):
     completed = subprocess.run(
         [sys.executable, "-m", "bkcli.main", "bench", "all", "--sim-seeds", "1", "--seconds", "0.2",
-         "--out", str(tmp_path), *[f"--skip={name}" for name in ("bookie", "ledger", "ledger_one_bookie", "table", "stream", "failover")]],
+         "--out", str(tmp_path), *[f"--skip={name}" for name in ("bookie", "ledger", "ledger_one_bookie", "table", "stream", "failover", "spark")]],
         capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr
     results = json.loads((tmp_path / "results.json").read_text())
