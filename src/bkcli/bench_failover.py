@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import trio
 
 from bkcli.bench_ledger import latency_summary
-from bkcli.local_processes import free_port
 
 AFTER_KILL_WINDOW_S = 1.0
 
@@ -126,8 +125,7 @@ def run_failover(*, seconds: float, rate: float, entry_size: int, directory: str
     from transports.library import connect
 
     root = tempfile.mkdtemp(dir=directory, prefix="bench-failover-")
-    cluster = StandaloneCluster(root, bookie_ports=[free_port() for _ in range(4)],
-                                metastore_ports=[free_port() for _ in range(3)])
+    cluster = StandaloneCluster.on_free_ports(root, bookie_count=4)
     payload = os.urandom(entry_size)
     runs = [LatencyRun("no failure"), LatencyRun("a bookie of the ensemble killed half-way")]
 

@@ -24,7 +24,6 @@ import time
 import trio
 
 from bkcli.bench_journal import MIB, percentile
-from bkcli.local_processes import free_port
 
 
 PACE_TICK_S = 0.001
@@ -184,8 +183,7 @@ def cmd_bench_ledger(args) -> int:
     from transports.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
-    cluster = StandaloneCluster(root, bookie_ports=[free_port() for _ in range(args.bookies)],
-                                metastore_ports=[free_port() for _ in range(3)])
+    cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies)
     payload = os.urandom(args.entry_size)
     try:
         cluster.start(log=lambda line: None)

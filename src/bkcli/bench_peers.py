@@ -40,7 +40,7 @@ from typing import Awaitable, Callable
 
 from bkcli.bench_journal import MIB
 from bkcli.bench_ledger import adds_summary
-from bkcli.local_processes import ChildProcess, free_port
+from bkcli.local_processes import ChildProcess, free_ports
 
 NODE_COUNT = 3
 READY_TIMEOUT_S = 30.0
@@ -92,16 +92,6 @@ def _http_json(url: str, body: dict | None = None) -> dict | None:
         return None
 
 
-def _free_ports(count: int) -> list[int]:
-    """count distinct free ports (free_port alone may hand out the same one twice)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = free_port()
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
 @contextlib.contextmanager
 def _stopping(servers: list[ChildProcess]):
     """Stops every server started inside the block (SIGTERM by pid, SIGKILL if it lingers)."""
@@ -149,7 +139,7 @@ def nats_syncs_every_write(binary: str) -> bool:
 def nats_cluster(root: str):
     """Three routed nats-server processes with JetStream; yields their client URLs once every
     server reports the same JetStream metadata leader."""
-    free = iter(_free_ports(3 * NODE_COUNT))
+    free = iter(free_ports(3 * NODE_COUNT))
     ports = [{"client_port": next(free), "route_port": next(free), "monitor_port": next(free)}
              for _ in range(NODE_COUNT)]
     routes = ", ".join(f"nats-route://127.0.0.1:{node['route_port']}" for node in ports)
@@ -179,7 +169,7 @@ def nats_cluster(root: str):
 def etcd_cluster(root: str):
     """Three etcd members; yields the leader's client URL (puts go straight to it, as a bookkeeper
     writer talks straight to its bookies) once every member is healthy and agrees on the leader."""
-    free = iter(_free_ports(2 * NODE_COUNT))
+    free = iter(free_ports(2 * NODE_COUNT))
     ports = [{"client": next(free), "peer": next(free)} for _ in range(NODE_COUNT)]
     initial_cluster = ",".join(f"e{index}=http://127.0.0.1:{node['peer']}" for index, node in enumerate(ports))
     with _stopping([]) as servers:

@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 
-from bkcli.local_processes import free_port
 
 
 def add_parser(sub) -> None:
@@ -101,8 +100,7 @@ def cmd_bench_spark(args) -> int:
     from bkcli.standalone_command import StandaloneCluster
     from bkcore.stream.segments import StreamSettings
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-spark-")
-    cluster = StandaloneCluster(os.path.join(root, "cluster"), bookie_ports=[free_port() for _ in range(3)],
-                                metastore_ports=[free_port()])
+    cluster = StandaloneCluster.on_free_ports(os.path.join(root, "cluster"), bookie_count=3, metastore_count=1)
     spark = None
     try:
         cluster.start(log=lambda line: None)

@@ -19,7 +19,6 @@ import threading
 import time
 
 from bkcli.bench_journal import MIB, percentile
-from bkcli.local_processes import free_port
 
 
 def add_parser(sub) -> None:
@@ -45,9 +44,8 @@ def add_parser(sub) -> None:
 def _cluster(args, *, with_stream_storage: bool):
     from bkcli.standalone_command import StandaloneCluster
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-storage-")
-    cluster = StandaloneCluster(root, bookie_ports=[free_port() for _ in range(args.bookies)],
-                                metastore_ports=[free_port()],
-                                stream_storage_port=free_port() if with_stream_storage else 0)
+    cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, metastore_count=1,
+                                              with_stream_storage=with_stream_storage)
     return root, cluster
 
 

@@ -56,6 +56,16 @@ class StandaloneCluster:
         self.bookies = []
         self.stream_storage = None
 
+    @classmethod
+    def on_free_ports(cls, data_dir: str, *, bookie_count: int, metastore_count: int = 3,
+                      with_stream_storage: bool = False, **options) -> "StandaloneCluster":
+        """A cluster whose every port is a distinct free one (tests and benchmarks)."""
+        from bkcli.local_processes import free_ports
+        ports = free_ports(bookie_count + metastore_count + 1)
+        return cls(data_dir, bookie_ports=ports[:bookie_count],
+                   metastore_ports=ports[bookie_count:bookie_count + metastore_count],
+                   stream_storage_port=ports[-1] if with_stream_storage else 0, **options)
+
     def start(self, *, log=print) -> None:
         from bkcli.local_processes import spawn_bk
         os.makedirs(self.data_dir, exist_ok=True)

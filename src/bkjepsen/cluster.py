@@ -24,7 +24,7 @@ from typing import Callable
 
 import trio
 
-from bkcli.local_processes import free_port, spawn_bk, write_toml
+from bkcli.local_processes import free_port, free_ports, spawn_bk, write_toml
 from bkjepsen.proxy import Proxies
 
 TMPFS_SIZE_MB = 64
@@ -153,7 +153,7 @@ class Cluster:
                                               lambda _i, node=node: self._launch_zk_node(node))
             await self._start_all(self.metastore_names)
             return [node.client_port for node in self.zk.nodes]
-        ports = [free_port() for _ in self.metastore_names]
+        ports = free_ports(len(self.metastore_names))
         for source in self.metastore_names:
             for target, port in zip(self.metastore_names, ports):
                 if source != target:

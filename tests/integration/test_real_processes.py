@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import bkclient
-from bkcli.local_processes import free_port
+from bkcli.local_processes import free_ports
 from bkcli.standalone_command import StandaloneCluster
 
 
@@ -42,8 +42,8 @@ class ZkCluster:
 
 class RaftCluster(StandaloneCluster):
     def __init__(self, root: str) -> None:
-        super().__init__(os.path.join(root, "cluster"), bookie_ports=[free_port() for _ in range(4)],
-                         metastore_ports=[free_port() for _ in range(3)])
+        ports = free_ports(4 + 3)
+        super().__init__(os.path.join(root, "cluster"), bookie_ports=ports[:4], metastore_ports=ports[4:])
 
     def kill_metastore_leader(self) -> None:
         from metastore.raftlite.client import member_status

@@ -22,8 +22,8 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 @pytest.fixture
 def cluster(tmp_path):
-    cluster = StandaloneCluster(str(tmp_path / "cluster"), bookie_ports=[free_port() for _ in range(3)],
-                                metastore_ports=[free_port()], stream_storage_port=free_port())
+    cluster = StandaloneCluster.on_free_ports(str(tmp_path / "cluster"), bookie_count=3, metastore_count=1,
+                                              with_stream_storage=True)
     try:
         cluster.start(log=lambda line: None)
         yield cluster
@@ -131,8 +131,7 @@ def test_a_killed_server_restarts_with_every_acknowledged_increment(cluster):
 def test_a_bookie_can_serve_stream_storage_itself(tmp_path):
     """streamStorageEnabled in a bookie's config runs the gRPC endpoint in the bookie process."""
     from bkcli.local_processes import spawn_bookie
-    cluster = StandaloneCluster(str(tmp_path / "cluster"), bookie_ports=[free_port() for _ in range(3)],
-                                metastore_ports=[free_port()])
+    cluster = StandaloneCluster.on_free_ports(str(tmp_path / "cluster"), bookie_count=3, metastore_count=1)
     port = free_port()
     extra_bookie = None
     try:

@@ -9,7 +9,6 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install '.[spark]')")
 
-from bkcli.local_processes import free_port  # noqa: E402
 from bkcli.standalone_command import StandaloneCluster  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
@@ -17,8 +16,8 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
-    cluster = StandaloneCluster(str(tmp_path_factory.mktemp("spark-cluster")),
-                                bookie_ports=[free_port() for _ in range(3)], metastore_ports=[free_port()])
+    cluster = StandaloneCluster.on_free_ports(str(tmp_path_factory.mktemp("spark-cluster")), bookie_count=3,
+                                              metastore_count=1)
     try:
         cluster.start(log=lambda line: None)
         yield cluster

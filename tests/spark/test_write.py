@@ -4,7 +4,6 @@ decision, a failed task leaves nothing behind, and a batch Spark replays after a
 is not applied twice."""
 
 import os
-import shutil
 
 import pytest
 from pyspark.sql import functions as F
