@@ -49,15 +49,17 @@ class EntryLogger:
         self.current_size = 0
         self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
         self._unflushed_ids: list[int] = []
-        # The path of the log _path() was last asked about (formatting one costs more than a read).
-        self._path_log_id: int | None = None
-        self._path_cached = ""
+        # (log id, path) of the log _path() was last asked about: formatting a path costs more
+        # than a read. One tuple, replaced whole: a real bookie's checkpoint thread writes logs
+        # while its event loop reads them, and two attributes could be seen half-updated.
+        self._path_cache: tuple[int | None, str] = (None, "")
 
     def _path(self, log_id: int) -> str:
-        if log_id == self._path_log_id:      # reads and writes mostly stay in one log
-            return self._path_cached
+        cached_log_id, cached_path = self._path_cache
+        if log_id == cached_log_id:          # reads and writes mostly stay in one log
+            return cached_path
         path = f"{self.ledger_dir}/{entry_log_name(log_id)}"
-        self._path_log_id, self._path_cached = log_id, path
+        self._path_cache = (log_id, path)
         return path
 
     def log_ids(self) -> list[int]:
