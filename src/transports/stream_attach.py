@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import msgpack
 
 from bkcore.stream.errors import StreamMetadataConflict, TxidOutOfOrder
-from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamMetadataError, stream_last_txid
+from bkcore.stream.segments import SegmentMetadata, SegmentState, decode_record, stream_last_txid
 from transports.stream_catalog import StreamCatalog
 from transports.stream_writer import recover_segment
 
@@ -59,15 +59,10 @@ class CommitRecord:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, version: int) -> CommitRecord:
-        try:
-            fmt, batch_id, ledgers = msgpack.unpackb(data)
-            if fmt != COMMIT_FORMAT:
-                raise StreamMetadataError(f"commit record format {fmt} is not {COMMIT_FORMAT}")
+        def build(fields: list) -> CommitRecord:
+            batch_id, ledgers = fields
             return cls(batch_id, tuple(AttachedLedger(*values) for values in ledgers), version=version)
-        except StreamMetadataError:
-            raise
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise StreamMetadataError(f"unreadable commit record: {exc}") from None
+        return decode_record(data, expected_format=COMMIT_FORMAT, what="commit record", build=build)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Stream metadata: serialization, paths, txid search, truncation and retention choices."""
 
+import msgpack
 import pytest
 
 from bkcore.stream.records import DLSN
@@ -22,8 +23,12 @@ def test_round_trips_and_bad_bytes():
         "ctime_s", "is_end_of_stream")], version=4)
     m = StreamMetadata(StreamSettings(retention_s=60), DLSN(2, 5, 0))
     assert StreamMetadata.from_bytes(m.to_bytes(), version=1) == StreamMetadata(m.settings, m.truncated_to, 1)
-    with pytest.raises(StreamMetadataError):
-        SegmentMetadata.from_bytes(b"\x93\x07", version=0)
+    bad_records = [b"\x93\x07", b"\xc1", msgpack.packb(5), msgpack.packb([99, 1, 2]),    # torn, junk, a
+                   msgpack.packb([1, "x"]), msgpack.packb([1, 1, 2, "NO_SUCH_STATE"])]     # number, format, fields
+    for data in bad_records:
+        for decoder in (SegmentMetadata.from_bytes, StreamMetadata.from_bytes):
+            with pytest.raises(StreamMetadataError):
+                decoder(data, version=0)
     with pytest.raises(ValueError):
         StreamSettings(ensemble_size=2, write_quorum_size=3)
 

@@ -18,10 +18,13 @@ import hashlib
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
+from typing import Callable, TypeVar
 
 import msgpack
 
 from bkcore.stream.records import DLSN
+
+T = TypeVar("T")
 
 SEGMENT_FORMAT = 1
 STREAM_FORMAT = 1
@@ -36,6 +39,22 @@ class SegmentState(Enum):
 class StreamMetadataError(Exception):
     pass
 
+
+
+def decode_record(data: bytes, *, expected_format: int, what: str, build: Callable[[list], T]) -> T:
+    """build(fields) of a msgpack metadata record [format, fields...]. Another format, bytes that
+    are not such a record, or fields build() cannot use raise StreamMetadataError naming `what`:
+    metadata from the store is input, never trusted."""
+    try:
+        fmt, *values = msgpack.unpackb(data)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise StreamMetadataError(f"unreadable {what}: {exc}") from None
+    if fmt != expected_format:
+        raise StreamMetadataError(f"{what} format {fmt} is not {expected_format}")
+    try:
+        return build(values)
+    except (ValueError, TypeError) as exc:
+        raise StreamMetadataError(f"unreadable {what}: {exc}") from None
 
 @dataclass(frozen=True, slots=True)
 class StreamSettings:
@@ -87,16 +106,10 @@ class SegmentMetadata:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, version: int) -> SegmentMetadata:
-        try:
-            fmt, *values = msgpack.unpackb(data)
-            if fmt != SEGMENT_FORMAT:
-                raise StreamMetadataError(f"segment metadata format {fmt} is not {SEGMENT_FORMAT}")
+        def build(values: list) -> SegmentMetadata:
             seqno, ledger_id, state, *rest = values
             return cls(seqno, ledger_id, SegmentState(state), *rest, version=version)
-        except StreamMetadataError:
-            raise
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise StreamMetadataError(f"unreadable segment metadata: {exc}") from None
+        return decode_record(data, expected_format=SEGMENT_FORMAT, what="segment metadata", build=build)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +123,10 @@ class StreamMetadata:
 
     @classmethod
     def from_bytes(cls, data: bytes, *, version: int) -> StreamMetadata:
-        try:
-            fmt, settings, truncated_to = msgpack.unpackb(data)
-            if fmt != STREAM_FORMAT:
-                raise StreamMetadataError(f"stream metadata format {fmt} is not {STREAM_FORMAT}")
+        def build(values: list) -> StreamMetadata:
+            settings, truncated_to = values
             return cls(StreamSettings.from_list(settings), DLSN(*truncated_to), version=version)
-        except StreamMetadataError:
-            raise
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise StreamMetadataError(f"unreadable stream metadata: {exc}") from None
+        return decode_record(data, expected_format=STREAM_FORMAT, what="stream metadata", build=build)
 
 
 @dataclass(frozen=True, slots=True)
