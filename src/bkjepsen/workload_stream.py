@@ -33,14 +33,19 @@ async def create_stream(bk, namespace: str, stream: str) -> None:
     await bk.streams.create_stream(namespace, stream)
 
 
+async def prepare_stream(uri: str, namespace: str, stream: str) -> None:
+    """Create the stream a workload uses (and its namespace), within 30 s."""
+    async with bkclient.connect(uri) as bk:
+        with trio.fail_after(30):
+            await create_stream(bk, namespace, stream)
+
+
 class StreamWorkload:
     def __init__(self, history: History, rng: random.Random) -> None:
         self.history, self.rng = history, rng
 
     async def prepare(self, uri: str) -> None:
-        async with bkclient.connect(uri) as bk:
-            with trio.fail_after(30):
-                await create_stream(bk, NAMESPACE, STREAM)
+        await prepare_stream(uri, NAMESPACE, STREAM)
 
     async def run(self, uri: str, duration_s: float) -> None:
         deadline = trio.current_time() + duration_s

@@ -17,7 +17,7 @@ import trio
 
 import bkclient
 from bkjepsen.history import History
-from bkjepsen.workload_stream import create_stream
+from bkjepsen.workload_stream import prepare_stream
 
 NAMESPACE, STREAM = "default", "jepsen-table"
 REGISTERS = [f"r{i}" for i in range(4)]
@@ -35,9 +35,7 @@ class TableWorkload:
         self._txn_stub = None
 
     async def prepare(self, uri: str) -> None:
-        async with bkclient.connect(uri) as bk:
-            with trio.fail_after(30):
-                await create_stream(bk, NAMESPACE, STREAM)
+        await prepare_stream(uri, NAMESPACE, STREAM)
 
     async def run(self, uri: str, duration_s: float) -> None:
         deadline = trio.current_time() + duration_s
