@@ -33,6 +33,10 @@ INVALID_ENTRY_ID = -1
 
 FRAME_HEADER = struct.Struct(">II")
 FRAME_SIZE_MAX = 8 * 1024 * 1024
+# The most entry bytes a bookie puts in one ReadBatchResponse, whatever size_max asks: the
+# answer then fits a frame with room to spare (its first entry is sent whatever its size, and
+# entries are smaller than a frame).
+READ_BATCH_SIZE_MAX = FRAME_SIZE_MAX // 2
 MESSAGES_PER_FRAME_MAX = 100_000
 
 
@@ -274,18 +278,57 @@ class BookieInfoResponse:
     ledger_count: int = 0
 
 
+@store_fields_directly
+@dataclass(frozen=True, slots=True)
+class ReadBatchRequest:
+    """Read consecutive entries of one ledger in one round trip (BookKeeper's batch read, BP-62).
+
+    The bookie answers with the entries it holds from `first_entry_id` on, in order, stopping
+    after `count_max` entries, before the first entry it does not hold, or before the bodies
+    would pass `size_max` bytes (the first entry is sent whatever its size). Only useful for a
+    ledger whose bookies each hold every entry (E == Qw): with striping, a bookie holds only
+    some entries of any range.
+    """
+
+    TAG: ClassVar[int] = 18
+    request_id: int
+    ledger_id: int
+    first_entry_id: int
+    count_max: int
+    size_max: int
+
+
+@store_fields_directly
+@dataclass(frozen=True, slots=True)
+class ReadBatchResponse:
+    """`bodies` are the packed entries first_entry_id, first_entry_id + 1, ... (none unless
+    `code` is OK); `lac` is the highest LAC the bookie knows for the ledger."""
+
+    TAG: ClassVar[int] = 19
+    LIST_MAY_BE_EMPTY: ClassVar[bool] = True
+    request_id: int
+    code: int
+    ledger_id: int
+    first_entry_id: int
+    lac: int
+    bodies: list
+
+
 Message = (
     AddRequest | AddResponse | ReadRequest | ReadResponse | WriteLacRequest | WriteLacResponse
     | ReadLacRequest | ReadLacResponse | ForceLedgerRequest | ForceLedgerResponse | ErrorResponse
     | AddBatchRequest | AddBatchResponse | AuthRequest | AuthResponse | BookieInfoRequest | BookieInfoResponse
+    | ReadBatchRequest | ReadBatchResponse
 )
 
 _CLASSES = (
     AddRequest, AddResponse, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
     ReadLacRequest, ReadLacResponse, ForceLedgerRequest, ForceLedgerResponse, ErrorResponse,
     AddBatchRequest, AddBatchResponse, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse,
+    ReadBatchRequest, ReadBatchResponse,
 )
-# A list field is a list of bytes (the bodies of a batch).
+# A list field is a list of bytes (the bodies of a batch): 1..BATCH_ENTRY_COUNT_MAX of them, or
+# 0.. when the class says LIST_MAY_BE_EMPTY (an answer that failed carries none).
 _TYPE_BY_NAME = {"int": int, "bytes": bytes, "bool": bool, "str": str, "list": list}
 BATCH_ENTRY_COUNT_MAX = 10_000
 # tag -> (class, tuple of (field name, python type), number of required fields)
@@ -322,9 +365,10 @@ def message_from_list(item: object) -> Message:
             raise MalformedFrame(f"{cls.__name__}.{name}: {type(value).__name__}, expected {expected.__name__}")
         if expected is int and not _INT64_MIN <= value <= _INT64_MAX:
             raise MalformedFrame(f"{cls.__name__}.{name}: out of range")
-        if expected is list and (not 0 < len(value) <= BATCH_ENTRY_COUNT_MAX
+        if expected is list and (not (0 if getattr(cls, "LIST_MAY_BE_EMPTY", False) else 1)
+                                 <= len(value) <= BATCH_ENTRY_COUNT_MAX
                                  or any(type(item) is not bytes for item in value)):
-            raise MalformedFrame(f"{cls.__name__}.{name}: not 1..{BATCH_ENTRY_COUNT_MAX} byte strings")
+            raise MalformedFrame(f"{cls.__name__}.{name}: not up to {BATCH_ENTRY_COUNT_MAX} byte strings")
     if "code" in cls.__slots__:
         code = values[[n for n, _ in fields].index("code")]
         if code not in Code._value2member_map_:

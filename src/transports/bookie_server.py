@@ -45,7 +45,8 @@ from bkcore.errors import Code
 from bkcore.metaops import Create, Delete, Get, MetaCode
 from bkcore.wire import (
     FRAME_SIZE_MAX, AddBatchRequest, AddBatchResponse, AddRequest, AddResponse, AuthRequest, AuthResponse,
-    BookieInfoRequest, BookieInfoResponse, ErrorResponse, ReadRequest, ReadResponse,
+    BookieInfoRequest, BookieInfoResponse, ErrorResponse, ReadBatchRequest, ReadBatchResponse, ReadRequest,
+    ReadResponse,
 )
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
@@ -260,7 +261,7 @@ class BookieServer:
                 kind = type(message)
                 if kind is AddRequest or kind is AddBatchRequest:
                     started["add", message.request_id] = at
-                elif kind is ReadRequest and not message.long_poll_timeout_ns:
+                elif (kind is ReadRequest and not message.long_poll_timeout_ns) or kind is ReadBatchRequest:
                     started["read", message.request_id] = at
         self.core.receive_batch(messages, source=connection.name, now_ns=now_ns())
         self._pump()
@@ -308,7 +309,7 @@ class BookieServer:
         kind = type(message)
         if kind is AddResponse or kind is AddBatchResponse:
             key, histogram = ("add", message.request_id), self.add_latency
-        elif kind is ReadResponse:
+        elif kind is ReadResponse or kind is ReadBatchResponse:
             key, histogram = ("read", message.request_id), self.read_latency
         else:
             return

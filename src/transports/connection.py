@@ -35,7 +35,10 @@ MESSAGE_OVERHEAD_SIZE = 64
 
 def message_size(message: object) -> int:
     body = getattr(message, "body", None)
-    return MESSAGE_OVERHEAD_SIZE + (len(body) if type(body) is bytes else 0)
+    if type(body) is bytes:
+        return MESSAGE_OVERHEAD_SIZE + len(body)
+    bodies = getattr(message, "bodies", None)
+    return MESSAGE_OVERHEAD_SIZE + (sum(map(len, bodies)) if type(bodies) is list else 0)
 
 
 class FramedConnection:

@@ -51,6 +51,17 @@ class LmdbIndexStore:
                     keys.append(bytes(key))
         return iter(keys)
 
+    def items_from(self, first: bytes, count_max: int) -> list[tuple[bytes, bytes]]:
+        items = []
+        with self.env.begin() as txn:
+            cursor = txn.cursor()
+            if count_max > 0 and cursor.set_range(first):
+                for item in cursor.iternext(keys=True, values=True):
+                    items.append(item)
+                    if len(items) == count_max:
+                        break
+        return items
+
     def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
         with self.env.begin(write=True) as txn:
             for key in deletes:

@@ -13,8 +13,8 @@ from bkcore.digest import Digester, DigestType
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import (
-    AddBatchRequest, AddBatchResponse, AddRequest, AddResponse, ForceLedgerRequest, ForceLedgerResponse, ReadLacRequest, ReadRequest,
-    ReadResponse, WriteLacRequest, WriteLacResponse,
+    AddBatchRequest, AddBatchResponse, AddRequest, AddResponse, ForceLedgerRequest, ForceLedgerResponse, ReadBatchRequest,
+    ReadBatchResponse, ReadLacRequest, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
 )
 
 MS = 1_000_000
@@ -714,3 +714,62 @@ def test_a_batch_passes_or_fails_as_a_whole():
     d.persist()
     assert d.answers()[0].code == Code.OK
     assert d.storage.get_entry(1, 3) == body(3, 2) and d.storage.get_entry(1, 4) is None
+
+
+# -- batch reads ------------------------------------------------------------------------------
+
+def stored(d: Driver, count: int) -> None:
+    for entry_id in range(count):
+        d.send(add(entry_id))
+    d.tick()
+    d.persist()
+    d.answers()
+
+
+def read_batch(request_id: int, first: int, count: int, size_max: int = 1 << 20, ledger_id: int = 1):
+    return ReadBatchRequest(request_id=request_id, ledger_id=ledger_id, first_entry_id=first, count_max=count,
+                            size_max=size_max)
+
+
+def test_batch_read_returns_the_entries_held_in_order_up_to_the_first_missing():
+    d = Driver()
+    stored(d, 5)
+    d.send(read_batch(1, 1, 3))
+    (answer,) = d.answers(ReadBatchResponse)
+    assert answer.code == Code.OK and answer.first_entry_id == 1 and answer.bodies == [body(1), body(2), body(3)]
+    d.send(read_batch(2, 3, 100))
+    assert d.answers()[0].bodies == [body(3), body(4)], "stops before the first entry it does not hold"
+    d.send(read_batch(3, 5, 10))
+    assert d.answers()[0].code == Code.NO_SUCH_ENTRY
+    d.send(read_batch(4, 0, 10, ledger_id=9))
+    assert d.answers()[0].code == Code.NO_SUCH_LEDGER
+
+
+def test_batch_read_keeps_under_size_max_but_always_sends_the_first_entry():
+    d = Driver()
+    stored(d, 5)
+    size = len(body(0))
+    d.send(read_batch(1, 0, 5, size_max=1))
+    assert d.answers()[0].bodies == [body(0)]
+    d.send(read_batch(2, 0, 5, size_max=2 * size + 1))
+    assert d.answers()[0].bodies == [body(0), body(1)]
+
+
+@pytest.mark.parametrize("first,count,size_max", [(-1, 5, 100), (0, 0, 100), (0, 10_001, 100), (0, 5, 0)])
+def test_batch_read_with_a_bad_range_is_a_bad_request(first, count, size_max):
+    d = Driver()
+    stored(d, 2)
+    d.send(read_batch(1, first, count, size_max))
+    (answer,) = d.answers()
+    assert answer.code == Code.BAD_REQUEST and answer.bodies == []
+
+
+def test_batch_read_stops_before_a_corrupt_entry_which_is_an_io_error_when_first():
+    d = Driver()
+    stored(d, 4)
+    d.storage.mark_corrupt(ledger_id=1, entry_id=2)
+    d.send(read_batch(1, 0, 4))
+    assert d.answers()[0].bodies == [body(0), body(1)]
+    d.send(read_batch(2, 2, 2))
+    (answer,) = d.answers()
+    assert answer.code == Code.IO_ERROR and answer.bodies == [], "corruption is never 'no such entry'"

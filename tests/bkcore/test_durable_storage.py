@@ -268,3 +268,68 @@ def test_read_ahead_is_bounded_by_count_and_by_half_the_read_cache(stack):
     small = stack.storage(read_ahead_count_max=50, read_ahead_size_max=3 * 30 + 10)   # records of 30 bytes
     small.get_entry(1, 10)
     assert small.read_ahead_entries_count == 3
+
+
+# -- batch reads (get_entries) -----------------------------------------------------------------
+
+def test_get_entries_reads_runs_from_memory_and_logs_in_order(stack):
+    storage = stack.storage()
+    fill(storage, 1, 20)
+    fill(storage, 2, 3)
+    storage.checkpoint()
+    fill(storage, 1, 5, first=20)          # in the write cache, after 20 logged entries
+    restarted = stack.storage()
+    fill(restarted, 1, 5, first=20)        # (the journal's replay after the restart)
+    restarted.entry_logger.fs = counter = ReadCounter(stack.fs)
+    assert restarted.get_entries(1, 3, 100, 1 << 20) == [b"L1-E%d" % e for e in range(3, 25)]
+    assert counter.log_read_count == 1, "the logged run is one read of the log"
+    assert restarted.get_entries(1, 24, 10, 1 << 20) == [b"L1-E24"]
+    assert restarted.get_entries(1, 25, 10, 1 << 20) == []
+    assert restarted.get_entries(2, 0, 2, 1 << 20) == [b"L2-E0", b"L2-E1"]
+    assert restarted.get_entries(3, 0, 2, 1 << 20) == []
+    assert len(restarted._read_cache) == 0, "a scan does not fill the read cache"
+
+
+def test_get_entries_stops_near_size_max_but_always_returns_the_first(stack):
+    storage = stack.storage()
+    fill(storage, 1, 10)
+    storage.checkpoint()
+    restarted = stack.storage()
+    assert restarted.get_entries(1, 0, 10, 1) == [b"L1-E0"]
+    some = restarted.get_entries(1, 0, 10, 3 * 5)        # bodies of 5 bytes
+    assert some == [b"L1-E%d" % e for e in range(len(some))] and 3 <= len(some) <= 4
+
+
+def test_get_entries_stops_before_a_corrupt_record_which_is_an_io_error_when_first(stack):
+    storage = stack.storage()
+    fill(storage, 1, 6)
+    storage.checkpoint()
+    _, offset = unpack_location(storage.index.get(entry_key(1, 3)))
+    flip_bits_in_first_log(stack, storage, offset + 20, 0x01)
+    restarted = stack.storage()
+    assert restarted.get_entries(1, 0, 6, 1 << 20) == [b"L1-E0", b"L1-E1", b"L1-E2"]
+    with pytest.raises(StorageIOError, match="checksum"):
+        restarted.get_entries(1, 3, 3, 1 << 20)
+    assert restarted.get_entries(1, 4, 3, 1 << 20) == [b"L1-E4", b"L1-E5"]
+
+
+def test_get_entries_takes_only_what_the_index_places_there():
+    fs = SimFileSystem(rng=random.Random(4), options=DiskOptions.none())
+    index = MemoryIndexStore()
+    storage = DurableLedgerStorage(fs=fs, index=index)
+    fill(storage, 1, 3)
+    storage.checkpoint()
+    storage.entry_logger.append_many([(1, 3, b"never-indexed-3"), (1, 4, b"never-indexed-4")])
+    storage.entry_logger.flush()
+    fill(storage, 1, 2, first=3)
+    storage.checkpoint()
+    restarted = DurableLedgerStorage(fs=fs, index=index)
+    assert restarted.get_entries(1, 0, 10, 1 << 20) == [b"L1-E%d" % e for e in range(5)]
+
+
+def test_get_entries_of_a_deleted_ledger_finds_nothing(stack):
+    storage = stack.storage()
+    fill(storage, 1, 4)
+    storage.checkpoint()
+    storage.delete_ledger(1)
+    assert storage.get_entries(1, 0, 4, 1 << 20) == []

@@ -16,6 +16,9 @@ SAMPLES = [
     ReadRequest(request_id=3, ledger_id=7, entry_id=5, previous_lac=4, long_poll_timeout_ns=10**9),
     ReadLacResponse(request_id=4, code=2, ledger_id=7),
     wire.ErrorResponse(code=8, reason="bad frame"),
+    wire.ReadBatchRequest(request_id=5, ledger_id=7, first_entry_id=10, count_max=100, size_max=1 << 20),
+    wire.ReadBatchResponse(request_id=5, code=0, ledger_id=7, first_entry_id=10, lac=11, bodies=[b"a", b"b"]),
+    wire.ReadBatchResponse(request_id=6, code=2, ledger_id=7, first_entry_id=10, lac=11, bodies=[]),
 ]
 
 
@@ -52,6 +55,8 @@ def test_huge_length_prefix_is_rejected_before_the_body_arrives():
     [AddResponse.TAG, 1, 0, 7, "zero"],          # wrong type
     [AddResponse.TAG, 1, 0, 7, True],            # bool is not an entry id
     [AddResponse.TAG, 1, 12345, 7, 0],           # unknown code
+    [wire.AddBatchRequest.TAG, 1, 7, 0, b"k", []],          # a batch of no adds
+    [wire.ReadBatchResponse.TAG, 1, 0, 7, 0, 0, [b"a", 5]],  # a body that is not bytes
     "not a list",
 ])
 def test_ill_formed_messages_are_rejected(item):

@@ -45,8 +45,8 @@ from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import (
     BATCH_ENTRY_COUNT_MAX, INVALID_ENTRY_ID, LAST_ENTRY_ID, AddBatchRequest, AddBatchResponse, AddRequest,
-    AddResponse, ForceLedgerRequest, ForceLedgerResponse, ReadLacRequest, ReadLacResponse, ReadRequest,
-    ReadResponse, WriteLacRequest, WriteLacResponse,
+    AddResponse, ForceLedgerRequest, ForceLedgerResponse, READ_BATCH_SIZE_MAX, ReadBatchRequest, ReadBatchResponse,
+    ReadLacRequest, ReadLacResponse, ReadRequest, ReadResponse, WriteLacRequest, WriteLacResponse,
 )
 
 MS = 1_000_000
@@ -167,6 +167,14 @@ def _is_read_request(m: ReadRequest) -> bool:
             and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
             and _INT64_MIN <= m.entry_id <= _INT64_MAX and _INT64_MIN <= m.previous_lac <= _INT64_MAX
             and _INT64_MIN <= m.long_poll_timeout_ns <= _INT64_MAX)
+
+
+def _is_read_batch_request(m: ReadBatchRequest) -> bool:
+    return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.first_entry_id) is int
+            and type(m.count_max) is int and type(m.size_max) is int
+            and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
+            and _INT64_MIN <= m.first_entry_id <= _INT64_MAX and _INT64_MIN <= m.count_max <= _INT64_MAX
+            and _INT64_MIN <= m.size_max <= _INT64_MAX)
 
 
 def _is_read_lac_request(m: ReadLacRequest) -> bool:
@@ -704,6 +712,38 @@ class Bookie:
         self._send(source, ReadResponse(request.request_id, code, request.ledger_id, request.entry_id, b"",
                                         self._lac_of(request.ledger_id)))
 
+    def _on_read_batch(self, request: ReadBatchRequest, source: str, now_ns: int) -> None:
+        """The entries held from first_entry_id on, up to count_max of them and size_max bytes
+        (at least the first), stopping before the first one missing or unreadable. An error
+        code only when not even the first can be sent."""
+        self._counts.reads += 1
+        ledger_id, first_entry_id = request.ledger_id, request.first_entry_id
+        count_max = request.count_max
+        if first_entry_id < 0 or not 0 < count_max <= BATCH_ENTRY_COUNT_MAX or request.size_max <= 0:
+            self._send_read_batch(source, request, self._reject(Code.BAD_REQUEST), [])
+            return
+        storage = self.storage
+        if not storage.has_ledger(ledger_id):
+            self._send_read_batch(source, request, Code.NO_SUCH_LEDGER, [])
+            return
+        size_max = min(request.size_max, READ_BATCH_SIZE_MAX)
+        try:
+            bodies = storage.get_entries(ledger_id, first_entry_id, count_max, size_max)
+        except StorageIOError:
+            self._send_read_batch(source, request, self._reject(Code.IO_ERROR), [])
+            return
+        size = 0
+        for index, body in enumerate(bodies):      # the storage may overshoot size_max a little
+            size += len(body)
+            if size > size_max and index > 0:
+                del bodies[index:]
+                break
+        self._send_read_batch(source, request, _OK if bodies else Code.NO_SUCH_ENTRY, bodies)
+
+    def _send_read_batch(self, source: str, request: ReadBatchRequest, code: Code, bodies: list[bytes]) -> None:
+        self._send(source, ReadBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id,
+                                             self._lac_of(request.ledger_id), bodies))
+
     def _on_read_lac(self, request: ReadLacRequest, source: str, now_ns: int) -> None:
         ledger_id = request.ledger_id
         if not self.storage.has_ledger(ledger_id):
@@ -785,6 +825,7 @@ _REQUEST_TABLE = {
     AddRequest: (_is_add_request, Bookie._on_add),
     AddBatchRequest: (_is_add_batch_request, Bookie._on_add_batch),
     ReadRequest: (_is_read_request, Bookie._on_read),                 # fencing reads: _on_fence
+    ReadBatchRequest: (_is_read_batch_request, Bookie._on_read_batch),
     ReadLacRequest: (_is_read_lac_request, Bookie._on_read_lac),
     WriteLacRequest: (_is_write_lac_request, Bookie._on_write_lac),
     ForceLedgerRequest: (_is_force_ledger_request, Bookie._on_force),

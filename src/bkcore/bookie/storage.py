@@ -36,11 +36,36 @@ class LedgerStorage(Protocol):
     def is_fenced(self, ledger_id: int) -> bool: ...
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None: ...
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None: ...      # None: no such entry
+    # Entries first_entry_id, first_entry_id + 1, ... up to the first one missing, at most
+    # count_max of them; may stop sooner once size_max bytes are passed, or before an entry
+    # that cannot be read (StorageIOError only when that is the first).
+    def get_entries(self, ledger_id: int, first_entry_id: int, count_max: int, size_max: int) -> list[bytes]: ...
     def last_entry_id(self, ledger_id: int) -> int: ...                          # INVALID_ENTRY_ID if none
     def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None: ...  # keeps the max lac
     def explicit_lac(self, ledger_id: int) -> tuple[int, bytes] | None: ...
     def delete_ledger(self, ledger_id: int) -> None: ...
     def ledger_ids(self) -> list[int]: ...                                       # ascending
+
+
+def entries_one_at_a_time(storage: LedgerStorage, ledger_id: int, first_entry_id: int, count_max: int,
+                          size_max: int) -> list[bytes]:
+    """get_entries() by get_entry() calls: for storages that have nothing faster."""
+    bodies: list[bytes] = []
+    size = 0
+    for entry_id in range(first_entry_id, first_entry_id + count_max):
+        try:
+            body = storage.get_entry(ledger_id, entry_id)
+        except StorageIOError:
+            if not bodies:
+                raise
+            break
+        if body is None:
+            break
+        bodies.append(body)
+        size += len(body)
+        if size >= size_max:
+            break
+    return bodies
 
 
 @dataclass(slots=True)
@@ -95,6 +120,9 @@ class MemoryLedgerStorage:
         if body is not None and (ledger_id, entry_id) in self.corrupt_entries:
             raise StorageIOError(f"ledger {ledger_id} entry {entry_id}: checksum mismatch in storage")
         return body
+
+    def get_entries(self, ledger_id: int, first_entry_id: int, count_max: int, size_max: int) -> list[bytes]:
+        return entries_one_at_a_time(self, ledger_id, first_entry_id, count_max, size_max)
 
     def last_entry_id(self, ledger_id: int) -> int:
         state = self._ledgers.get(ledger_id)

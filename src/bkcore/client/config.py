@@ -30,3 +30,8 @@ class ClientConfig:
     # Long-poll wait the client asks of a bookie when tailing.
     long_poll_timeout_ns: int = 10_000 * MS
     entry_size_max: int = 5 * 1024 * 1024
+    # Batch reads (BookKeeper's batchRead, BP-62) of ledgers whose bookies each hold every entry
+    # (E == Qw): at most this many entries and bytes per request; 0 entries reads one entry per
+    # request, as for striped ledgers.
+    read_batch_count_max: int = 1000
+    read_batch_size_max: int = 2 * 1024 * 1024

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from bkcore.client.context import ClientContext
 from bkcore.client.metadata_update import read_ledger_metadata
-from bkcore.client.reads import EntryRead, LacRead, _replicas
+from bkcore.client.reads import BatchRead, EntryRead, LacRead, _replicas, fragment_end
 from bkcore.digest import Digester
 from bkcore.errors import Code, DigestMismatch, IllegalOperation, exception_for
 from bkcore.ledger.metadata import LedgerMetadata
@@ -53,6 +53,14 @@ class LedgerReader:
                 f"ledger {self.ledger_id}: cannot read {first_entry_id}..{last_entry_id}; readable "
                 f"entries are 0..{limit}, at most {READ_RANGE_COUNT_MAX} per read"))
             return
+        config = self.ctx.config
+        if config.read_batch_count_max > 0 and self.metadata.ensemble_size == self.metadata.write_quorum_size:
+            self._read_batches(op_id, first_entry_id, last_entry_id, now_ns)
+        else:
+            self._read_entries(op_id, first_entry_id, last_entry_id, now_ns)
+
+    def _read_entries(self, op_id: int, first_entry_id: int, last_entry_id: int, now_ns: int) -> None:
+        """One request per entry, all at once (the only way to read a striped ledger)."""
         results: dict[int, bytes] = {}
         reads: list[EntryRead] = []
         state = {"failed": False}
@@ -74,6 +82,45 @@ class LedgerReader:
             read = EntryRead(ctx=self.ctx, metadata=self.metadata, digester=self.digester,
                              entry_id=entry_id, on_done=on_entry)
             reads.append(read)
+        for read in reads:
+            if not state["failed"]:
+                read.start(now_ns)
+
+    def _read_batches(self, op_id: int, first_entry_id: int, last_entry_id: int, now_ns: int) -> None:
+        """Batch reads of up to read_batch_count_max entries, all at once, none across
+        fragments (each fragment has its own bookies)."""
+        count_max = self.ctx.config.read_batch_count_max
+        ranges: list[tuple[int, int]] = []
+        first = first_entry_id
+        while first <= last_entry_id:
+            last = min(last_entry_id, first + count_max - 1)
+            end = fragment_end(self.metadata, first)
+            if end is not None:
+                last = min(last, end)
+            ranges.append((first, last))
+            first = last + 1
+        results: dict[int, list[bytes]] = {}
+        reads: list[BatchRead] = []
+        state = {"failed": False, "count": 0}
+
+        def on_range(first: int, payloads, error, at_ns: int) -> None:
+            if state["failed"]:
+                return
+            if error is not None:
+                state["failed"] = True
+                for other in reads:
+                    other.cancel()
+                self.ctx.complete(op_id, error=error)
+                return
+            results[first] = payloads
+            state["count"] += len(payloads)
+            if state["count"] == last_entry_id - first_entry_id + 1:
+                self.ctx.complete(op_id, result=[p for start, _ in ranges for p in results[start]])
+
+        for first, last in ranges:
+            reads.append(BatchRead(ctx=self.ctx, metadata=self.metadata, digester=self.digester,
+                                   first_entry_id=first, last_entry_id=last,
+                                   on_done=lambda payloads, error, at_ns, first=first: on_range(first, payloads, error, at_ns)))
         for read in reads:
             if not state["failed"]:
                 read.start(now_ns)

@@ -4,6 +4,10 @@
   asked at once after an error and speculatively after speculative_read_timeout_ns without an
   answer. The first answer whose digest checks out wins. Only when every replica said "no such
   entry" is the result NoSuchEntry; an I/O error, a timeout or a digest mismatch is never that.
+- BatchRead: consecutive entries of one fragment of a ledger whose bookies each hold every
+  entry (E == Qw), a bookie at a time, in as few round trips as the bookie allows. Failures move
+  to the next replica as EntryRead's do, and fail the read with the error EntryRead would give
+  for the first entry still missing.
 - RecoveryEntryRead: one entry from every replica of its write set at once, with fencing. Found
   when any replica returns a good copy; missing only when Qw - Qa + 1 replicas say "no such entry".
 - LacRead: the LAC from the last ensemble. Non-fencing reads take max(explicit LAC, LAC of the
@@ -22,9 +26,10 @@ from bkcore.errors import (
 )
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.ledger.schedule import is_covered, missing_threshold, write_set
-from bkcore.wire import INVALID_ENTRY_ID, LAST_ENTRY_ID, ReadLacRequest, ReadRequest
+from bkcore.wire import INVALID_ENTRY_ID, LAST_ENTRY_ID, ReadBatchRequest, ReadLacRequest, ReadRequest
 
 EntryCallback = Callable[[UnpackedEntry | None, BKException | None, int], None]
+PayloadsCallback = Callable[[list | None, BKException | None, int], None]
 _NO_SUCH = (Code.NO_SUCH_ENTRY, Code.NO_SUCH_LEDGER)
 # Looked up once: reading an enum member off its class is slow in CPython 3.11, and every answer
 # to a read is checked against it.
@@ -129,6 +134,141 @@ class EntryRead:
     def _finish(self, entry: UnpackedEntry | None, error: BKException | None, now_ns: int) -> None:
         self.cancel()
         self.on_done(entry, error, now_ns)
+
+
+def fragment_end(metadata: LedgerMetadata, entry_id: int) -> int | None:
+    """The last entry id of the fragment holding `entry_id` (the entry before the next
+    ensemble's first); None when that fragment is the last one."""
+    for first_entry_id, _ in metadata.ensembles:
+        if first_entry_id > entry_id:
+            return first_entry_id - 1
+    return None
+
+
+class BatchRead:
+    """Entries first..last of one fragment, from one replica at a time.
+
+    A bookie may send fewer entries than asked (its size limit, or an entry it lacks): the rest
+    is asked of the same bookie, from the first entry still missing. An answer that fails
+    (error code, bad digest, timeout) sends the request to the next replica at once, and no
+    answer within speculative_read_timeout_ns asks the next replica as well; the first good
+    answer for the entries still missing wins. Once every replica has failed for the same first
+    entry, the read fails with the error EntryRead gives for that entry.
+
+    on_done(payloads, None, now) with the payloads in order, or (None, error, now)."""
+
+    __slots__ = ("ctx", "metadata", "digester", "on_done", "replicas", "next_entry_id", "last_entry_id",
+                 "payloads", "replica_index", "asked_count", "outstanding", "codes", "is_done", "timer_key")
+
+    def __init__(self, *, ctx: ClientContext, metadata: LedgerMetadata, digester: Digester,
+                 first_entry_id: int, last_entry_id: int, on_done: PayloadsCallback) -> None:
+        assert metadata.ensemble_size == metadata.write_quorum_size, "batch reads need E == Qw"
+        assert first_entry_id <= last_entry_id
+        self.ctx = ctx
+        self.metadata = metadata
+        self.digester = digester
+        self.on_done = on_done
+        # Every bookie of the fragment holds every entry; starting where the first entry's write
+        # set starts spreads consecutive batches over the ensemble.
+        self.replicas = _replicas(metadata, first_entry_id)
+        self.next_entry_id = first_entry_id
+        self.last_entry_id = last_entry_id
+        self.payloads: list[bytes] = []
+        self.replica_index = 0           # of the replica asked next
+        self.asked_count = 0             # replicas asked for the entries from next_entry_id
+        self.outstanding: dict[int, tuple[int, int]] = {}    # request id -> (first entry asked, replica index)
+        self.codes: list[Code] = []      # failures for the entries from next_entry_id
+        self.is_done = False
+        self.timer_key: int | None = None
+
+    def start(self, now_ns: int) -> None:
+        self._ask(now_ns)
+
+    def _ask(self, now_ns: int) -> None:
+        ctx = self.ctx
+        replica_index = self.replica_index % len(self.replicas)
+        self.replica_index = replica_index + 1
+        self.asked_count += 1
+        ledger_id, first_entry_id = self.metadata.ledger_id, self.next_entry_id
+        count = min(self.last_entry_id - first_entry_id + 1, ctx.config.read_batch_count_max)
+        size_max = ctx.config.read_batch_size_max
+        request_id = ctx.send_request(
+            self.replicas[replica_index],
+            lambda rid: ReadBatchRequest(rid, ledger_id, first_entry_id, count, size_max),
+            lambda response, at_ns: self._on_response(request_id, response, at_ns),
+            timeout_ns=ctx.config.read_entry_timeout_ns, now_ns=now_ns)
+        self.outstanding[request_id] = (first_entry_id, replica_index)
+        if self.timer_key is not None:
+            ctx.cancel_timer(self.timer_key)
+            self.timer_key = None
+        if self.asked_count < len(self.replicas):
+            self.timer_key = ctx.call_at(now_ns + ctx.config.speculative_read_timeout_ns, self._on_speculative_timeout)
+
+    def _on_speculative_timeout(self, now_ns: int) -> None:
+        self.timer_key = None
+        if not self.is_done and self.asked_count < len(self.replicas):
+            self._ask(now_ns)
+
+    def _on_response(self, request_id: int, response, now_ns: int) -> None:
+        asked = self.outstanding.pop(request_id, None)
+        if self.is_done or asked is None or asked[0] != self.next_entry_id:
+            return          # an answer about entries the read has already moved past
+        good, code = self._verified(response)
+        if good:
+            self._advance(good, now_ns)
+            if self.is_done:
+                return
+            self.replica_index = asked[1]       # ask the same bookie for the rest...
+            if code is _OK:
+                self._ask(now_ns)
+                return
+            self.replica_index += 1             # ...unless it sent a bad copy of the next entry
+            self.asked_count = 1
+        self.codes.append(code)
+        if self.asked_count < len(self.replicas):
+            self._ask(now_ns)
+        elif not self.outstanding:
+            self._finish(None, _read_error(self.metadata.ledger_id, self.next_entry_id, self.codes), now_ns)
+
+    def _verified(self, response) -> tuple[list[bytes], Code]:
+        """The payloads of the good entries an answer starts with, and OK if every entry it
+        carried was good (else the code of the first failure)."""
+        if response is None:
+            return [], Code.TIMEOUT
+        if response.code != _OK:
+            return [], Code(response.code)
+        bodies = response.bodies
+        if not bodies:
+            return [], Code.IO_ERROR            # OK with nothing: a broken bookie
+        payloads, error = self.digester.unpack_payloads(bodies[:self.last_entry_id - self.next_entry_id + 1],
+                                                        self.next_entry_id)
+        return payloads, _OK if error is None else Code.DIGEST_MISMATCH
+
+    def _advance(self, payloads: list[bytes], now_ns: int) -> None:
+        self.payloads.extend(payloads)
+        self.next_entry_id += len(payloads)
+        self.codes = []
+        self.asked_count = 0
+        for request_id in self.outstanding:     # asked about entries it has now
+            self.ctx.forget_request(request_id)
+        self.outstanding.clear()
+        if self.next_entry_id > self.last_entry_id:
+            self._finish(self.payloads, None, now_ns)
+
+    def cancel(self) -> None:
+        """Stop without reporting (a sibling read of the same operation failed)."""
+        if self.is_done:
+            return
+        self.is_done = True
+        if self.timer_key is not None:
+            self.ctx.cancel_timer(self.timer_key)
+        for request_id in self.outstanding:
+            self.ctx.forget_request(request_id)
+        self.outstanding.clear()
+
+    def _finish(self, payloads: list | None, error: BKException | None, now_ns: int) -> None:
+        self.cancel()
+        self.on_done(payloads, error, now_ns)
 
 
 class _FanOutRead:
