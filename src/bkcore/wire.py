@@ -342,6 +342,7 @@ for _cls in _CLASSES:
     )
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_BYTES_ONLY = frozenset({bytes})
 
 
 def message_to_list(message: Message) -> list:
@@ -367,7 +368,7 @@ def message_from_list(item: object) -> Message:
             raise MalformedFrame(f"{cls.__name__}.{name}: out of range")
         if expected is list and (not (0 if getattr(cls, "LIST_MAY_BE_EMPTY", False) else 1)
                                  <= len(value) <= BATCH_ENTRY_COUNT_MAX
-                                 or any(type(item) is not bytes for item in value)):
+                                 or not _BYTES_ONLY.issuperset(map(type, value))):
             raise MalformedFrame(f"{cls.__name__}.{name}: not up to {BATCH_ENTRY_COUNT_MAX} byte strings")
     if "code" in cls.__slots__:
         code = values[[n for n, _ in fields].index("code")]
@@ -428,8 +429,15 @@ class FrameDecoder:
         end = 4 + length
         if len(self._buffer) < end:
             return None
-        body = bytes(self._buffer[FRAME_HEADER.size:end])
-        del self._buffer[:end]
-        if crc32c.crc32c(body) != checksum:
-            raise MalformedFrame("frame checksum mismatch")
-        return self._decode(body)
+        # Checked and decoded in place (a frame can be megabytes: no copy of it is made), then
+        # dropped from the buffer once the view of it is released.
+        with memoryview(self._buffer) as view:
+            body = view[FRAME_HEADER.size:end]
+            try:
+                if crc32c.crc32c(body) != checksum:
+                    raise MalformedFrame("frame checksum mismatch")
+                return self._decode(body)
+            finally:
+                body.release()
+                view.release()
+                del self._buffer[:end]

@@ -5,7 +5,7 @@
 
 The driver plans (bkspark.planning over a StreamView read from the metastore and the LACs of
 in-progress segments); each partition is one ReadSpan, read by a Python worker with batched
-entry reads (readBatchEntries at a time, the next batch already on its way while one is
+entry reads (readBatchEntries at a time, the next few already on their way while one is
 decoded) straight into Arrow record batches. Comparisons on `txid` and `position` are pushed
 down: they narrow the plan and are applied exactly to the records read, so Spark need not
 evaluate them again.
@@ -13,6 +13,7 @@ evaluate them again.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import logging
 from typing import Iterator
@@ -47,12 +48,15 @@ class BookKeeperDataSource(DataSource):
         self.parsed = parse_options(dict(options))
 
     def schema(self) -> str:
+        if self.parsed.table is not None:
+            from bkspark.table_rows import table_schema_ddl
+            return table_schema_ddl(self.parsed.value_format)
         return spark_schema_ddl(self.parsed.value_format)
 
     def reader(self, schema) -> DataSourceReader:
         if self.parsed.table is not None:
-            raise OptionError(f'option "table"={self.parsed.table!r}: table snapshots are not readable from Spark yet; '
-                              f'read the table\'s journal stream, or use bk.open_table() in the driver')
+            from bkspark.table_source import TableReader
+            return TableReader(self.parsed)
         return FilteringBatchReader(self.parsed) if self.parsed.filter_pushdown else BatchReader(self.parsed)
 
     def streamReader(self, schema):
@@ -160,23 +164,33 @@ def _bounds(pushed: Filter, value, following) -> tuple:
     return None, following
 
 
+# readBatchEntries-sized reads one partition keeps in flight: each is a batch read of one
+# bookie, so several keep the whole ensemble busy while the worker decodes.
+READS_IN_FLIGHT = 4
+
+
 def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
-    """The Arrow record batches of one span, read readBatchEntries entries at a time with the
-    next read in flight while a batch is decoded. A ledger deleted since planning fails the
-    task (failOnDataLoss=true) or is skipped with a warning."""
+    """The Arrow record batches of one span, read readBatchEntries entries at a time with up
+    to READS_IN_FLIGHT reads on their way while a batch is decoded. A ledger deleted since
+    planning fails the task (failOnDataLoss=true) or is skipped with a warning."""
     bk = cluster.client(options.metastore)
     handle = bk.run(cluster.open_span, span, options.password)
     if handle is None:
         _on_lost_ledger(options, span)
         return
-    chunks = [(first, min(span.last_entry_id, first + options.read_batch_entries - 1))
-              for first in range(span.first_entry_id, span.last_entry_id + 1, options.read_batch_entries)]
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bkspark-read") as prefetch:
-        pending = prefetch.submit(bk.run, cluster.read_entries, handle, *chunks[0]) if chunks else None
-        for index, (first, _) in enumerate(chunks):
+    chunks = iter([(first, min(span.last_entry_id, first + options.read_batch_entries - 1))
+                   for first in range(span.first_entry_id, span.last_entry_id + 1, options.read_batch_entries)])
+    with concurrent.futures.ThreadPoolExecutor(READS_IN_FLIGHT, thread_name_prefix="bkspark-read") as readers:
+        in_flight: collections.deque = collections.deque()
+
+        def fill() -> None:
+            while len(in_flight) < READS_IN_FLIGHT and (chunk := next(chunks, None)) is not None:
+                in_flight.append((chunk[0], readers.submit(bk.run, cluster.read_entries, handle, *chunk)))
+        fill()
+        while in_flight:
+            first, pending = in_flight.popleft()
             payloads = pending.result()
-            if index + 1 < len(chunks):
-                pending = prefetch.submit(bk.run, cluster.read_entries, handle, *chunks[index + 1])
+            fill()
             if payloads is None:
                 _on_lost_ledger(options, span)
                 return
