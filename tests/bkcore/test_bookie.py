@@ -198,13 +198,28 @@ def test_long_poll_wakes_when_the_lac_moves():
     d.tick()
     d.persist()
     d.answers()
-    d.send(ReadRequest(request_id=5, ledger_id=1, entry_id=1, previous_lac=-1, long_poll_timeout_ns=1000 * MS))
+    d.send(ReadRequest(request_id=5, ledger_id=1, entry_id=0, previous_lac=-1, long_poll_timeout_ns=1000 * MS))
     assert d.answers() == []
+    # The LAC an add carries is learnt when the add arrives, not once it is journaled (as in
+    # BookKeeper): the waiter is answered before entry 1 is durable here.
     d.send(add(1, lac=0))
+    (answer,) = d.answers()
+    assert answer.request_id == 5 and answer.lac == 0 and answer.code == Code.OK and answer.body == body(0)
+    assert d.in_flight == [] and d.bookie.next_deadline_ns() is not None, "entry 1 is not even being written yet"
+
+
+def test_a_refused_add_teaches_no_lac():
+    d = Driver()
+    d.send(add(0))
     d.tick()
     d.persist()
-    answers = {a.request_id: a for a in d.answers()}
-    assert answers[5].lac == 0 and answers[5].code == Code.OK and answers[5].body == body(1, 0)
+    d.answers()
+    d.send(ReadRequest(request_id=5, ledger_id=1, entry_id=0, previous_lac=-1, long_poll_timeout_ns=1000 * MS))
+    d.send(add(1, lac=0, key=b"x" * 32))
+    (refused,) = d.answers()
+    assert refused.code == Code.UNAUTHORIZED
+    d.tick(10 * MS)
+    assert d.answers() == [], "the long poll still waits"
 
 
 def test_long_poll_times_out():

@@ -549,6 +549,7 @@ class Bookie:
         if code != _OK:
             self._send(source, AddResponse(request.request_id, code, ledger_id, request.entry_id))
             return
+        self._learn_lac_on_receipt(ledger_id, request.body)
         if request.is_deferred_sync:
             self._store_adds(request, EntryRecord(ledger_id, request.entry_id, request.body), source, now_ns)
             return
@@ -578,8 +579,22 @@ class Bookie:
             self._send(source, AddBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id,
                                                 len(request.bodies)))
             return
+        self._learn_lac_on_receipt(request.ledger_id, request.bodies[-1])
         record = EntriesRecord(request.ledger_id, request.first_entry_id, request.bodies)
         self._store_adds(request, record, source, now_ns)
+
+    def _learn_lac_on_receipt(self, ledger_id: int, body: bytes) -> None:
+        """An accepted add's piggybacked LAC is true as soon as the writer sent it (every entry
+        up to it has its ack quorum), whether or not this add ever becomes durable here: learn
+        it now, as BookKeeper's bookies do, so that long-polling readers see an entry when the
+        next add arrives rather than when it is journaled. (A ledger not loaded yet learns its
+        LAC from storage later, as usual.)"""
+        known = self._known_lac.get(ledger_id)
+        if known is not None:
+            lac = peek_entry_header(body)[2]          # checked by _check_add: the header is there
+            if lac > known:
+                self._known_lac[ledger_id] = lac
+                self._wake_long_polls(ledger_id)
 
     def _store_adds(self, request: AddRequest | AddBatchRequest, record: EntryRecord | EntriesRecord,
                     source: str, now_ns: int) -> None:
