@@ -9,6 +9,9 @@ Modules, each owning one thing:
     source         the DataSource class and batch reads
     stream_source  structured streaming reads (offsets, admission control, cursors)
     sink           batch and streaming writes, exactly once
+    table_snapshot a table range's state as of a journal position, rebuilt from its journal
+    table_rows     table snapshot rows as pyarrow RecordBatches
+    table_source   batch reads of table snapshots (one partition per range)
 
 Register with `bkspark.register(spark)`; with pyspark 4.2+ the source is also found
 automatically through the `pyspark_bookkeeper` module (Spark looks for pyspark_* modules with a

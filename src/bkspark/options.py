@@ -26,10 +26,10 @@ class OptionError(ValueError):
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     metastore: str
-    namespace: str | None = None
+    namespace: str | None = None     # of the stream or the table
     stream: str | None = None
     ledgers: tuple[int, ...] = ()
-    table: str | None = None
+    table: str | None = None         # the table's name within `namespace`
     password: bytes = b""
     value_format: str = "binary"
     starting: OffsetSpec = OffsetSpec("earliest")
@@ -50,6 +50,10 @@ class SourceOptions:
     def stream_name(self) -> str:
         return f"{self.namespace}/{self.stream}"
 
+    @property
+    def table_name(self) -> str:
+        return f"{self.namespace}/{self.table}"
+
 
 def parse_options(raw: dict) -> SourceOptions:
     options = {str(k).lower(): str(v) for k, v in raw.items()}
@@ -63,15 +67,17 @@ def parse_options(raw: dict) -> SourceOptions:
     sources = [name for name in ("stream", "ledgers", "table") if options.get(name)]
     if len(sources) > 1:
         raise OptionError(f"options {', '.join(sources)} exclude each other: read one stream, ledgers or table")
-    namespace = stream = None
+    namespace = stream = table = None
     if options.get("stream"):
-        namespace, stream = _split_stream(options["stream"])
+        namespace, stream = _split_name(options["stream"], "stream")
+    if options.get("table"):
+        namespace, table = _split_name(options["table"], "table")
     value_format = options.get("recordformat", "binary").lower()
     if value_format not in VALUE_FORMATS:
         raise OptionError(f'option "recordFormat"={value_format!r}: use one of {", ".join(VALUE_FORMATS)}')
     return SourceOptions(
         metastore=metastore, namespace=namespace, stream=stream,
-        ledgers=_ledger_ids(options.get("ledgers", "")), table=options.get("table") or None,
+        ledgers=_ledger_ids(options.get("ledgers", "")), table=table,
         password=options.get("password", "").encode(), value_format=value_format,
         starting=parse_offset_spec(options.get("startingoffsets"), option="startingOffsets", default="earliest"),
         ending=parse_offset_spec(options.get("endingoffsets"), option="endingOffsets", default="latest"),
@@ -92,13 +98,14 @@ def require_stream(options: SourceOptions, what: str) -> None:
         raise OptionError(f'option "stream" is missing: {what} needs .option("stream", "namespace/name")')
 
 
-def _split_stream(text: str) -> tuple[str, str]:
+def _split_name(text: str, option: str) -> tuple[str, str]:
+    """(namespace, name) of a stream or table option."""
     parts = text.strip().split("/")
     if len(parts) == 1 and parts[0]:
         return DEFAULT_NAMESPACE, parts[0]
     if len(parts) == 2 and all(parts):
         return parts[0], parts[1]
-    raise OptionError(f'option "stream"={text!r} is not "namespace/name" (or "name" in namespace default)')
+    raise OptionError(f'option "{option}"={text!r} is not "namespace/name" (or "name" in namespace default)')
 
 
 def _ledger_ids(text: str) -> tuple[int, ...]:

@@ -4,6 +4,7 @@
     state       bkcore.table.kv.RangeState over a KvIndex (lmdb on a server, see lmdb_kv;
                 memory when none is given), rebuilt on open
     checkpoints a second log stream: the whole index now and then, one segment per checkpoint
+                (the record format: transports.table_checkpoints)
 
 Opening a range takes ownership: opening the journal's writer fences the previous owner (its
 next write fails with WriterFenced), then the newest complete checkpoint is loaded (a torn or
@@ -26,11 +27,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Iterable, Iterator
+from typing import AsyncIterator, Callable
 
 import crc32c
-import msgpack
 import trio
 
 from bkcore.stream.errors import NamespaceExists, PositionTruncated, StreamExists
@@ -41,10 +40,11 @@ from bkcore.table.commands import (
 )
 from bkcore.table.kv import EXPIRY, KvIndex, MemoryKvIndex, RangeState, WatchEvent
 from transports.stream_writer import ENTRY_SIZE_MAX
+from transports.table_checkpoints import (
+    CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record, header_record,
+)
 
 TABLES_NAMESPACE = "__tables"
-CHECKPOINT_CHUNK_BYTES = 256 * 1024
-CHECKPOINT_CHUNKS_PER_WRITE = 8
 CHECKPOINTS_KEPT = 2
 WATCH_HISTORY_EVENTS = 10_000
 WATCH_BUFFER_EVENTS = 10_000
@@ -63,13 +63,6 @@ class WatchCompacted(Exception):
 
 class WatchTooSlow(Exception):
     """The watcher fell too far behind and was dropped; watch again from the next revision."""
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointInfo:
-    header: DLSN                 # where the checkpoint starts in the checkpoint stream
-    journal_position: DLSN | None
-    revision: int
 
 
 def journal_stream_name(table: str, range_id: int) -> str:
@@ -113,7 +106,7 @@ class TableRange:
         self._settings = settings
         self._checkpoint_every = checkpoint_every
         self._journal_name = journal_stream_name(table, range_id)
-        self._checkpoint_name = self._journal_name + "~checkpoints"
+        self._checkpoint_name = checkpoint_stream_name(self._journal_name)
         self._index = index if index is not None else MemoryKvIndex()
         self.state = RangeState(self._index)
         self._slots: collections.deque[_Slot] = collections.deque()
@@ -168,7 +161,7 @@ class TableRange:
             self._history.clear()
             state = RangeState(index)
             try:
-                await self._replay(state, _after(info.journal_position))
+                await self._replay(state, info.replay_from)
             except PositionTruncated:
                 continue
             self._checkpoints = [c for c, _ in checkpoints]
@@ -320,14 +313,14 @@ class TableRange:
             snapshot = self.state.index.items()
             self._since_checkpoint = 0
             writer = self._checkpoint_writer
-            header = await writer.write(msgpack.packb(["checkpoint", position, revision]))
+            header = await writer.write(header_record(position, revision))
             chunk_count, checksum = 0, 0
-            for group in _chunk_groups(snapshot):
+            for group in chunk_groups(snapshot):
                 for chunk in group:
                     checksum = crc32c.crc32c(chunk, checksum)
                 chunk_count += len(group)
                 await writer.write_many(group)
-            await writer.write(msgpack.packb(["end", checksum, chunk_count]))
+            await writer.write(end_record(checksum, chunk_count))
             await writer.roll()
             info = CheckpointInfo(header, DLSN(*position) if position else None, revision)
             self._checkpoints.append(info)
@@ -342,53 +335,11 @@ class TableRange:
     async def _read_checkpoints(self) -> list[tuple[CheckpointInfo, dict[bytes, bytes]]]:
         """Every complete, intact checkpoint in the checkpoint stream, oldest first."""
         found = []
-        current = None
+        parser = CheckpointParser()
         end = DLSN(self._checkpoint_writer.segment.seqno, 0, 0)
         async with self._streams.open_reader(TABLES_NAMESPACE, self._checkpoint_name, end=end) as reader:
             async for record in reader:
-                try:
-                    item = msgpack.unpackb(record.payload, raw=False)
-                except (ValueError, msgpack.UnpackException):
-                    current = None
-                    continue
-                kind = item[0] if isinstance(item, list) and item else None
-                if kind == "checkpoint":
-                    # [kind, position, revision] (older checkpoints also had the chunk count here)
-                    _, position, revision, *chunk_count = item
-                    current = [CheckpointInfo(record.dlsn, DLSN(*position) if position else None, revision),
-                               chunk_count, [], 0]
-                elif kind == "chunk" and current is not None:
-                    current[2].append(item[1])
-                    current[3] = crc32c.crc32c(record.payload, current[3])
-                elif kind == "end" and current is not None:
-                    info, chunk_count, pairs, checksum = current
-                    chunk_count = chunk_count or item[2:]
-                    if [len(pairs)] == chunk_count and checksum == item[1]:
-                        found.append((info, {k: v for chunk in pairs for k, v in chunk}))
-                    current = None
+                checkpoint = parser.feed(record.dlsn, record.payload)
+                if checkpoint is not None:
+                    found.append(checkpoint)
         return found
-
-
-def _chunk_groups(items: Iterable[tuple[bytes, bytes]]) -> Iterator[list[bytes]]:
-    """The checkpoint records of `items` (each ["chunk", pairs], about CHECKPOINT_CHUNK_BYTES),
-    a few at a time, so that the writer gets them while the rest are still being read. At least
-    one chunk, even for an empty index."""
-    group, pairs, size, chunk_count = [], [], 0, 0
-    for key, value in items:
-        pairs.append([key, value])
-        size += len(key) + len(value) + 8
-        if size >= CHECKPOINT_CHUNK_BYTES:
-            group.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
-            pairs, size = [], 0
-            if len(group) >= CHECKPOINT_CHUNKS_PER_WRITE:
-                chunk_count += len(group)
-                yield group
-                group = []
-    if pairs or not (group or chunk_count):
-        group.append(msgpack.packb(["chunk", pairs], use_bin_type=True))
-    if group:
-        yield group
-
-
-def _after(position: DLSN | None) -> DLSN | None:
-    return None if position is None else DLSN(position.segment, position.entry_id, position.slot + 1)
