@@ -417,12 +417,33 @@ def test_long_poll_woken_by_an_explicit_lac():
     d.send(long_poll(5, entry_id=1, previous_lac=0))
     assert d.answers() == []
     d.send(WriteLacRequest(request_id=3, ledger_id=1, master_key=KEY, lac=1, body=DIGESTER.pack_lac(1)))
-    assert d.answers() == [], "the explicit LAC counts once durable"
-    d.tick()
-    d.persist()
+    # A hint: taken and answered at once, before it is journaled.
     answers = {a.request_id: a for a in d.answers()}
     assert answers[5].code == Code.OK and answers[5].lac == 1 and answers[5].body == body(1, 0)
     assert answers[3] == WriteLacResponse(3, Code.OK, 1)
+    assert d.in_flight == []
+
+
+def test_an_explicit_lac_rides_with_the_next_group_and_never_costs_a_write_of_its_own():
+    d = Driver(journal_flush_when_queue_empty=True)
+    d.send(add(0))
+    d.persist()
+    d.answers()
+    writes_before = d.bookie.statistics().journal_writes_count
+    d.send(WriteLacRequest(request_id=3, ledger_id=1, master_key=KEY, lac=0, body=DIGESTER.pack_lac(0)))
+    assert d.answers()[0].code == Code.OK and d.in_flight == [], "no write for the hint alone"
+    d.send(add(1, lac=0))
+    assert len(d.in_flight) == 1, "the next add's group carries it"
+    d.persist()
+    assert d.bookie.statistics().journal_writes_count == writes_before + 1
+    assert d.journal.count(DIGESTER.pack_lac(0)) == 1
+    # Alone, it waits for journal_max_group_wait_ns.
+    d.send(WriteLacRequest(request_id=4, ledger_id=1, master_key=KEY, lac=1, body=DIGESTER.pack_lac(1)))
+    assert d.in_flight == []
+    d.tick(d.config.journal_max_group_wait_ns)
+    assert len(d.in_flight) == 1
+    d.persist()
+    assert d.journal.count(DIGESTER.pack_lac(1)) == 1
 
 
 def test_long_poll_woken_by_a_fence():

@@ -20,11 +20,13 @@ Rules that never bend:
 Group commit (BookKeeper's journal): records collect in a group; one JournalWrite is in flight
 at a time; the group is written when no write is in flight and its oldest record has waited
 journal_max_group_wait_ns, or it holds journal_buffered_writes_threshold_size bytes, or
-journal_flush_when_queue_empty is set. on_persisted() applies the group's records, answers
-everything that waited on it, then writes the next group if it is due.
+journal_flush_when_queue_empty is set and something waits on the group. on_persisted() applies
+the group's records, answers everything that waited on it, then writes the next group if it is
+due. Two kinds of request are answered before their record is journaled, and wait for no
+write: deferred-sync adds (their writer asked for that) and explicit LACs (a hint for readers).
 
-Limits: pending_adds_count_max (adds waiting for the journal), pending_syncs_count_max (fences,
-explicit LACs and forces waiting for it), journal_queue_size_max (bytes collected for the next
+Limits: pending_adds_count_max (adds waiting for the journal), pending_syncs_count_max (fences
+and forces waiting for it), journal_queue_size_max (bytes collected for the next
 write), long_poll_waiters_count_max. Past any of them the request is refused with
 TOO_MANY_REQUESTS and counted. Ill-typed input is counted as malformed and dropped.
 """
@@ -399,7 +401,9 @@ class Bookie:
         if self._in_flight is not None or group is None:
             return
         config = self.config
-        if not (config.journal_flush_when_queue_empty
+        # (A group nobody waits for, only LAC hints and deferred-sync adds, is not flushed just
+        # because the queue is empty: it waits for a group that has waiters, or its time.)
+        if not ((config.journal_flush_when_queue_empty and group.waiters)
                 or group.size >= config.journal_buffered_writes_threshold_size
                 or now_ns - group.started_at_ns >= config.journal_max_group_wait_ns):
             return
@@ -549,7 +553,7 @@ class Bookie:
         if code != _OK:
             self._send(source, AddResponse(request.request_id, code, ledger_id, request.entry_id))
             return
-        self._learn_lac_on_receipt(ledger_id, request.body)
+        self._learn_lac_on_receipt(ledger_id, peek_entry_header(request.body)[2])   # (checked: it has one)
         if request.is_deferred_sync:
             self._store_adds(request, EntryRecord(ledger_id, request.entry_id, request.body), source, now_ns)
             return
@@ -579,22 +583,20 @@ class Bookie:
             self._send(source, AddBatchResponse(request.request_id, code, request.ledger_id, request.first_entry_id,
                                                 len(request.bodies)))
             return
-        self._learn_lac_on_receipt(request.ledger_id, request.bodies[-1])
+        self._learn_lac_on_receipt(request.ledger_id, peek_entry_header(request.bodies[-1])[2])
         record = EntriesRecord(request.ledger_id, request.first_entry_id, request.bodies)
         self._store_adds(request, record, source, now_ns)
 
-    def _learn_lac_on_receipt(self, ledger_id: int, body: bytes) -> None:
-        """An accepted add's piggybacked LAC is true as soon as the writer sent it (every entry
-        up to it has its ack quorum), whether or not this add ever becomes durable here: learn
-        it now, as BookKeeper's bookies do, so that long-polling readers see an entry when the
-        next add arrives rather than when it is journaled. (A ledger not loaded yet learns its
-        LAC from storage later, as usual.)"""
+    def _learn_lac_on_receipt(self, ledger_id: int, lac: int) -> None:
+        """The LAC an accepted add carries, or an explicit LAC, is true as soon as the writer
+        sent it (every entry up to it has its ack quorum), whether or not the record carrying
+        it ever becomes durable here: learn it now, as BookKeeper's bookies do, so that
+        long-polling readers are answered when it arrives rather than once it is journaled.
+        (A ledger not loaded yet learns its LAC from storage later, as usual.)"""
         known = self._known_lac.get(ledger_id)
-        if known is not None:
-            lac = peek_entry_header(body)[2]          # checked by _check_add: the header is there
-            if lac > known:
-                self._known_lac[ledger_id] = lac
-                self._wake_long_polls(ledger_id)
+        if known is not None and lac > known:
+            self._known_lac[ledger_id] = lac
+            self._wake_long_polls(ledger_id)
 
     def _store_adds(self, request: AddRequest | AddBatchRequest, record: EntryRecord | EntriesRecord,
                     source: str, now_ns: int) -> None:
@@ -784,9 +786,14 @@ class Bookie:
         if code != _OK:
             self._send(source, WriteLacResponse(request.request_id, code, request.ledger_id))
             return
+        # An explicit LAC is a hint (recovery never relies on it, readers keep the largest
+        # they have seen): learnt and answered now, so that long polls wake at once, and
+        # journaled with the next group that has someone waiting, or after
+        # journal_max_group_wait_ns, never in an fdatasync of its own.
         self._counts.lac_writes += 1
-        self._journal(LacRecord(request.ledger_id, request.lac, request.body), now_ns)
-        self._wait_for_journal(request, source)
+        self._journal(LacRecord(request.ledger_id, request.lac, request.body), now_ns)   # stored once durable
+        self._learn_lac_on_receipt(request.ledger_id, request.lac)
+        self._send(source, WriteLacResponse(request.request_id, _OK, request.ledger_id))
 
     def _on_force(self, request: ForceLedgerRequest, source: str, now_ns: int) -> None:
         """Durable once a group holding a FORCE record is: every earlier group was written first."""

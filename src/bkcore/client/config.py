@@ -16,8 +16,11 @@ class ClientConfig:
     read_entry_timeout_ns: int = 5_000 * MS
     # speculativeReadTimeout: ask the next replica if the first has not answered in this time.
     speculative_read_timeout_ns: int = 2_000 * MS
-    # explicitLacInterval: an idle writer sends its LAC explicitly after this long (0: never).
-    explicit_lac_interval_ns: int = 1_000 * MS
+    # explicitLacInterval: a writer idle this long after its last add completed sends its LAC
+    # explicitly (0: never), so that a tailing reader sees that add without waiting for the
+    # next one to carry the LAC. BookKeeper's default is off; here it is short: bookies take an
+    # explicit LAC without an fdatasync of its own, and a writer that is not idle never sends it.
+    explicit_lac_interval_ns: int = MS // 5
     # How many ensemble changes one writer may make before it gives up.
     ensemble_change_count_max: int = 20
     # Metadata compare-and-set retries and the pause between retries after a lost connection.
