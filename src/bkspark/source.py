@@ -108,7 +108,9 @@ class BatchReader(DataSourceReader):
                            txid_min=max(txid_min, self.txid_min), txid_max=min(txid_max, self.txid_max))
         return [SpanPartition(span) for span in spans]
 
-    def read(self, partition: SpanPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator:
+        if not isinstance(partition, SpanPartition):
+            return iter(())        # nothing was planned: PySpark reads one InputPartition(None)
         return read_span(self.options, partition.span)
 
 

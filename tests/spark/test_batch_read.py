@@ -29,6 +29,13 @@ def test_a_batch_read_equals_what_was_written_across_segments_and_partitions(spa
     assert df.columns == ["stream", "segment", "ledger_id", "entry_id", "slot", "txid", "position", "payload"]
 
 
+def test_a_stream_with_nothing_to_read_is_an_empty_dataframe(spark, cluster, bk):
+    stream = new_stream(bk)
+    assert read(spark, cluster, stream).count() == 0
+    append(bk, stream, [b"only"], segments=1)
+    assert read(spark, cluster, stream, startingOffsets="latest").count() == 0
+
+
 def test_utf8_records_get_a_value_column_and_offsets_bound_the_read(spark, cluster, bk):
     stream = new_stream(bk)
     append(bk, stream, [json.dumps({"n": i}).encode() for i in range(100)], segments=2)
