@@ -187,7 +187,11 @@ class ReadHandle:
         next_id = start_entry_id
         while True:
             lac = self._reader.last_add_confirmed
-            if next_id <= lac:
+            polled = self._reader.take_polled_entry(next_id) if next_id <= lac else None
+            if polled is not None:          # the long poll brought it: no read needed
+                yield next_id, polled
+                next_id += 1
+            elif next_id <= lac:
                 last = min(lac, next_id + TAIL_READ_BATCH_COUNT - 1)
                 for offset, payload in enumerate(await self.read(next_id, last)):
                     yield next_id + offset, payload

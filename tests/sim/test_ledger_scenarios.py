@@ -338,6 +338,32 @@ def test_long_poll_returns_when_the_lac_moves():
     assert result.error is None and result.result >= 1
 
 
+def test_a_long_poll_brings_back_the_entry_it_waited_for():
+    h = Harness(client_config=ClientConfig(explicit_lac_interval_ns=0))
+    writer = h.create_ledger()
+    write_entries(h, writer, payloads(2))
+    reader = h.open(writer.ledger_id, is_recovery=False).result
+    lac = reader.last_add_confirmed
+    poll = h.start("reader", lambda op: reader.long_poll_lac(op, now_ns=h.now_ns, timeout_ns=5 * S))
+    h.advance(50 * MS)
+    write_entries(h, writer, [b"next"])
+    assert h.wait(poll).result > lac
+    expected = (payloads(2) + [b"next"])[lac + 1]
+    assert reader.take_polled_entry(lac + 1) == expected
+    assert reader.take_polled_entry(lac + 1) is None, "taken once"
+
+
+def test_an_entry_a_timed_out_long_poll_brings_back_is_not_confirmed_so_not_taken():
+    h = Harness(client_config=ClientConfig(explicit_lac_interval_ns=0))
+    writer = h.create_ledger()
+    h.add(writer, b"a")                       # carries LAC -1, and no explicit LAC follows
+    reader = h.open(writer.ledger_id, is_recovery=False).result
+    assert reader.last_add_confirmed == -1
+    result = h.run("reader", lambda op: reader.long_poll_lac(op, now_ns=h.now_ns, timeout_ns=100 * MS))
+    assert result.result == -1
+    assert reader.take_polled_entry(0) is None
+
+
 def test_long_poll_times_out_unchanged():
     h = Harness(client_config=ClientConfig(explicit_lac_interval_ns=0))
     writer = h.create_ledger()

@@ -26,6 +26,9 @@ class LedgerReader:
         self.digester = Digester(ledger_id=metadata.ledger_id, digest_type=metadata.digest_type,
                                  password=password)
         self.last_add_confirmed = last_add_confirmed
+        # (entry id, payload) of the entry the last long poll brought back, checked: a tailing
+        # reader takes it (take_polled_entry) rather than reading it again.
+        self._polled: tuple[int, bytes] | None = None
 
     @property
     def ledger_id(self) -> int:
@@ -159,15 +162,26 @@ class LedgerReader:
             self._learn_lac(response.lac)
             if response.code == Code.OK:
                 try:
-                    self._learn_lac(self.digester.unpack_entry(response.body, expected_entry_id=entry_id).lac)
+                    entry = self.digester.unpack_entry(response.body, expected_entry_id=entry_id)
                 except DigestMismatch:
                     pass  # a bad copy only means we learn nothing from it
+                else:
+                    self._learn_lac(entry.lac)
+                    self._polled = (entry_id, entry.payload)
             self.ctx.complete(op_id, result=self.last_add_confirmed)
 
         self.ctx.send_request(
             bookie, lambda rid: ReadRequest(request_id=rid, ledger_id=ledger_id, entry_id=entry_id,
                                             previous_lac=previous_lac, long_poll_timeout_ns=wait_ns),
             on_response, timeout_ns=wait_ns + self.ctx.config.read_entry_timeout_ns, now_ns=now_ns)
+
+    def take_polled_entry(self, entry_id: int) -> bytes | None:
+        """The payload of `entry_id` if the last long poll brought it back and it is confirmed
+        now (a long poll that timed out may bring an entry past the LAC); then forgotten."""
+        polled, self._polled = self._polled, None
+        if polled is not None and polled[0] == entry_id and entry_id <= self.last_add_confirmed:
+            return polled[1]
+        return None
 
     def refresh_metadata(self, op_id: int, *, now_ns: int) -> None:
         """Re-read the ledger's metadata (to learn that it was closed). Completed result: it."""
