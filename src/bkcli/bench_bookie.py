@@ -12,7 +12,10 @@ For 100 B, 1 KiB and 64 KiB entries:
                 maxAddsInProgressLimit: the bookie must refuse the excess (TOO_MANY_REQUESTS)
                 rather than queue it, and its memory must stay bounded.
 After every measurement the bookie's resident memory (VmRSS) and its peak so far (VmHWM) are
-read from /proc.
+read from /proc. The bookie preallocates its journal in chunks of --journal-prealloc-mb
+(journalPreAllocSizeMB); --compare-prealloc then starts two fresh bookies, with preallocation off
+and on (--journal-prealloc-mb, or 16 if that is 0), and measures 1 KiB adds one at a time and
+pipelined on both in alternating rounds: on/off ratios.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import time
 
 import trio
 
-from bkcli.bench_journal import FRAME_PAYLOAD_BYTES, MIB, percentile, raw_fdatasync, raw_sequential
+from bkcli.bench_journal import (
+    FRAME_PAYLOAD_BYTES, MIB, percentile, preallocation_rounds, raw_fdatasync, raw_sequential, summarize_preallocation,
+)
 from bkcli.local_processes import spawn_bookie
 from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import Code
@@ -34,6 +39,7 @@ from bkcore.wire import AddBatchRequest, AddRequest, FrameDecoder, encode_frame
 PASSWORD = b"bench"
 PIPELINED_WINDOW_MAX = 8_000         # under the bookie's maxAddsInProgressLimit (10,000)
 OVERLOAD_WINDOW = 40_000
+SETTLE_SECONDS = 1.5                 # a checkpoint (flushInterval 1000 ms) has come and gone
 
 
 def bookie_memory_mib(pid: int) -> dict:
@@ -149,11 +155,34 @@ async def _one_at_a_time(port: int, ledger_id: int, entry_size: int, seconds: fl
             "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3)}
 
 
+async def _compare_preallocation(ports: dict[str, int], seconds: float, window_bytes: int) -> dict:
+    """1 KiB adds one at a time, then pipelined, on the bookies with preallocation "off" and "on"
+    in alternating order, each measurement on a ledger of its own and after SETTLE_SECONDS (the
+    last checkpoint's writes done)."""
+    runs = {"one_at_a_time": {"off": [], "on": []}, "pipelined": {"off": [], "on": []}}
+    ledger_id = 100
+    for name in runs:
+        for order in preallocation_rounds():
+            for setting in order:
+                await trio.sleep(SETTLE_SECONDS)
+                ledger_id += 1
+                if name == "one_at_a_time":
+                    single = await _one_at_a_time(ports[setting], ledger_id, 1024, seconds)
+                    runs[name][setting].append({**single, "entries_per_second": round(single["adds"] / seconds)})
+                else:
+                    runs[name][setting].append(await _pipelined(ports[setting], ledger_id, 1024, seconds, window_bytes))
+    return {name: summarize_preallocation(by_setting) for name, by_setting in runs.items()}
+
+
 def add_parser(sub) -> None:
     bookie = sub.add_parser("bookie", help="one bookie process over TCP vs raw disk limits (JSON)")
     bookie.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
     bookie.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     bookie.add_argument("--window-bytes", type=int, default=8 * MIB, help="bytes of adds in flight when pipelining")
+    bookie.add_argument("--journal-prealloc-mb", type=int, default=16,
+                        help="the bookie's journalPreAllocSizeMB; 0 = off (16)")
+    bookie.add_argument("--compare-prealloc", action="store_true",
+                        help="then compare 1 KiB adds on two fresh bookies, preallocation off and on")
     bookie.set_defaults(run=cmd_bench_bookie)
 
 
@@ -161,27 +190,51 @@ def cmd_bench_bookie(args) -> int:
     raw_sync = raw_fdatasync(args.dir, args.seconds)
     raw_bandwidth = raw_sequential(args.dir, args.seconds)
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-bookie-")
-    bookie = spawn_bookie(data_dir=os.path.join(root, "bookie"), metastore_uri="memory://bench",
-                          extra={"flushInterval": 1000})
+    prealloc_mb = args.journal_prealloc_mb
     try:
-        async def measure() -> dict:
-            pid = bookie.process.pid
-            runs = []
-            for index, size in enumerate((100, 1024, 65536)):
-                run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes)
-                run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
-                runs.append({**run, "bookie_memory": bookie_memory_mib(pid)})
-            single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
-            before = bookie_memory_mib(pid)
-            overload = await _pipelined(bookie.port, 20, 1024, args.seconds, OVERLOAD_WINDOW * 1100,
-                                        window_max=OVERLOAD_WINDOW)
-            return {"pipelined": runs, "one_at_a_time": single,
-                    "overload": {**overload, "bookie_memory_before": before, "bookie_memory": bookie_memory_mib(pid)}}
+        bookie = _spawn(root, "bookie", prealloc_mb)
+        try:
+            async def measure() -> dict:
+                pid = bookie.process.pid
+                runs = []
+                for index, size in enumerate((100, 1024, 65536)):
+                    run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes)
+                    run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
+                    runs.append({**run, "bookie_memory": bookie_memory_mib(pid)})
+                single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
+                before = bookie_memory_mib(pid)
+                overload = await _pipelined(bookie.port, 20, 1024, args.seconds, OVERLOAD_WINDOW * 1100,
+                                            window_max=OVERLOAD_WINDOW)
+                return {"pipelined": runs, "one_at_a_time": single,
+                        "overload": {**overload, "bookie_memory_before": before,
+                                     "bookie_memory": bookie_memory_mib(pid)}}
 
-        results = trio.run(measure)
+            results = trio.run(measure)
+        finally:
+            bookie.stop()
+        if args.compare_prealloc:
+            results["journal_preallocation"] = {"prealloc_size": (prealloc_mb or 16) * MIB,
+                                                **_compare_fresh_bookies(root, prealloc_mb or 16, args)}
     finally:
-        bookie.stop()
         shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps({"benchmark": "bookie", "raw_fdatasync": raw_sync, "raw_sequential": raw_bandwidth,
-                      **results}, indent=2))
+    print(json.dumps({"benchmark": "bookie", "journal_prealloc_size": prealloc_mb * MIB, "raw_fdatasync": raw_sync,
+                      "raw_sequential": raw_bandwidth, **results}, indent=2))
     return 0
+
+
+def _spawn(root: str, name: str, prealloc_mb: int):
+    return spawn_bookie(data_dir=os.path.join(root, name), metastore_uri="memory://bench",
+                        extra={"flushInterval": 1000, "journalPreAllocSizeMB": prealloc_mb})
+
+
+def _compare_fresh_bookies(root: str, prealloc_mb: int, args) -> dict:
+    """Two new bookies, alike but for preallocation, so that neither carries the main run's data."""
+    bookies = {}
+    try:
+        bookies["off"] = _spawn(root, "bookie-prealloc-off", 0)
+        bookies["on"] = _spawn(root, "bookie-prealloc-on", prealloc_mb)
+        ports = {setting: bookie.port for setting, bookie in bookies.items()}
+        return trio.run(_compare_preallocation, ports, args.seconds, args.window_bytes)
+    finally:
+        for bookie in bookies.values():
+            bookie.stop()

@@ -10,6 +10,10 @@ Each entry size runs twice: one AddRequest per entry, and AddBatchRequests of 25
 client library sends when several adds for a bookie are pending, so the path most adds take).
 It also reads entries back after a checkpoint (entry logs + lmdb index, nothing in memory),
 in order, with read-ahead off and on: entries/s of each and their ratio.
+
+Journals are preallocated in chunks of --journal-prealloc-mb (journalPreAllocSizeMB, 16 as in
+BookKeeper; 0 = off). --compare-prealloc also measures 1 KiB adds with preallocation off and on,
+alternating rounds so that both see the same disk weather, and reports on/off ratios.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ def raw_sequential(directory: str, seconds: float) -> dict:
     return {"mib_per_second": round(written / MIB / (time.perf_counter() - started), 1)}
 
 
-def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: int, *, batched: bool = False) -> dict:
+def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: int, *, batched: bool = False,
+                prealloc_size: int = JournalConfig().journal_prealloc_size) -> dict:
     """Adds of `entry_size` handed to a bookie core `batch_bytes` at a time, each group written and
     fdatasync'ed on real files. `batched`: as AddBatchRequests of up to FRAME_PAYLOAD_BYTES (what
     the client library sends when adds are pending), else one AddRequest per entry."""
@@ -85,7 +90,7 @@ def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: in
     stack = BookieStack(bookie_id="bench", fs=fs, index=MemoryIndexStore(),
                         bookie_config=BookieConfig(pending_adds_count_max=1_000_000,
                                                    journal_buffered_writes_threshold_size=batch_bytes),
-                        journal_config=JournalConfig(journal_max_size=256 * MIB),
+                        journal_config=JournalConfig(journal_max_size=256 * MIB, journal_prealloc_size=prealloc_size),
                         storage_config=StorageConfig())
     stack.start(now_ms=1)
     core = stack.core
@@ -169,26 +174,78 @@ def entry_log_read_runs(directory: str, entry_size: int, count: int) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
+PREALLOC_ROUND_COUNT = 3
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    return round(numerator / denominator, 3) if denominator else None
+
+
+def preallocation_rounds() -> list[tuple[str, str]]:
+    """The order of the settings in each comparison round: alternating, so that neither always
+    runs right after the other (and after whatever the disk was still writing back)."""
+    return [("off", "on") if index % 2 == 0 else ("on", "off") for index in range(PREALLOC_ROUND_COUNT)]
+
+
+def summarize_preallocation(runs: dict[str, list[dict]]) -> dict:
+    """Runs with preallocation "off" and "on": the median of each figure per setting, and on/off
+    ratios (below 1: on is lower)."""
+    figures = ("add_latency_p50_ms", "add_latency_p99_ms", "entries_per_second")
+    medians = {name: {figure: median([run[figure] for run in setting]) for figure in figures}
+               for name, setting in runs.items()}
+    return {**medians, "rounds": len(runs["on"]),
+            **{f"{figure}_ratio_on_to_off": ratio(medians["on"][figure], medians["off"][figure]) for figure in figures}}
+
+
+def compare_preallocation(measure, prealloc_size: int) -> dict:
+    """summarize_preallocation of `measure(journal_prealloc_size)` with preallocation off and on."""
+    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    for order in preallocation_rounds():
+        for setting in order:
+            runs[setting].append(measure(prealloc_size if setting == "on" else 0))
+    return summarize_preallocation(runs)
+
+
 def add_parser(sub) -> None:
     journal = sub.add_parser("journal", help="journal path on real files vs raw fdatasync and bandwidth (JSON)")
     journal.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
     journal.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     journal.add_argument("--group-bytes", type=int, default=512 * 1024,
                          help="bytes of adds handed to the bookie per group (journalBufferedWritesThreshold)")
+    journal.add_argument("--journal-prealloc-mb", type=int, default=16,
+                         help="journal preallocation chunk in MiB (journalPreAllocSizeMB); 0 = off (16)")
+    journal.add_argument("--compare-prealloc", action="store_true",
+                         help="also measure 1 KiB adds with preallocation off and on (--journal-prealloc-mb, or 16 "
+                              "if that is 0), alternating rounds; on/off ratios")
     journal.set_defaults(run=cmd_bench_journal)
 
 
 def cmd_bench_journal(args) -> int:
+    prealloc_size = args.journal_prealloc_mb * MIB
     raw_sync = raw_fdatasync(args.dir, args.seconds)
     raw_bandwidth = raw_sequential(args.dir, args.seconds)
-    runs = [journal_run(args.dir, size, args.seconds, args.group_bytes) for size in (100, 1024, 65536)]
-    batched_runs = [journal_run(args.dir, size, args.seconds, args.group_bytes, batched=True)
+    runs = [journal_run(args.dir, size, args.seconds, args.group_bytes, prealloc_size=prealloc_size)
+            for size in (100, 1024, 65536)]
+    batched_runs = [journal_run(args.dir, size, args.seconds, args.group_bytes, batched=True, prealloc_size=prealloc_size)
                     for size in (100, 1024, 65536)]
     for run in runs + batched_runs:
         run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
-    one_at_a_time = journal_run(args.dir, 1024, args.seconds, 1)
+    one_at_a_time = journal_run(args.dir, 1024, args.seconds, 1, prealloc_size=prealloc_size)
     reads = entry_log_read_runs(args.dir, 1024, 50_000)
-    print(json.dumps({"benchmark": "journal", "raw_fdatasync": raw_sync, "raw_sequential": raw_bandwidth,
-                      "journal": runs, "journal_batched": batched_runs, "journal_one_add_per_group": one_at_a_time,
-                      "entry_log_reads": reads}, indent=2))
+    report = {"benchmark": "journal", "journal_prealloc_size": prealloc_size, "raw_fdatasync": raw_sync,
+              "raw_sequential": raw_bandwidth, "journal": runs, "journal_batched": batched_runs,
+              "journal_one_add_per_group": one_at_a_time, "entry_log_reads": reads}
+    if args.compare_prealloc:
+        chunk = prealloc_size or 16 * MIB
+        report["journal_preallocation"] = {
+            "prealloc_size": chunk,
+            "one_add_per_group": compare_preallocation(
+                lambda size: journal_run(args.dir, 1024, args.seconds, 1, prealloc_size=size), chunk),
+            "groups_of_1k_adds": compare_preallocation(
+                lambda size: journal_run(args.dir, 1024, args.seconds, args.group_bytes, prealloc_size=size), chunk)}
+    print(json.dumps(report, indent=2))
     return 0

@@ -70,6 +70,9 @@ OPTIONS: tuple[Option, ...] = (
            help="roll the journal at this size (2048)"),
     Option("journalMaxBackups", "journal", "journal_max_backups", int,
            help="old journals kept after the LastLogMark passed them (5)"),
+    Option("journalPreAllocSizeMB", "journal", "journal_prealloc_size", int, to_field=lambda v: v * MIB,
+           help="grow journal files ahead of their records in chunks of this size, so a group's "
+                "fdatasync need not persist a new file size; 0 = off (16)"),
     Option("journalMaxGroupWaitMSec", "bookie", "journal_max_group_wait_ns", float,
            to_field=lambda v: int(v * MS), help="longest wait of a record for its group commit (2)"),
     Option("journalBufferedWritesThreshold", "bookie", "journal_buffered_writes_threshold_size", int,

@@ -1,9 +1,10 @@
 """SimFileSystem: directories of SimDisk files with POSIX crash semantics.
 
-File contents follow SimDisk (unsynced bytes lost on a crash, maybe a torn last write, bit
-flips on reads, full disks). Names follow directories: creating, renaming or deleting a name
-is durable only after sync_dir() of its directory; a crash rolls every directory back to its
-last synced listing (a deleted file can come back, a renamed one can revert, a new one vanish).
+File contents follow SimDisk (unsynced writes and preallocations lost on a crash, maybe a torn
+last write, bit flips on reads, full disks). Names follow directories: creating, renaming or
+deleting a name is durable only after sync_dir() of its directory; a crash rolls every directory
+back to its last synced listing (a deleted file can come back, a renamed one can revert, a new
+one vanish).
 """
 
 from __future__ import annotations
@@ -91,27 +92,63 @@ class SimFileSystem:
         self.operation_count += 1
         return index == self.crash_at_operation_index
 
-    def append(self, path: str, data: bytes) -> None:
-        strikes = self.operation_count == self.crash_at_operation_index    # _operation(), inlined
-        self.operation_count += 1
+    def _disk_for_write(self, path: str) -> SimDisk:
         directory, _, name = path.rpartition("/")
         listing = self._dir(directory or ".")
         disk = listing.get(name)
         if disk is None:
             disk = SimDisk(rng=self.rng, options=self.options)
             listing[name] = disk
+        return disk
+
+    def _check_room(self, path: str, grown_size: int) -> None:
         used_size = self._used_size if self._used_size is not None else self.used_size()
-        if self.is_full or used_size + len(data) > self.capacity_size:
+        if self.is_full or used_size + grown_size > self.capacity_size:
             raise DiskFullError(f"{path}: no space left on device")
+
+    def append(self, path: str, data: bytes) -> None:
+        self._write(path, None, data)
+
+    def write_at(self, path: str, offset: int, data: bytes) -> None:
+        if offset < 0:
+            raise FileSystemError(f"{path}: negative offset {offset}")
+        self._write(path, offset, data)
+
+    def _write(self, path: str, offset: int | None, data: bytes) -> None:
+        """At `offset`, or at the end for None. At the armed crash point the write lands partly."""
+        strikes = self.operation_count == self.crash_at_operation_index    # _operation(), inlined
+        self.operation_count += 1
+        disk = self._disk_for_write(path)
+        size_before = disk.size
+        if offset is None:
+            offset = size_before
+        self._check_room(path, max(0, offset + len(data) - size_before))
         if strikes:
-            disk.append(data[:self.rng.randrange(len(data) + 1)])   # the write lands partly
+            disk.write_at(offset, data[:self.rng.randrange(len(data) + 1)])
             self._used_size = None
-            raise SimulatedCrash(f"crash during append to {path}")
+            raise SimulatedCrash(f"crash during a write to {path}")
         try:
-            disk.append(data)
+            disk.write_at(offset, data)
         except DiskFull:
             raise DiskFullError(f"{path}: no space left on device") from None
-        self._used_size += len(data)
+        self._used_size += disk.size - size_before
+
+    def preallocate(self, path: str, size: int) -> None:
+        """At the armed crash point the file grows only partly."""
+        strikes = self._operation()
+        disk = self._disk_for_write(path)
+        size_before = disk.size
+        grown_size = max(0, size - size_before)
+        self._check_room(path, grown_size)
+        if strikes:
+            disk.preallocate(size_before + self.rng.randrange(grown_size + 1))
+            self._used_size = None
+            raise SimulatedCrash(f"crash during preallocation of {path}")
+        try:
+            disk.preallocate(size)
+        except DiskFull:
+            raise DiskFullError(f"{path}: no space left on device") from None
+        self._used_size += grown_size
 
     def _crash_before(self, what: str) -> None:
         if self._operation():
@@ -147,8 +184,8 @@ class SimFileSystem:
         self._used_size = None
 
     def used_size(self) -> int:
-        """Bytes in files that have a name (deleted files free their space at once). Cached:
-        appends add to it; deletes, renames, crashes and truncations recount."""
+        """Bytes in files that have a name, preallocated space included (deleted files free their
+        space at once). Cached: writes add to it; deletes, renames, crashes and truncations recount."""
         if self._used_size is None:
             files = {id(disk): disk for listing in self._dirs.values() for disk in listing.values()}
             self._used_size = sum(disk.size for disk in files.values())

@@ -71,6 +71,9 @@ class Scenario:
     request_timeout_ns: int = 1 * S
     # Size of each bookie's disk: small ones fill up and turn bookies readonly.
     disk_capacity_size: int = 1 << 40
+    # Journal preallocation chunk (journalPreAllocSizeMB, scaled to the simulator's small
+    # journal files); 0: journals are appended to. Seeds draw it, so both paths are exercised.
+    journal_prealloc_size: int = 16 << 10
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(add_entry_timeout_ns=self.request_timeout_ns,
@@ -119,6 +122,7 @@ class Scenario:
         restart_delay = rng.choice([200 * MS, 1 * S, 4 * S])
         request_timeout = rng.choice([250 * MS, 1 * S, 1 * S, 5 * S])
         disk_capacity = rng.choice([1 << 40, 1 << 40, 48 << 10, 160 << 10])
+        journal_prealloc = rng.choice([0, 4 << 10, 16 << 10])
         if "net" not in faults:
             network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
                                           reorder_probability=0.0)
@@ -132,14 +136,15 @@ class Scenario:
             crash_probability_per_second=crash if "crash" in faults else 0.0,
             pause_probability_per_second=pause if "pause" in faults else 0.0,
             restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout,
-            disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40)
+            disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40,
+            journal_prealloc_size=journal_prealloc)
 
     def describe(self) -> list[str]:
         return [
             f"seed={self.seed} mode={'liveness' if self.is_liveness else 'safety'} "
             f"duration={self.duration_ns / S:g}s faults={','.join(sorted(self.faults)) or 'none'}",
             f"cluster: bookies={self.bookie_count} E={self.ensemble_size} Qw={self.write_quorum_size} "
-            f"Qa={self.ack_quorum_size}",
+            f"Qa={self.ack_quorum_size} journal_prealloc={self.journal_prealloc_size}",
             f"workload: writers={self.writer_count} tailing_readers={self.tailing_reader_count} "
             f"recoverers={self.recoverer_count} adds_in_flight_max={self.adds_in_flight_max} "
             f"add_interval_mean={self.add_interval_mean_ns / MS:g}ms entries_per_ledger_max={self.entries_per_ledger_max}",

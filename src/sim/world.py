@@ -3,7 +3,7 @@
 The world performs the effects of the pure core the way a real deployment would, with faults:
 - Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
   node that is down, or that restarted since the message left, is dropped (its connection broke);
-- JournalWrite: append to the bookie's SimDisk, fsync after a drawn latency, then on_persisted;
+- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then on_persisted;
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
   answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
@@ -126,7 +126,8 @@ class SimWorld:
         self.metastore_down_until_ns = 0
         self.layout = layout
         self.bookie_config = bookie_config
-        self.journal_config = JournalConfig(journal_max_size=SIM_JOURNAL_MAX_SIZE)
+        self.journal_config = JournalConfig(journal_max_size=SIM_JOURNAL_MAX_SIZE,
+                                            journal_prealloc_size=scenario.journal_prealloc_size)
         self.client_config = client_config
         self.bookies: dict[str, _BookieNode] = {}
         self.clients: dict[str, _ClientNode] = {}

@@ -1,7 +1,10 @@
 """OsFileSystem: the FileSystem interface over real files, with fdatasync and directory fsync.
 
-Open append handles are cached per path (a journal appends thousands of times a second);
-rename and delete close them first. Blocking: call from a worker thread in async code.
+Open write handles are cached per path (a journal writes thousands of times a second): one
+opened O_APPEND for append(), one without it for write_at() and preallocate() (on Linux a
+pwrite to an O_APPEND descriptor appends, whatever its offset); rename and delete close them
+first. preallocate() uses posix_fallocate, or writes zeros where the file system or the
+platform has no fallocate. Blocking: call from a worker thread in async code.
 """
 
 from __future__ import annotations
@@ -12,12 +15,30 @@ import shutil
 
 from bkcore.bookie.fs import DiskFullError, FileSystemError
 
+# posix_fallocate's answers that mean "not here" (then zeros are written instead).
+_NO_FALLOCATE_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+ZERO_CHUNK_SIZE = 1024 * 1024
+
+
+def _fallocate(fd: int, offset: int, size: int) -> bool:
+    """posix_fallocate; False where the platform or the file system has none."""
+    if not hasattr(os, "posix_fallocate"):
+        return False
+    try:
+        os.posix_fallocate(fd, offset, size)
+    except OSError as exc:
+        if exc.errno in _NO_FALLOCATE_ERRNOS:
+            return False
+        raise
+    return True
+
 
 class OsFileSystem:
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
-        self._handles: dict[str, int] = {}
+        self._handles: dict[str, int] = {}               # O_APPEND
+        self._positional_handles: dict[str, int] = {}    # for pwrite
 
     def _path(self, path: str) -> str:
         full = os.path.normpath(os.path.join(self.root, path))
@@ -52,6 +73,18 @@ class OsFileSystem:
             self._handles[path] = fd
         return fd
 
+    def _positional_handle(self, path: str) -> int:
+        fd = self._positional_handles.get(path)
+        if fd is None:
+            fd = os.open(self._path(path), os.O_WRONLY | os.O_CREAT, 0o644)
+            self._positional_handles[path] = fd
+        return fd
+
+    def _io_error(self, path: str, exc: OSError) -> FileSystemError:
+        if exc.errno == errno.ENOSPC:
+            return DiskFullError(f"{self._path(path)}: no space left on device")
+        return FileSystemError(f"{self._path(path)}: {exc}")
+
     def append(self, path: str, data: bytes) -> None:
         fd = self._handle(path)
         view = memoryview(data)
@@ -60,14 +93,42 @@ class OsFileSystem:
                 written = os.write(fd, view)
                 view = view[written:]
         except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise DiskFullError(f"{self._path(path)}: no space left on device") from None
-            raise FileSystemError(f"{self._path(path)}: {exc}") from None
+            raise self._io_error(path, exc) from None
+
+    def write_at(self, path: str, offset: int, data: bytes) -> None:
+        if offset < 0:
+            raise FileSystemError(f"{self._path(path)}: negative offset {offset}")
+        fd = self._positional_handle(path)
+        view = memoryview(data)
+        try:
+            while view:
+                written = os.pwrite(fd, view, offset)
+                view = view[written:]
+                offset += written
+        except OSError as exc:
+            raise self._io_error(path, exc) from None
+
+    def preallocate(self, path: str, size: int) -> None:
+        fd = self._positional_handle(path)
+        try:
+            current_size = os.fstat(fd).st_size
+            if size > current_size and not _fallocate(fd, current_size, size - current_size):
+                self._write_zeros(fd, current_size, size)
+        except OSError as exc:
+            raise self._io_error(path, exc) from None
+
+    @staticmethod
+    def _write_zeros(fd: int, offset: int, end: int) -> None:
+        zeros = bytes(min(ZERO_CHUNK_SIZE, end - offset))
+        while offset < end:
+            offset += os.pwrite(fd, memoryview(zeros)[:end - offset], offset)
 
     def sync(self, path: str) -> None:
         fd = self._handles.get(path)
+        if fd is None:
+            fd = self._positional_handles.get(path)
         if fd is not None:
-            os.fdatasync(fd)
+            os.fdatasync(fd)           # any descriptor of the file syncs all of its data
             return
         fd = os.open(self._path(path), os.O_RDONLY)
         try:
@@ -83,9 +144,10 @@ class OsFileSystem:
             os.close(fd)
 
     def _close(self, path: str) -> None:
-        fd = self._handles.pop(path, None)
-        if fd is not None:
-            os.close(fd)
+        for handles in (self._handles, self._positional_handles):
+            fd = handles.pop(path, None)
+            if fd is not None:
+                os.close(fd)
 
     def rename(self, source: str, destination: str) -> None:
         self._close(source)
@@ -101,5 +163,5 @@ class OsFileSystem:
         return used, total
 
     def close(self) -> None:
-        for path in list(self._handles):
+        for path in [*self._handles, *self._positional_handles]:
             self._close(path)

@@ -58,7 +58,8 @@ def test_records_survive_a_restart(fs):
 def test_torn_or_junk_tail_is_tolerated_and_reported(fs, tail):
     journal, _ = reopen(fs)
     write(journal, entries(0, 3))
-    fs.append(f"journal/{journal_name(journal.current_id)}", tail)
+    # Where the next record would have gone: before the file's preallocated zeros.
+    fs.write_at(f"journal/{journal_name(journal.current_id)}", journal.current_size, tail)
     _, replay = reopen(fs)
     assert replay.records == entries(0, 3)
     assert len(replay.tail_problems) == 1

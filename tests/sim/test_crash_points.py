@@ -1,17 +1,20 @@
-"""Crash the bookie at every file-system operation of a workload (every append, sync, directory
-sync, rename, delete): unsynced bytes are dropped, the interrupted write may land torn, unsynced
-names revert. After a restart every acknowledged entry must read back with the right bytes and
+"""Crash the bookie at every file-system operation of a workload (every append, positional write,
+preallocation, sync, directory sync, rename, delete): unsynced bytes are dropped, the interrupted
+write may land torn, unsynced names revert. Each runs with journal preallocation off, in chunks,
+and of whole files at once. After a restart every acknowledged entry must read back with the right bytes and
 every acknowledged fence must hold. (BookKeeper's LedgerStorageCheckpointTest and
 BookieJournalTest in spirit, exhaustively over crash points.)"""
 
+import dataclasses
 import random
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from bkcore.bookie.bookie import BookieConfig
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.index import MemoryIndexStore
-from bkcore.bookie.journal_files import JournalConfig
+from bkcore.bookie.journal_files import JournalConfig, journal_name
 from bkcore.bookie.stack import BookieStack
 from bkcore.digest import Digester, DigestType
 from bkcore.effects import JournalWrite, Send
@@ -21,7 +24,12 @@ from sim.filesystem import SimFileSystem, SimulatedCrash
 from sim.options import DiskOptions
 
 KEY = b"k" * 32
-JOURNAL_CONFIG = JournalConfig(journal_max_size=700, journal_max_backups=1)
+JOURNAL_CONFIG = JournalConfig(journal_max_size=700, journal_max_backups=1, journal_prealloc_size=0)
+# Preallocation: chunks of 256 bytes (three per file), or one chunk past journal_max_size (so
+# each file is preallocated whole when it is made).
+JOURNAL_CONFIGS = {"no-prealloc": JOURNAL_CONFIG,
+                   "prealloc-chunks": dataclasses.replace(JOURNAL_CONFIG, journal_prealloc_size=256),
+                   "prealloc-whole": dataclasses.replace(JOURNAL_CONFIG, journal_prealloc_size=4096)}
 STORAGE_CONFIG = StorageConfig(entry_log_size_max=600)
 
 
@@ -29,10 +37,11 @@ class BookieProcess:
     """A BookieStack over a SimFileSystem and an index that outlive it (its disk), driven
     synchronously: every group is written and synced at once."""
 
-    def __init__(self, fs: SimFileSystem, index: MemoryIndexStore, now_ms: int) -> None:
+    def __init__(self, fs: SimFileSystem, index: MemoryIndexStore, now_ms: int,
+                 journal_config: JournalConfig = JOURNAL_CONFIG) -> None:
         self.stack = BookieStack(bookie_id="b", fs=fs, index=index,
                                  bookie_config=BookieConfig(journal_flush_when_queue_empty=True),
-                                 journal_config=JOURNAL_CONFIG, storage_config=STORAGE_CONFIG)
+                                 journal_config=journal_config, storage_config=STORAGE_CONFIG)
         self.stack.start(now_ms=now_ms, new_instance_id="i")
         self.storage = self.stack.storage
         self.now_ms = now_ms
@@ -83,52 +92,69 @@ def run_workload(process: BookieProcess, acked: dict, fenced: set, *, steps: int
             process.checkpoint()
 
 
-def verify(fs: SimFileSystem, index: MemoryIndexStore, acked: dict, fenced: set) -> None:
-    restarted = BookieProcess(fs, index, now_ms=10_000)
+def verify(fs: SimFileSystem, index: MemoryIndexStore, acked: dict, fenced: set,
+           journal_config: JournalConfig) -> None:
+    restarted = BookieProcess(fs, index, now_ms=10_000, journal_config=journal_config)
     for (ledger_id, entry_id), expected in sorted(acked.items()):
         assert restarted.storage.get_entry(ledger_id, entry_id) == expected, (ledger_id, entry_id)
     for ledger_id in fenced:
         assert restarted.storage.is_fenced(ledger_id)
     # The restarted bookie keeps working and survives a clean restart too.
     run_workload(restarted, acked, fenced, steps=6)
-    again = BookieProcess(fs, index, now_ms=20_000)
+    again = BookieProcess(fs, index, now_ms=20_000, journal_config=journal_config)
     for (ledger_id, entry_id), expected in sorted(acked.items()):
         assert again.storage.get_entry(ledger_id, entry_id) == expected, (ledger_id, entry_id)
 
 
-def operation_count(steps: int) -> int:
+def operation_count(steps: int, journal_config: JournalConfig = JOURNAL_CONFIG) -> int:
     fs = SimFileSystem(rng=random.Random(0), options=DiskOptions.none())
-    run_workload(BookieProcess(fs, MemoryIndexStore(), now_ms=1), {}, set(), steps=steps)
+    run_workload(BookieProcess(fs, MemoryIndexStore(), now_ms=1, journal_config=journal_config), {}, set(),
+                 steps=steps)
     return fs.operation_count
 
 
-def crash_at(crash_index: int, *, steps: int, seed: int) -> None:
+def crash_at(crash_index: int, *, steps: int, seed: int, journal_config: JournalConfig = JOURNAL_CONFIG) -> None:
     fs = SimFileSystem(rng=random.Random(seed), options=DiskOptions(torn_write_probability=1.0))
     index = MemoryIndexStore()
     acked: dict = {}
     fenced: set = set()
     fs.crash_at_operation_index = crash_index
     try:
-        run_workload(BookieProcess(fs, index, now_ms=1), acked, fenced, steps=steps)
+        run_workload(BookieProcess(fs, index, now_ms=1, journal_config=journal_config), acked, fenced, steps=steps)
     except SimulatedCrash:
         pass
     fs.crash_at_operation_index = None
     fs.crash()
-    verify(fs, index, acked, fenced)
+    verify(fs, index, acked, fenced, journal_config)
 
 
 STEPS = 24
 
 
-def test_crash_at_every_operation_boundary():
-    total = operation_count(STEPS)
+@pytest.mark.parametrize("journal_config", JOURNAL_CONFIGS.values(), ids=JOURNAL_CONFIGS.keys())
+def test_crash_at_every_operation_boundary(journal_config):
+    total = operation_count(STEPS, journal_config)
     assert total > 100, "the workload should exercise many file operations"
     for crash_index in range(total):
-        crash_at(crash_index, steps=STEPS, seed=crash_index)
+        crash_at(crash_index, steps=STEPS, seed=crash_index, journal_config=journal_config)
+
+
+def test_preallocating_configs_preallocate():
+    """The preallocating runs above do preallocate: files larger than their records."""
+    for name, journal_config in JOURNAL_CONFIGS.items():
+        fs = SimFileSystem(rng=random.Random(0), options=DiskOptions.none())
+        process = BookieProcess(fs, MemoryIndexStore(), now_ms=1, journal_config=journal_config)
+        run_workload(process, {}, set(), steps=STEPS)
+        journal = process.stack.journal
+        path = f"{journal.config.journal_dir}/{journal_name(journal.current_id)}"
+        is_ahead = fs.size(path) > journal.current_size
+        assert is_ahead == (journal_config.journal_prealloc_size > 0), name
 
 
 @settings(max_examples=60, deadline=None)
 @given(steps=st.integers(min_value=1, max_value=40), crash_fraction=st.floats(min_value=0, max_value=1),
        seed=st.integers(min_value=0, max_value=2**16))
 def test_crash_anywhere_in_random_workloads(steps, crash_fraction, seed):
-    crash_at(int(operation_count(steps) * crash_fraction), steps=steps, seed=seed)
+    for journal_config in JOURNAL_CONFIGS.values():
+        crash_at(int(operation_count(steps, journal_config) * crash_fraction), steps=steps, seed=seed,
+                 journal_config=journal_config)

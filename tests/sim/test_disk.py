@@ -1,5 +1,6 @@
-"""SimDisk: what survives a crash (synced bytes, sometimes a torn prefix), read errors only when
-configured and never stored, disk full leaves the file unchanged, fsync latency, determinism."""
+"""SimDisk: what survives a crash (synced bytes, sometimes a torn prefix), positional writes and
+preallocated zeros, read errors only when configured and never stored, disk full leaves the file
+unchanged, fsync latency, determinism."""
 
 import random
 
@@ -124,14 +125,116 @@ def test_size_max_is_a_full_disk():
     assert disk.read_all() == b"abcde"
 
 
-def test_truncate_is_durable():
-    disk = make_disk(9)
-    disk.append(b"good")
-    disk.append(b"torn")
+def test_write_at_overwrites_inside_the_file_and_grows_it_past_the_end():
+    disk = make_disk()
+    disk.append(b"abcdef")
+    disk.write_at(2, b"XY")
+    assert (disk.read_all(), disk.size) == (b"abXYef", 6)
+    disk.write_at(5, b"123")
+    assert (disk.read_all(), disk.size) == (b"abXYe123", 8)
+    disk.write_at(10, b"!")                       # past the end: a hole of zeros
+    assert disk.read_all() == b"abXYe123\0\0!"
+
+
+def test_preallocated_space_reads_as_zeros_and_writes_land_inside_it():
+    disk = make_disk()
+    disk.append(b"head")
+    disk.preallocate(64)
+    assert disk.size == 64 and disk.read_all() == b"head" + bytes(60)
+    disk.preallocate(10)                          # never shrinks
+    disk.write_at(4, b"rec1")
+    assert disk.size == 64 and disk.read_range(0, 10) == b"headrec1\0\0"
+    assert disk.read_range(60) == bytes(4) and disk.read_range(62, 10) == bytes(2)
+    disk.invariants()
+
+
+def test_crash_undoes_unsynced_positional_writes_and_preallocation():
+    disk = make_disk()
+    disk.append(b"head")
+    disk.preallocate(32)
+    disk.write_at(4, b"synced")
     disk.sync()
-    disk.truncate(4)
+    disk.write_at(10, b"lost")                    # inside the synced preallocation
+    disk.write_at(0, b"HEAD")                     # over synced bytes
+    disk.preallocate(48)                          # growth never synced
+    assert disk.durable_size == 32
     disk.crash()
-    assert disk.read_all() == b"good"
+    assert disk.read_all() == b"headsynced" + bytes(22) and disk.size == 32
+    assert disk.statistics().bytes_lost == 4 + 4 + 16
+    disk.invariants()
+
+
+def test_unsynced_preallocation_of_an_unsynced_file_is_lost_whole():
+    disk = make_disk()
+    disk.append(b"header")
+    disk.preallocate(100)
+    disk.write_at(6, b"record")
+    disk.crash()
+    assert (disk.size, disk.read_all()) == (0, b"")
+
+
+def test_torn_crash_keeps_the_unsynced_writes_in_order_and_tears_one_at_an_offset():
+    # Synced: 8 bytes, then 16 preallocated zeros. Unsynced, in order: "AAAA" at 8, "BBBB" at 2
+    # (over synced bytes), "CCCC" at 12. A crash keeps the first k of those 12 bytes, k < 12.
+    assert _after_keeping(6) == b"01BB4567AAAA" + bytes(12)
+    assert _after_keeping(9) == b"01BBBB67AAAAC" + bytes(11)
+    seen = set()
+    for seed in range(300):
+        disk = make_disk(seed, torn_write_probability=1.0)
+        disk.append(b"01234567")
+        disk.preallocate(24)
+        disk.sync()
+        disk.write_at(8, b"AAAA")
+        disk.write_at(2, b"BBBB")
+        disk.write_at(12, b"CCCC")
+        disk.crash()
+        data = disk.read_all()
+        assert disk.size == 24 and disk.durable_size == 24
+        kept_sizes = [k for k in range(12) if _after_keeping(k) == data]
+        assert len(kept_sizes) == 1, data
+        seen.add(kept_sizes[0])
+        disk.invariants()
+    assert seen == set(range(12))
+
+
+def _after_keeping(kept_size: int) -> bytes:
+    """The file of the test above when the first kept_size unsynced bytes survive."""
+    content = bytearray(b"01234567" + bytes(16))
+    for offset, data in ((8, b"AAAA"), (2, b"BBBB"), (12, b"CCCC")):
+        part = data[:max(0, min(len(data), kept_size))]
+        content[offset:offset + len(part)] = part
+        kept_size -= len(data)
+    return bytes(content)
+
+
+def test_torn_crash_inside_an_unsynced_preallocation_grows_the_file_partly():
+    sizes = set()
+    for seed in range(100):
+        disk = make_disk(seed, torn_write_probability=1.0)
+        disk.append(b"head")
+        disk.sync()
+        disk.preallocate(20)
+        disk.crash()
+        assert disk.read_all() == b"head" + bytes(disk.size - 4)
+        sizes.add(disk.size)
+    assert sizes == set(range(4, 20))
+
+
+def test_a_full_disk_refuses_preallocation_and_positional_writes_whole():
+    disk = SimDisk(rng=random.Random(8), options=DiskOptions.none(), size_max=16)
+    disk.append(b"abcd")
+    with pytest.raises(DiskFull):
+        disk.preallocate(17)
+    with pytest.raises(DiskFull):
+        disk.write_at(14, b"xyz")
+    assert disk.read_all() == b"abcd"
+    disk.preallocate(16)
+    disk.write_at(13, b"xyz")
+    assert disk.read_all() == b"abcd" + bytes(9) + b"xyz"
+    disk.set_full(True)
+    with pytest.raises(DiskFull):
+        disk.write_at(0, b"q")
+    assert disk.statistics().full_refusals == 3
 
 
 def test_sync_latency_has_a_minimum_a_tail_and_slow_outliers():

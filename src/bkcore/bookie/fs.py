@@ -6,7 +6,7 @@ runs unchanged on the simulator's SimFileSystem (crash-point testing) and on rea
 root. The real driver calls these from a worker thread: sync() and sync_dir() block.
 
 Durability contract (POSIX with fdatasync):
-- appended bytes survive a crash only after sync(path);
+- appended or written bytes, and preallocated space, survive a crash only after sync(path);
 - a created, renamed or deleted name survives a crash only after sync_dir(its directory).
 """
 
@@ -30,6 +30,12 @@ class FileSystem(Protocol):
     def size(self, path: str) -> int: ...
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes: ...
     def append(self, path: str, data: bytes) -> None: ...  # creates the file if missing
+    # Positional write: overwrites [offset, offset + len(data)) and grows the file if that runs
+    # past its end (an offset past the end leaves a hole that reads as zeros); creates the file.
+    def write_at(self, path: str, offset: int, data: bytes) -> None: ...
+    # Grows the file to at least `size` bytes that read as zeros (fallocate, or zeros written),
+    # so that later writes inside it change no file size; never shrinks it. Creates the file.
+    def preallocate(self, path: str, size: int) -> None: ...
     def sync(self, path: str) -> None: ...
     def sync_dir(self, path: str) -> None: ...
     def rename(self, source: str, destination: str) -> None: ...   # replaces destination

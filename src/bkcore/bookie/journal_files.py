@@ -10,6 +10,14 @@ Each journal file starts with a 16-byte header: magic b"BKJN", u32 format versio
 Records follow (see journal.py). Zero bytes where a record length should be mean the end of
 written data (preallocated space), not corruption.
 
+Preallocation (BookKeeper's journalPreAllocSizeMB): a journal file is grown ahead of its
+records in chunks of journal_prealloc_size zeros, and records are written into that space at
+their offsets, so the fdatasync after a group does not also have to persist a new file size
+(the group commit's latency). The first chunk is made with the file (and synced with its
+header); later chunks when a group would run past the preallocated end, made durable by that
+group's sync. Preallocation stops at journal_max_size (unless one group runs past it), and
+rolling counts written bytes, never preallocated ones. 0 turns it off: records are appended.
+
 On start the bookie replays from the smallest LastLogMark across ledger dirs: every journal file
 with an id >= the mark's, from the mark's position in the mark's own file. A torn tail at the
 end of a file is reported and tolerated (it was a crash in the middle of a write); a bad record
@@ -59,6 +67,11 @@ class JournalConfig:
     ledger_dirs: tuple[str, ...] = ("ledgers",)
     journal_max_size: int = 2048 * 1024 * 1024       # journalMaxSizeMB
     journal_max_backups: int = 5                      # journalMaxBackups
+    journal_prealloc_size: int = 16 * 1024 * 1024    # journalPreAllocSizeMB; 0: no preallocation
+
+    def __post_init__(self) -> None:
+        if self.journal_prealloc_size < 0:
+            raise ValueError(f"journal_prealloc_size must be >= 0, not {self.journal_prealloc_size}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +109,9 @@ class Journal:
         self.config = config
         self.current_id: int | None = None
         self._current_path = ""     # _journal_path(current_id) once current_id is set
-        self.current_size = 0
+        self.current_size = 0       # bytes written to the current file (its header and records)
+        # The current file's size on disk: >= current_size; larger by the preallocated zeros.
+        self.allocated_size = 0
         self._unsynced_ids: list[int] = []
 
     # -- paths ----------------------------------------------------------------------------
@@ -218,25 +233,42 @@ class Journal:
         existing = self.journal_ids()
         journal_id = max([now_ms] + [i + 1 for i in existing] + [(self.current_id or 0) + 1])
         path = self._journal_path(journal_id)
-        self.fs.append(path, JOURNAL_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, journal_id))
+        self.fs.write_at(path, 0, JOURNAL_HEADER.pack(JOURNAL_MAGIC, JOURNAL_FORMAT_VERSION, journal_id))
+        allocated_size = JOURNAL_HEADER.size
+        if self.config.journal_prealloc_size:
+            allocated_size = self._preallocate(path, JOURNAL_HEADER.size)     # the first chunk
         self.fs.sync(path)
         self.fs.sync_dir(self.config.journal_dir)
         self.current_id = journal_id
         self._current_path = path
         self.current_size = JOURNAL_HEADER.size
+        self.allocated_size = allocated_size
+
+    def _preallocate(self, path: str, end: int) -> int:
+        """Grow the file in whole chunks to hold `end` bytes, stopping at journal_max_size;
+        returns its new size."""
+        chunk_size = self.config.journal_prealloc_size
+        size = max(end, min(-(-end // chunk_size) * chunk_size, self.config.journal_max_size))
+        self.fs.preallocate(path, size)
+        return size
 
     # -- writing --------------------------------------------------------------------------
 
     def append(self, data: bytes, *, now_ms: int) -> LogMark:
-        """Append one group; returns the mark just after it. Rolls to a new file first when
-        this group would take the current one past journal_max_size."""
+        """Write one group after the last; returns the mark just after it. Rolls to a new file
+        first when this group would take the current one past journal_max_size."""
         assert self.current_id is not None, "open() the journal first"
         if self.current_size > JOURNAL_HEADER.size and self.current_size + len(data) > self.config.journal_max_size:
             self.sync()   # the old file must be durable before anyone depends on the new one
             self._start_new_file(now_ms)
-        self.fs.append(self._journal_path(self.current_id), data)
-        self.current_size += len(data)
-        return LogMark(self.current_id, self.current_size)
+        path = self._current_path
+        end = self.current_size + len(data)
+        if end > self.allocated_size and self.config.journal_prealloc_size:
+            self.allocated_size = self._preallocate(path, end)
+        self.fs.write_at(path, self.current_size, data)
+        self.current_size = end
+        self.allocated_size = max(self.allocated_size, end)
+        return LogMark(self.current_id, end)
 
     def sync(self) -> None:
         self.fs.sync(self._journal_path(self.current_id))
