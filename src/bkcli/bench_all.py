@@ -82,6 +82,8 @@ HEADLINES = (
     Headline("stream", "stream read-back records/s", "read_back.records_per_second"),
     Headline("spark", "Spark batch read of 1 KiB ledger entries, rows/s", "read_ledgers.per_second",
              "Parquet read rows/s", "parquet_read.per_second", (">=", 200_000)),
+    Headline("spark", "Spark batch read of 1 KiB ledger entries, rows/s", "read_ledgers.per_second",
+             "Python data source reading nothing, rows/s", "python_source_ceiling.per_second"),
     Headline("spark", "Spark exactly-once write into a stream, rows/s", "write_stream.per_second",
              "Parquet write rows/s", "parquet_write.per_second"),
     Headline("failover", "add p99 ms in the second after a bookie kill",

@@ -9,7 +9,12 @@
     parquet_read    the Parquet files read back, forcing every payload to be read
                     (sum(length(payload)); a bare count would read only Parquet's footers)
 
-Both reads of ledgers and of Parquet run twice: *_first is the first run (cold code paths in
+    python_source_ceiling
+                    the same rows (schema, count, payload size, partitions) made in memory by
+                    a data source that reads nothing (bkcli.spark_ceiling): what PySpark's
+                    Python data source path alone allows on this machine
+
+The reads of ledgers, of Parquet and of the ceiling run twice: *_first is the first run (cold code paths in
 the JVM and the Python workers), the plain figure the second, the steady state that the ratio
 and the issue's target are about.
 
@@ -24,7 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-
 
 
 def add_parser(sub) -> None:
@@ -91,8 +95,19 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     def read_parquet() -> int:
         return spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0]
 
+    def read_ceiling() -> int:
+        return (spark.read.format("bookkeeper-ceiling").option("rows", str(len(ledger_ids) * per_ledger))
+                .option("partitions", str(partition_count)).option("size", str(args.size)).load().count())
+
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
-    # second is the steady state that the ratio and the target are about.
+    # second is the steady state that the ratios and the target are about.
+    from bkcli.spark_ceiling import CeilingDataSource
+    from bkspark.options import MAX_ENTRIES_PER_PARTITION
+    spark.dataSource.register(CeilingDataSource)
+    per_ledger = -(-args.entries // args.ledgers)
+    partition_count = len(ledger_ids) * -(-per_ledger // MAX_ENTRIES_PER_PARTITION)    # as the real read plans
+    _, read_ceiling_first_s = _timed(read_ceiling)
+    _, read_ceiling_s = _timed(read_ceiling)
     ledger_count, read_ledgers_first_s = _timed(read_ledgers)
     _, read_ledgers_s = _timed(read_ledgers)
     stream_count, read_stream_s = _timed(read_stream)
@@ -101,13 +116,17 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     assert ledger_count == len(ledger_ids) * -(-args.entries // args.ledgers) and stream_count == args.entries
     assert parquet_bytes == args.entries * args.size
     write, read = _rate(args.entries, write_s), _rate(ledger_count, read_ledgers_s)
+    ceiling = _rate(ledger_count, read_ceiling_s)
     parquet_write, parquet_read = _rate(args.entries, parquet_write_s), _rate(args.entries, parquet_read_s)
     return {
         "write_stream": write, "read_ledgers_first": _rate(ledger_count, read_ledgers_first_s),
         "read_ledgers": read, "read_stream": _rate(stream_count, read_stream_s),
         "parquet_write": parquet_write, "parquet_read_first": _rate(args.entries, parquet_read_first_s),
         "parquet_read": parquet_read,
+        "python_source_ceiling_first": _rate(ledger_count, read_ceiling_first_s),
+        "python_source_ceiling": ceiling,
         "read_vs_parquet": round(read["per_second"] / parquet_read["per_second"], 3),
+        "read_vs_python_source_ceiling": round(read["per_second"] / ceiling["per_second"], 3),
         "write_vs_parquet": round(write["per_second"] / parquet_write["per_second"], 3),
         "read_target_entries_per_second": 200_000,
         "read_meets_target": read["per_second"] >= 200_000,
