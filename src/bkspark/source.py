@@ -169,12 +169,16 @@ def _bounds(pushed: Filter, value, following) -> tuple:
 # readBatchEntries-sized reads one partition keeps in flight: each is a batch read of one
 # bookie, so several keep the whole ensemble busy while the worker decodes.
 READS_IN_FLIGHT = 4
+# Entries per Arrow record batch handed to Spark (several reads' worth): the JVM pays per batch
+# as well as per row, and ten times larger batches cost it about a third less per row.
+ARROW_BATCH_ENTRIES = 8192
 
 
 def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
     """The Arrow record batches of one span, read readBatchEntries entries at a time with up
-    to READS_IN_FLIGHT reads on their way while a batch is decoded. A ledger deleted since
-    planning fails the task (failOnDataLoss=true) or is skipped with a warning."""
+    to READS_IN_FLIGHT reads on their way while a batch is decoded, and handed over about
+    ARROW_BATCH_ENTRIES entries at a time. A ledger deleted since planning fails the task
+    (failOnDataLoss=true) or is skipped with a warning."""
     bk = cluster.client(options.metastore)
     handle = bk.run(cluster.open_span, span, options.password)
     if handle is None:
@@ -189,17 +193,21 @@ def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
             while len(in_flight) < READS_IN_FLIGHT and (chunk := next(chunks, None)) is not None:
                 in_flight.append((chunk[0], readers.submit(bk.run, cluster.read_entries, handle, *chunk)))
         fill()
+        batch_first, batch_payloads = span.first_entry_id, []
         while in_flight:
-            first, pending = in_flight.popleft()
+            _, pending = in_flight.popleft()
             payloads = pending.result()
             fill()
             if payloads is None:
                 _on_lost_ledger(options, span)
                 return
-            if span.stream is None:
-                yield ledger_batch(span.ledger_id, first, payloads, options.value_format)
-            else:
-                yield stream_batch(span, first, payloads, options.value_format)
+            batch_payloads += payloads
+            if len(batch_payloads) >= ARROW_BATCH_ENTRIES or not in_flight:
+                if span.stream is None:
+                    yield ledger_batch(span.ledger_id, batch_first, batch_payloads, options.value_format)
+                else:
+                    yield stream_batch(span, batch_first, batch_payloads, options.value_format)
+                batch_first, batch_payloads = batch_first + len(batch_payloads), []
 
 
 def _on_lost_ledger(options: SourceOptions, span: ReadSpan) -> None:
