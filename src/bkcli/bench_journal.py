@@ -174,7 +174,7 @@ def entry_log_read_runs(directory: str, entry_size: int, count: int) -> dict:
         shutil.rmtree(root, ignore_errors=True)
 
 
-PREALLOC_ROUND_COUNT = 3
+PREALLOC_ROUND_COUNT = 5
 
 
 def median(values: list[float]) -> float:
