@@ -1,7 +1,7 @@
 """Entries to Arrow: the rows the Spark source yields, one pyarrow.RecordBatch per entry read.
 
-Stream entries are decoded with bkcore.stream.records.unpack_entry (the one definition of the
-format); raw ledger entries become one row each. Columns are built whole with pyarrow compute,
+Stream entries are decoded with bkcore.stream.records.unpack_columns (the one definition of
+the format, as columns); raw ledger entries become one row each. Columns are built whole with pyarrow compute,
 never row by row in Python: the per-record Python work is only unpacking the entry.
 
 The `position` column is the record's DLSN zero-padded (segment 10 digits, entry 12, slot 5),
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkcore.stream.records import unpack_entry
+from bkcore.stream.records import unpack_columns
 from bkspark.planning import ReadSpan
 
 VALUE_FORMATS = ("binary", "utf8", "json")
@@ -60,15 +60,21 @@ def stream_batch(span: ReadSpan, first_entry_id: int, payloads: list[bytes], val
     data: list[bytes] = []
     last_entry_id = first_entry_id + len(payloads) - 1
     for entry_id, payload in enumerate(payloads, first_entry_id):
-        records = unpack_entry(payload).records
+        columns = unpack_columns(payload)
+        count = len(columns.txids)
         first_slot = span.first_slot if entry_id == span.first_entry_id else 0
-        end_slot = span.end_slot if entry_id == span.last_entry_id and span.end_slot >= 0 else len(records)
-        count = max(0, min(end_slot, len(records)) - first_slot)
-        entry_ids.extend([entry_id] * count)
-        slots.extend(range(first_slot, first_slot + count))
-        for record in records[first_slot:first_slot + count]:
-            txids.append(record.txid)
-            data.append(record.payload)
+        end_slot = span.end_slot if entry_id == span.last_entry_id and span.end_slot >= 0 else count
+        end_slot = min(end_slot, count)
+        if first_slot >= end_slot:
+            continue
+        entry_ids += [entry_id] * (end_slot - first_slot)
+        slots += range(first_slot, end_slot)
+        if first_slot == 0 and end_slot == count:
+            txids += columns.txids
+            data += columns.payloads
+        else:
+            txids += columns.txids[first_slot:end_slot]
+            data += columns.payloads[first_slot:end_slot]
     assert last_entry_id <= span.last_entry_id
     batch = _batch(span.stream, span.seqno, span.ledger_id, pa.array(entry_ids, pa.int64()),
                    pa.array(slots, pa.int32()), pa.array(txids, pa.int64()), pa.array(data, pa.binary()),

@@ -87,19 +87,46 @@ def pack_entry(entry: StreamEntry) -> bytes:
                           [[r.txid, r.payload] for r in entry.records]], use_bin_type=True)
 
 
-def unpack_entry(payload: bytes) -> StreamEntry:
+@dataclass(frozen=True, slots=True)
+class EntryColumns:
+    """A stream entry's records as two lists, for readers that want columns (Spark): no
+    Record object each."""
+
+    txids: list[int]
+    payloads: list[bytes]
+    records_before: int
+    bytes_before: int
+    last_txid: int
+    is_end_of_stream: bool
+
+
+_INT_ONLY = frozenset({int})
+_BYTES_ONLY = frozenset({bytes})
+
+
+def unpack_columns(payload: bytes) -> EntryColumns:
+    """Decode and check a stream entry (the one decoder of the format; unpack_entry builds
+    Records from this). Raises RecordFormatError for anything else."""
     try:
         version, flags, records_before, bytes_before, last_txid, items = msgpack.unpackb(payload, raw=False)
-        records = tuple(Record(txid, data) for txid, data in items)
+        txids = [item[0] for item in items]
+        payloads = [item[1] for item in items]
         flags = int(flags)
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise RecordFormatError(f"not a batch of stream records: {exc}") from None
     if version != RECORDS_FORMAT:
         raise RecordFormatError(f"stream record format {version} is not {RECORDS_FORMAT}")
-    if not all(type(r.txid) is int and type(r.payload) is bytes for r in records) or \
+    if not (all(len(item) == 2 for item in items) and _INT_ONLY.issuperset(map(type, txids))
+            and _BYTES_ONLY.issuperset(map(type, payloads))) or \
             not all(type(n) is int for n in (records_before, bytes_before, last_txid)):
         raise RecordFormatError("stream records must be (int txid, bytes payload) with int counters")
-    return StreamEntry(records, records_before, bytes_before, last_txid, bool(flags & END_OF_STREAM_FLAG))
+    return EntryColumns(txids, payloads, records_before, bytes_before, last_txid, bool(flags & END_OF_STREAM_FLAG))
+
+
+def unpack_entry(payload: bytes) -> StreamEntry:
+    columns = unpack_columns(payload)
+    return StreamEntry(tuple(map(Record, columns.txids, columns.payloads)), columns.records_before,
+                       columns.bytes_before, columns.last_txid, columns.is_end_of_stream)
 
 
 class RecordBatcher:
