@@ -91,6 +91,30 @@ def test_oversized_length_in_the_middle_is_corruption_and_at_the_end_a_torn_tail
     assert result.records == RECORDS and "torn record" in result.tail_problem
 
 
+def test_a_length_field_damaged_in_the_middle_is_corruption_not_a_torn_tail():
+    """A huge length runs past the data, as a torn tail's would; the good records after it
+    show that it is damage, and acknowledged records are never dropped as a tail."""
+    data = bytearray(stream() + stream())
+    third = len(encode_record(RECORDS[0])) + len(encode_record(RECORDS[1]))
+    data[third] = 0x7F                       # the length's high byte: 2 GiB declared
+    with pytest.raises(JournalCorrupted) as excinfo:
+        scan_records(bytes(data))
+    assert excinfo.value.offset == third and "good record follows" in str(excinfo.value)
+
+
+@pytest.mark.parametrize("tail", [b"\xff" * 3, b"\x9c" * 4096, bytes(range(256)) * 8])
+def test_junk_with_an_impossible_length_at_the_end_is_still_a_torn_tail(tail):
+    result = scan_records(stream() + b"\xee" + tail + bytes(1024))
+    assert result.records == RECORDS and "torn record" in result.tail_problem
+
+
+@pytest.mark.parametrize("cut", [3, 5, 8, 20])
+def test_a_record_cut_short_in_preallocated_space_is_a_torn_tail(cut):
+    torn = encode_record(EntryRecord(1, 2, b"x" * 300))[:cut]
+    result = scan_records(stream() + torn + bytes(4096))
+    assert result.records == RECORDS and result.tail_problem is not None
+
+
 def test_undecodable_records_follow_the_same_rule():
     import crc32c
     import msgpack

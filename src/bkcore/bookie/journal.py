@@ -13,12 +13,20 @@ Scanning rules:
 - a bad record followed by more (non-zero) bytes is corruption, not a torn write: it raises
   JournalCorrupted naming the offset, and is never skipped silently;
 - a declared length above record_size_max is a bad record under the same two rules;
+- a declared length above record_size_max that also runs past the data cannot say where the
+  record would have ended (no writer wrote it: the header was cut short, or is junk, or was
+  damaged), so the bytes after its header are searched for a well-formed record (sane length,
+  matching checksum, decodable): a length field damaged in the middle of a journal still has
+  good records after it, and is corruption; a torn or junk tail has none. (A sane length that
+  runs past the data is a torn write: its writer's record was cut, and a record found inside
+  its payload would be the payload's own bytes.)
 - zero bytes to the end of the data are preallocated space, not a problem (a real record never
   has length 0: its payload is at least a msgpack array header).
 """
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
@@ -169,6 +177,37 @@ def _is_zero_from(data: bytes, offset: int) -> bool:
     return data.count(0, offset) == len(data) - offset
 
 
+_NONZERO_BYTE = re.compile(rb"[^\x00]")
+
+
+def _next_good_record(data: bytes, start: int, record_size_max: int) -> int | None:
+    """Offset of the first well-formed record at or after `start`, trying every offset (runs
+    of zero bytes are skipped: a record's length field has at most three leading zero bytes);
+    None if there is none. Only a journal's damaged part is searched, once, when it is opened."""
+    view = memoryview(data)
+    end = len(data)
+    offset = start
+    while offset + RECORD_HEADER.size < end:
+        found = _NONZERO_BYTE.search(data, offset)
+        if found is None:
+            return None
+        offset = max(offset, found.start() - 3)
+        if offset + RECORD_HEADER.size >= end:
+            return None
+        length, checksum = RECORD_HEADER.unpack_from(data, offset)
+        record_end = offset + RECORD_HEADER.size + length
+        if 0 < length <= record_size_max and record_end <= end:
+            payload = view[offset + RECORD_HEADER.size:record_end]
+            if crc32c.crc32c(payload) == checksum:
+                try:
+                    _decode_payload(payload)
+                    return offset
+                except (ValueError, TypeError, msgpack.UnpackException):
+                    pass
+        offset += 1
+    return None
+
+
 def scan_records(data: bytes, *, start_offset: int = 0, record_size_max: int = RECORD_SIZE_MAX) -> ScanResult:
     """Decode the records of `data` from start_offset on. Raises JournalCorrupted for a bad
     record that is followed by more data; see the module docstring for the rules."""
@@ -192,6 +231,11 @@ def scan_records(data: bytes, *, start_offset: int = 0, record_size_max: int = R
             problem = f"record length {length} at offset {offset} exceeds {record_size_max}"
             if record_end < end and not _is_zero_from(data, record_end):
                 raise JournalCorrupted(offset, problem)
+            # No writer wrote this length: a header cut short (the rest zeros), junk, or damage.
+            # Only damage has good records after it.
+            good = _next_good_record(data, offset + 1, record_size_max)
+            if good is not None:
+                raise JournalCorrupted(offset, f"{problem}, yet a good record follows at offset {good}")
             return ScanResult(records, offset, f"torn record at offset {offset}: {problem}")
         if record_end > end:
             return ScanResult(records, offset, f"torn record at offset {offset}: {length} bytes declared, "
