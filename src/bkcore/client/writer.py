@@ -90,6 +90,7 @@ class LedgerWriter:
         self._close_op_ids: list[int] = []
         self._explicit_lac_sent = last_add_confirmed
         self._explicit_lac_timer: int | None = None
+        self._last_completion_ns = 0       # the explicit LAC is due explicit_lac_interval_ns after it
         self._unusable_bookies: set[str] = set()
         if not is_recovery:
             ctx.open_writers[metadata.ledger_id] = self
@@ -412,12 +413,18 @@ class LedgerWriter:
         interval_ns = self.ctx.config.explicit_lac_interval_ns
         if interval_ns <= 0 or self.is_recovery:
             return
-        if self._explicit_lac_timer is not None:
-            self.ctx.cancel_timer(self._explicit_lac_timer)
-        self._explicit_lac_timer = self.ctx.call_at(now_ns + interval_ns, self._on_explicit_lac_timeout)
+        # Completions come in streams: the timer is not moved at each one (a cancel and a heap
+        # push); when it fires early it sets itself again for the rest of the interval.
+        self._last_completion_ns = now_ns
+        if self._explicit_lac_timer is None:
+            self._explicit_lac_timer = self.ctx.call_at(now_ns + interval_ns, self._on_explicit_lac_timeout)
 
     def _on_explicit_lac_timeout(self, now_ns: int) -> None:
         self._explicit_lac_timer = None
+        due_ns = self._last_completion_ns + self.ctx.config.explicit_lac_interval_ns
+        if now_ns < due_ns and self.state is WriterState.OPEN:
+            self._explicit_lac_timer = self.ctx.call_at(due_ns, self._on_explicit_lac_timeout)
+            return
         lac = self.last_add_confirmed
         # Readers learn the LAC from stored entries, which carry the LAC of their send time:
         # only an idle writer whose last entry cannot tell readers the LAC needs to send it.
