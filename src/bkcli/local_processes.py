@@ -68,6 +68,15 @@ class ChildProcess:
         except OSError:
             return ""
 
+    def log_since(self, offset: int) -> str:
+        """What the log gained after `offset` bytes (this run's lines, when the log is reused)."""
+        try:
+            with open(self.log_path, "rb") as file:
+                file.seek(offset)
+                return file.read().decode(errors="replace")
+        except OSError:
+            return ""
+
     def kill(self) -> None:
         """SIGKILL: a crash, nothing flushed."""
         if self.is_running():
@@ -86,8 +95,10 @@ class ChildProcess:
 
 def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text: str,
              timeout_s: float = 60.0, env: dict | None = None) -> ChildProcess:
-    """Start `bk <argv>` and wait until its log shows ready_text."""
+    """Start `bk <argv>` and wait until its log shows ready_text (written by this run: a log
+    kept from an earlier run of the same process, restarted on its data, is appended to)."""
     log = open(log_path, "ab")
+    run_start = log.tell()
     environment = {**os.environ, **(env or {})}
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment["PYTHONPATH"] = src + (os.pathsep + environment["PYTHONPATH"] if environment.get("PYTHONPATH") else "")
@@ -97,7 +108,7 @@ def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text
     child = ChildProcess(name, process, log_path, port)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if ready_text in child.log_tail(200):
+        if ready_text in child.log_since(run_start):
             return child
         if not child.is_running():
             raise RuntimeError(f"{name} exited with status {process.returncode} before it was ready; "

@@ -1,0 +1,13 @@
+"""Child processes of the local cluster: readiness is judged on the run's own log lines."""
+
+import pytest
+
+from bkcli.local_processes import spawn_bk
+
+
+def test_a_reused_log_from_an_earlier_run_does_not_make_a_new_run_ready(tmp_path):
+    log_path = tmp_path / "child.log"
+    log_path.write_text("... listening on 127.0.0.1:1234\n")         # what the last run printed
+    with pytest.raises(RuntimeError, match="exited with status 0 before it was ready"):
+        spawn_bk("help", ["--help"], log_path=str(log_path), port=0, ready_text="listening on", timeout_s=30)
+    assert log_path.read_text().startswith("... listening on"), "the earlier run's lines are kept"
