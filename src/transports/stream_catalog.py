@@ -12,8 +12,8 @@ import trio
 
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult, SetData
 from bkcore.stream.errors import (
-    CursorNotFound, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, StreamExists, StreamMetadataConflict,
-    StreamNotFound,
+    CursorNotFound, MetastoreSessionExpired, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, StreamExists,
+    StreamMetadataConflict, StreamNotFound,
 )
 from bkcore.stream.records import DLSN
 from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings, stream_id_of
@@ -224,6 +224,8 @@ class StreamCatalog:
     async def _read(self, op: Get | Children) -> MetaResult:
         for _ in range(UNKNOWN_OUTCOME_RETRIES):
             result = await self.store.execute(op)
+            if result.code is MetaCode.SESSION_EXPIRED:
+                raise _session_expired(op)
             if result.code is not MetaCode.CONNECTION_LOSS:
                 return result
             await trio.sleep(RETRY_PAUSE_S)
@@ -233,6 +235,8 @@ class StreamCatalog:
         """Execute a write; after CONNECTION_LOSS, re-read and decide whether it landed."""
         for _ in range(UNKNOWN_OUTCOME_RETRIES):
             result = await self.store.execute(op)
+            if result.code is MetaCode.SESSION_EXPIRED:
+                raise _session_expired(op)
             if result.code is not MetaCode.CONNECTION_LOSS:
                 return result
             await trio.sleep(RETRY_PAUSE_S)
@@ -275,3 +279,8 @@ def _pack_settings(settings: StreamSettings) -> bytes:
 
 def _unpack_settings(data: bytes) -> StreamSettings:
     return StreamMetadata.from_bytes(data, version=0).settings
+
+
+def _session_expired(op) -> MetastoreSessionExpired:
+    return MetastoreSessionExpired(f"the metastore session of this client expired (at {type(op).__name__} "
+                                   f"{op.path}); connect again to go on")

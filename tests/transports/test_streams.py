@@ -7,8 +7,8 @@ import trio
 
 import bkclient
 from bkcore.stream.errors import (
-    EndOfStream, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, PositionTruncated, StreamExists,
-    StreamNotFound, TxidOutOfOrder, WriterFenced,
+    EndOfStream, MetastoreSessionExpired, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, PositionTruncated,
+    StreamExists, StreamNotFound, TxidOutOfOrder, WriterFenced,
 )
 from bkcore.stream.records import DLSN
 from bkcore.stream.segments import StreamSettings
@@ -247,3 +247,13 @@ async def test_a_ledger_read_error_reaches_the_reader_as_its_typed_error(bk, mon
             with trio.fail_after(20):
                 await reader.read_next()
         assert reader.is_ended
+
+
+async def test_a_client_whose_metastore_session_expired_is_told_so(bk):
+    await bk.streams.create_stream("ns", "lost")
+    bk.store.expire_session()
+    with pytest.raises(MetastoreSessionExpired, match="session of this client expired.*connect again"):
+        await bk.streams.stream_info("ns", "lost")
+    with pytest.raises(MetastoreSessionExpired):
+        async with bk.streams.open_writer("ns", "lost"):
+            pass

@@ -52,3 +52,8 @@ class CursorNotFound(StreamException):
 
 class StreamMetadataConflict(StreamException):
     """A metadata update kept losing compare-and-set races (or the metastore kept failing)."""
+
+
+class MetastoreSessionExpired(StreamException):
+    """This client's metastore session expired: every later metadata call fails. Connect again
+    (a new client) to go on."""
