@@ -11,7 +11,7 @@ import os
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bkspark.arrow_rows import ledger_batch, spark_schema_ddl
-from bkspark.source import ARROW_BATCH_ENTRIES as ROWS_PER_BATCH     # batches as large as the real source's
+from bkspark.read_sizing import ARROW_BATCH_ENTRIES as ROWS_PER_BATCH     # batches as large as the real source's
 
 
 class _Slice(InputPartition):

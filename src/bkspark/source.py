@@ -5,8 +5,7 @@
 
 The driver plans (bkspark.planning over a StreamView read from the metastore and the LACs of
 in-progress segments); each partition is one ReadSpan, read by a Python worker with batched
-entry reads (readBatchEntries at a time, the next few already on their way while one is
-decoded) straight into Arrow record batches. Comparisons on `txid` and `position` are pushed
+entry reads (a few MiB at a time, the next few already on their way while one is decoded) straight into Arrow record batches. Comparisons on `txid` and `position` are pushed
 down: they narrow the plan and are applied exactly to the records read, so Spark need not
 evaluate them again.
 """
@@ -28,6 +27,7 @@ from bkspark import cluster
 from bkspark.arrow_rows import format_position, ledger_batch, spark_schema_ddl, stream_batch
 from bkspark.options import OptionError, SourceOptions, parse_options, require_stream
 from bkspark.planning import TXID_MAX, ReadSpan, ledger_spans, plan_spans, resolve_end, resolve_start
+from bkspark.read_sizing import ReadSizer, is_batch_full
 
 log = logging.getLogger("bkspark")
 
@@ -166,48 +166,50 @@ def _bounds(pushed: Filter, value, following) -> tuple:
     return None, following
 
 
-# readBatchEntries-sized reads one partition keeps in flight: each is a batch read of one
-# bookie, so several keep the whole ensemble busy while the worker decodes.
+# Reads one partition keeps in flight: each is a batch read of one bookie, so several keep the
+# whole ensemble busy while the worker decodes.
 READS_IN_FLIGHT = 4
-# Entries per Arrow record batch handed to Spark (several reads' worth): the JVM pays per batch
-# as well as per row, and ten times larger batches cost it about a third less per row.
-ARROW_BATCH_ENTRIES = 8192
 
 
 def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
-    """The Arrow record batches of one span, read readBatchEntries entries at a time with up
-    to READS_IN_FLIGHT reads on their way while a batch is decoded, and handed over about
-    ARROW_BATCH_ENTRIES entries at a time. A ledger deleted since planning fails the task
-    (failOnDataLoss=true) or is skipped with a warning."""
+    """The Arrow record batches of one span. Up to READS_IN_FLIGHT reads are on their way while
+    a batch is decoded, each of about READ_BYTES_TARGET bytes (readBatchEntries entries at
+    most), and batches go to Spark a few reads' worth at a time (bkspark.read_sizing). A
+    ledger deleted since planning fails the task (failOnDataLoss=true) or is skipped with a
+    warning."""
     bk = cluster.client(options.metastore)
     handle = bk.run(cluster.open_span, span, options.password)
     if handle is None:
         _on_lost_ledger(options, span)
         return
-    chunks = iter([(first, min(span.last_entry_id, first + options.read_batch_entries - 1))
-                   for first in range(span.first_entry_id, span.last_entry_id + 1, options.read_batch_entries)])
+    sizer = ReadSizer(options.read_batch_entries)
+    next_first = span.first_entry_id
     with concurrent.futures.ThreadPoolExecutor(READS_IN_FLIGHT, thread_name_prefix="bkspark-read") as readers:
         in_flight: collections.deque = collections.deque()
 
         def fill() -> None:
-            while len(in_flight) < READS_IN_FLIGHT and (chunk := next(chunks, None)) is not None:
-                in_flight.append((chunk[0], readers.submit(bk.run, cluster.read_entries, handle, *chunk)))
+            nonlocal next_first
+            while len(in_flight) < READS_IN_FLIGHT and next_first <= span.last_entry_id:
+                last = min(span.last_entry_id, next_first + sizer.next_count() - 1)
+                in_flight.append(readers.submit(bk.run, cluster.read_entries, handle, next_first, last))
+                next_first = last + 1
         fill()
-        batch_first, batch_payloads = span.first_entry_id, []
+        batch_first, batch_payloads, batch_size = span.first_entry_id, [], 0
         while in_flight:
-            _, pending = in_flight.popleft()
-            payloads = pending.result()
-            fill()
+            payloads = in_flight.popleft().result()
             if payloads is None:
                 _on_lost_ledger(options, span)
                 return
+            sizer.saw(payloads)
+            fill()
             batch_payloads += payloads
-            if len(batch_payloads) >= ARROW_BATCH_ENTRIES or not in_flight:
+            batch_size += sum(map(len, payloads))
+            if is_batch_full(len(batch_payloads), batch_size) or not in_flight:
                 if span.stream is None:
                     yield ledger_batch(span.ledger_id, batch_first, batch_payloads, options.value_format)
                 else:
                     yield stream_batch(span, batch_first, batch_payloads, options.value_format)
-                batch_first, batch_payloads = batch_first + len(batch_payloads), []
+                batch_first, batch_payloads, batch_size = batch_first + len(batch_payloads), [], 0
 
 
 def _on_lost_ledger(options: SourceOptions, span: ReadSpan) -> None:
