@@ -12,8 +12,6 @@ evaluate them again.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
 import logging
 from typing import Iterator
 
@@ -27,7 +25,7 @@ from bkspark import cluster
 from bkspark.arrow_rows import format_position, ledger_batch, spark_schema_ddl, stream_batch
 from bkspark.options import OptionError, SourceOptions, parse_options, require_stream
 from bkspark.planning import TXID_MAX, ReadSpan, ledger_spans, plan_spans, resolve_end, resolve_start
-from bkspark.read_sizing import ReadSizer, is_batch_full
+from bkspark.read_sizing import is_batch_full, read_range
 
 log = logging.getLogger("bkspark")
 
@@ -182,34 +180,21 @@ def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
     if handle is None:
         _on_lost_ledger(options, span)
         return
-    sizer = ReadSizer(options.read_batch_entries)
-    next_first = span.first_entry_id
-    with concurrent.futures.ThreadPoolExecutor(READS_IN_FLIGHT, thread_name_prefix="bkspark-read") as readers:
-        in_flight: collections.deque = collections.deque()
-
-        def fill() -> None:
-            nonlocal next_first
-            while len(in_flight) < READS_IN_FLIGHT and next_first <= span.last_entry_id:
-                last = min(span.last_entry_id, next_first + sizer.next_count() - 1)
-                in_flight.append(readers.submit(bk.run, cluster.read_entries, handle, next_first, last))
-                next_first = last + 1
-        fill()
-        batch_first, batch_payloads, batch_size = span.first_entry_id, [], 0
-        while in_flight:
-            payloads = in_flight.popleft().result()
-            if payloads is None:
-                _on_lost_ledger(options, span)
-                return
-            sizer.saw(payloads)
-            fill()
-            batch_payloads += payloads
-            batch_size += sum(map(len, payloads))
-            if is_batch_full(len(batch_payloads), batch_size) or not in_flight:
-                if span.stream is None:
-                    yield ledger_batch(span.ledger_id, batch_first, batch_payloads, options.value_format)
-                else:
-                    yield stream_batch(span, batch_first, batch_payloads, options.value_format)
-                batch_first, batch_payloads, batch_size = batch_first + len(batch_payloads), [], 0
+    batch_first, batch_payloads, batch_size = span.first_entry_id, [], 0
+    reads = read_range(bk, handle, span.first_entry_id, span.last_entry_id, entries_max=options.read_batch_entries,
+                       in_flight_max=READS_IN_FLIGHT)
+    for first, payloads in reads:
+        if payloads is None:
+            _on_lost_ledger(options, span)
+            return
+        batch_payloads += payloads
+        batch_size += sum(map(len, payloads))
+        if is_batch_full(len(batch_payloads), batch_size) or first + len(payloads) > span.last_entry_id:
+            if span.stream is None:
+                yield ledger_batch(span.ledger_id, batch_first, batch_payloads, options.value_format)
+            else:
+                yield stream_batch(span, batch_first, batch_payloads, options.value_format)
+            batch_first, batch_payloads, batch_size = batch_first + len(batch_payloads), [], 0
 
 
 def _on_lost_ledger(options: SourceOptions, span: ReadSpan) -> None:

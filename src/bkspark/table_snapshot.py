@@ -27,7 +27,6 @@ after explicitLacInterval, 0.2 ms by default).
 
 from __future__ import annotations
 
-import concurrent.futures
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -37,6 +36,7 @@ from bkcore.table.commands import RangeRead, RangeResult, TableError, decode_sta
 from bkcore.table.kv import KEY_SIZE_MAX, MemoryKvIndex, RangeState
 from bkspark import cluster
 from bkspark.planning import StreamView, earliest, end_of, plan_spans
+from bkspark.read_sizing import read_range
 from transports.table_checkpoints import CheckpointInfo, CheckpointParser, checkpoint_stream_name
 from transports.table_range import TABLES_NAMESPACE, journal_stream_name
 
@@ -151,30 +151,19 @@ def _newest_checkpoint(bk, cut: RangeCut, chunk_entries: int) -> tuple[Checkpoin
 
 def stream_records(bk, view: StreamView, start: DLSN, end: DLSN, *,
                    chunk_entries: int) -> Iterator[PositionedRecord]:
-    """The records of [start, end) of the stream `view` shows, chunk_entries entries a read.
+    """The records of [start, end) of the stream `view` shows, read at most chunk_entries
+    entries (and about READ_BYTES_TARGET bytes) at a time.
     Raises _MovedOn if a ledger went meanwhile."""
     for span in plan_spans(view, start, end, max_entries=2**62):
         handle = bk.run(cluster.open_span, span, b"")
         if handle is None:
             raise _MovedOn(f"ledger {span.ledger_id} of {view.name} was deleted")
-        chunks = [(first, min(span.last_entry_id, first + chunk_entries - 1))
-                  for first in range(span.first_entry_id, span.last_entry_id + 1, chunk_entries)]
-        for first, payloads in read_ahead(bk, handle, chunks):
+        reads = read_range(bk, handle, span.first_entry_id, span.last_entry_id, entries_max=chunk_entries,
+                           in_flight_max=2)
+        for first, payloads in reads:
             if payloads is None:
                 raise _MovedOn(f"ledger {span.ledger_id} of {view.name} was deleted")
             for entry_id, payload in enumerate(payloads, first):
                 for record in positioned(span.seqno, entry_id, unpack_entry(payload)):
                     if start <= record.dlsn < end:
                         yield record
-
-
-def read_ahead(bk, handle, chunks: list[tuple[int, int]]) -> Iterator[tuple[int, list[bytes] | None]]:
-    """(first entry id, entries or None if the ledger is gone) of each (first, last) chunk, in
-    order, the next chunk's read in flight while the caller works on one."""
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bkspark-read-ahead") as executor:
-        pending = executor.submit(bk.run, cluster.read_entries, handle, *chunks[0]) if chunks else None
-        for index, (first, _) in enumerate(chunks):
-            payloads = pending.result()
-            if index + 1 < len(chunks):
-                pending = executor.submit(bk.run, cluster.read_entries, handle, *chunks[index + 1])
-            yield first, payloads
