@@ -240,9 +240,9 @@ def test_read_ahead_stops_before_a_corrupt_record_which_stays_an_io_error(stack)
     assert restarted.get_entry(1, 5) == b"L1-E5"
 
 
-def test_read_ahead_keeps_only_what_the_index_places_there():
-    """A checkpoint that crashed before its index commit leaves records the index never named;
-    read-ahead must not serve them, even when they hold the next entry ids."""
+def restarted_over_unindexed_copies() -> DurableLedgerStorage:
+    """Storage of ledger 1, entries 0-4, whose log also holds copies of 3 and 4 right after 2
+    that the index never named (a checkpoint that crashed before its index commit)."""
     fs = SimFileSystem(rng=random.Random(4), options=DiskOptions.none())
     index = MemoryIndexStore()
     storage = DurableLedgerStorage(fs=fs, index=index)
@@ -252,7 +252,13 @@ def test_read_ahead_keeps_only_what_the_index_places_there():
     storage.entry_logger.flush()
     fill(storage, 1, 2, first=3)         # the journal's replay writes them again, elsewhere
     storage.checkpoint()
-    restarted = DurableLedgerStorage(fs=fs, index=index)
+    return DurableLedgerStorage(fs=fs, index=index)
+
+
+def test_read_ahead_keeps_only_what_the_index_places_there():
+    """Read-ahead must not serve records the index never named, even when they hold the next
+    entry ids."""
+    restarted = restarted_over_unindexed_copies()
     assert restarted.get_entry(1, 2) == b"L1-E2"
     assert (1, 3) not in restarted._read_cache
     assert [restarted.get_entry(1, e) for e in (3, 4)] == [b"L1-E3", b"L1-E4"]
@@ -314,16 +320,7 @@ def test_get_entries_stops_before_a_corrupt_record_which_is_an_io_error_when_fir
 
 
 def test_get_entries_takes_only_what_the_index_places_there():
-    fs = SimFileSystem(rng=random.Random(4), options=DiskOptions.none())
-    index = MemoryIndexStore()
-    storage = DurableLedgerStorage(fs=fs, index=index)
-    fill(storage, 1, 3)
-    storage.checkpoint()
-    storage.entry_logger.append_many([(1, 3, b"never-indexed-3"), (1, 4, b"never-indexed-4")])
-    storage.entry_logger.flush()
-    fill(storage, 1, 2, first=3)
-    storage.checkpoint()
-    restarted = DurableLedgerStorage(fs=fs, index=index)
+    restarted = restarted_over_unindexed_copies()
     assert restarted.get_entries(1, 0, 10, 1 << 20) == [b"L1-E%d" % e for e in range(5)]
 
 

@@ -56,57 +56,47 @@ class LedgerReader:
                 f"ledger {self.ledger_id}: cannot read {first_entry_id}..{last_entry_id}; readable "
                 f"entries are 0..{limit}, at most {READ_RANGE_COUNT_MAX} per read"))
             return
-        config = self.ctx.config
-        if config.read_batch_count_max > 0 and self.metadata.ensemble_size == self.metadata.write_quorum_size:
-            self._read_batches(op_id, first_entry_id, last_entry_id, now_ns)
+        ctx, metadata, digester = self.ctx, self.metadata, self.digester
+        if ctx.config.read_batch_count_max > 0 and metadata.ensemble_size == metadata.write_quorum_size:
+            ranges = self._batch_ranges(first_entry_id, last_entry_id)
+
+            def make_read(first: int, on_done) -> BatchRead:
+                return BatchRead(ctx=ctx, metadata=metadata, digester=digester, first_entry_id=first,
+                                 last_entry_id=ranges[first], on_done=on_done)
+            starts = list(ranges)
         else:
-            self._read_entries(op_id, first_entry_id, last_entry_id, now_ns)
+            # One request per entry (the only way to read a striped ledger).
+            def make_read(entry_id: int, on_done) -> EntryRead:
+                return EntryRead(ctx=ctx, metadata=metadata, digester=digester, entry_id=entry_id,
+                                 on_done=lambda entry, error, at_ns: on_done(
+                                     None if entry is None else [entry.payload], error, at_ns))
+            starts = list(range(first_entry_id, last_entry_id + 1))
+        self._gather(op_id, starts, make_read, last_entry_id - first_entry_id + 1, now_ns)
 
-    def _read_entries(self, op_id: int, first_entry_id: int, last_entry_id: int, now_ns: int) -> None:
-        """One request per entry, all at once (the only way to read a striped ledger)."""
-        results: dict[int, bytes] = {}
-        reads: list[EntryRead] = []
-        state = {"failed": False}
-
-        def on_entry(entry, error, at_ns: int) -> None:
-            if state["failed"]:
-                return
-            if error is not None:
-                state["failed"] = True
-                for other in reads:
-                    other.cancel()
-                self.ctx.complete(op_id, error=error)
-                return
-            results[entry.entry_id] = entry.payload
-            if len(results) == last_entry_id - first_entry_id + 1:
-                self.ctx.complete(op_id, result=[results[e] for e in range(first_entry_id, last_entry_id + 1)])
-
-        for entry_id in range(first_entry_id, last_entry_id + 1):
-            read = EntryRead(ctx=self.ctx, metadata=self.metadata, digester=self.digester,
-                             entry_id=entry_id, on_done=on_entry)
-            reads.append(read)
-        for read in reads:
-            if not state["failed"]:
-                read.start(now_ns)
-
-    def _read_batches(self, op_id: int, first_entry_id: int, last_entry_id: int, now_ns: int) -> None:
-        """Batch reads of up to read_batch_count_max entries, all at once, none across
-        fragments (each fragment has its own bookies)."""
+    def _batch_ranges(self, first_entry_id: int, last_entry_id: int) -> dict[int, int]:
+        """first -> last of batch reads of up to read_batch_count_max entries covering the range,
+        none across fragments (each fragment has its own bookies)."""
         count_max = self.ctx.config.read_batch_count_max
-        ranges: list[tuple[int, int]] = []
+        ranges: dict[int, int] = {}
         first = first_entry_id
         while first <= last_entry_id:
             last = min(last_entry_id, first + count_max - 1)
             end = fragment_end(self.metadata, first)
             if end is not None:
                 last = min(last, end)
-            ranges.append((first, last))
+            ranges[first] = last
             first = last + 1
+        return ranges
+
+    def _gather(self, op_id: int, starts: list[int], make_read, count: int, now_ns: int) -> None:
+        """Run one read per start, all at once (make_read(start, on_done) builds it; on_done
+        gets its payloads, or an error): the operation completes with every payload in order,
+        or with the first error, which stops the others."""
         results: dict[int, list[bytes]] = {}
-        reads: list[BatchRead] = []
+        reads: list = []
         state = {"failed": False, "count": 0}
 
-        def on_range(first: int, payloads, error, at_ns: int) -> None:
+        def on_part(start: int, payloads, error, at_ns: int) -> None:
             if state["failed"]:
                 return
             if error is not None:
@@ -115,15 +105,14 @@ class LedgerReader:
                     other.cancel()
                 self.ctx.complete(op_id, error=error)
                 return
-            results[first] = payloads
+            results[start] = payloads
             state["count"] += len(payloads)
-            if state["count"] == last_entry_id - first_entry_id + 1:
-                self.ctx.complete(op_id, result=[p for start, _ in ranges for p in results[start]])
+            if state["count"] == count:
+                self.ctx.complete(op_id, result=[p for first in starts for p in results[first]])
 
-        for first, last in ranges:
-            reads.append(BatchRead(ctx=self.ctx, metadata=self.metadata, digester=self.digester,
-                                   first_entry_id=first, last_entry_id=last,
-                                   on_done=lambda payloads, error, at_ns, first=first: on_range(first, payloads, error, at_ns)))
+        for start in starts:
+            reads.append(make_read(start, lambda payloads, error, at_ns, start=start: on_part(start, payloads, error,
+                                                                                            at_ns)))
         for read in reads:
             if not state["failed"]:
                 read.start(now_ns)

@@ -64,7 +64,30 @@ def _read_error(ledger_id: int, entry_id: int, codes: list[Code]) -> BKException
                                 f"({', '.join(code.name for code in codes)})")
 
 
-class EntryRead:
+class _OneReplicaAtATime:
+    """A read that asks one replica at a time (the next after a failure or a speculative
+    timeout): stopping it forgets its outstanding requests and its timer."""
+
+    __slots__ = ()
+
+    def cancel(self) -> None:
+        """Stop without reporting (a sibling read of the same operation failed)."""
+        if self.is_done:
+            return
+        self.is_done = True
+        if self.timer_key is not None:
+            self.ctx.cancel_timer(self.timer_key)
+        if self.outstanding:        # (after a first answer, usually nothing is)
+            for request_id in self.outstanding:
+                self.ctx.forget_request(request_id)
+            self.outstanding.clear()
+
+    def _finish(self, result, error: BKException | None, now_ns: int) -> None:
+        self.cancel()
+        self.on_done(result, error, now_ns)
+
+
+class EntryRead(_OneReplicaAtATime):
     __slots__ = ("ctx", "metadata", "digester", "entry_id", "on_done", "replicas", "next_index",
                  "outstanding", "codes", "is_done", "timer_key")
 
@@ -119,21 +142,6 @@ class EntryRead:
         elif not self.outstanding:
             self._finish(None, _read_error(self.metadata.ledger_id, self.entry_id, self.codes), now_ns)
 
-    def cancel(self) -> None:
-        """Stop without reporting (a sibling read of the same operation failed)."""
-        if self.is_done:
-            return
-        self.is_done = True
-        if self.timer_key is not None:
-            self.ctx.cancel_timer(self.timer_key)
-        if self.outstanding:        # (after a first answer, usually nothing is)
-            for request_id in list(self.outstanding):
-                self.ctx.forget_request(request_id)
-            self.outstanding.clear()
-
-    def _finish(self, entry: UnpackedEntry | None, error: BKException | None, now_ns: int) -> None:
-        self.cancel()
-        self.on_done(entry, error, now_ns)
 
 
 def fragment_end(metadata: LedgerMetadata, entry_id: int) -> int | None:
@@ -145,7 +153,7 @@ def fragment_end(metadata: LedgerMetadata, entry_id: int) -> int | None:
     return None
 
 
-class BatchRead:
+class BatchRead(_OneReplicaAtATime):
     """Entries first..last of one fragment, from one replica at a time.
 
     A bookie may send fewer entries than asked (its size limit, or an entry it lacks): the rest
@@ -254,21 +262,6 @@ class BatchRead:
         self.outstanding.clear()
         if self.next_entry_id > self.last_entry_id:
             self._finish(self.payloads, None, now_ns)
-
-    def cancel(self) -> None:
-        """Stop without reporting (a sibling read of the same operation failed)."""
-        if self.is_done:
-            return
-        self.is_done = True
-        if self.timer_key is not None:
-            self.ctx.cancel_timer(self.timer_key)
-        for request_id in self.outstanding:
-            self.ctx.forget_request(request_id)
-        self.outstanding.clear()
-
-    def _finish(self, payloads: list | None, error: BKException | None, now_ns: int) -> None:
-        self.cancel()
-        self.on_done(payloads, error, now_ns)
 
 
 class _FanOutRead:
