@@ -749,12 +749,6 @@ class Bookie:
         except StorageIOError:
             self._send_read_batch(source, request, self._reject(Code.IO_ERROR), [])
             return
-        size = 0
-        for index, body in enumerate(bodies):      # the storage may overshoot size_max a little
-            size += len(body)
-            if size > size_max and index > 0:
-                del bodies[index:]
-                break
         self._send_read_batch(source, request, _OK if bodies else Code.NO_SUCH_ENTRY, bodies)
 
     def _send_read_batch(self, source: str, request: ReadBatchRequest, code: Code, bodies: list[bytes]) -> None:

@@ -213,13 +213,14 @@ class DurableLedgerStorage:
         write_cache, read_cache = self._write_cache, self._read_cache
         flushing = self._flushing or {}
         is_deleted = ledger_id in self._deleted_ledgers
-        while entry_id < end_entry_id and size < size_max:
+        while entry_id < end_entry_id:
             key = (ledger_id, entry_id)
             body = write_cache.get(key)
             if body is None and not is_deleted:
                 body = flushing.get(key) or read_cache.get(key)
                 if body is None:
-                    run = self._logged_run(ledger_id, entry_id, end_entry_id - entry_id, size_max - size)
+                    run = self._logged_run(ledger_id, entry_id, end_entry_id - entry_id, size_max - size,
+                                           is_first=not bodies)
                     if run:
                         bodies.extend(run)
                         size += sum(map(len, run))
@@ -228,16 +229,18 @@ class DurableLedgerStorage:
                     if bodies:
                         break       # missing or unreadable: the reader asks again from here
                     body = self.get_entry(ledger_id, entry_id)     # None, or raises StorageIOError
-            if body is None:
+            if body is None or (bodies and size + len(body) > size_max):
                 break
             bodies.append(body)
             size += len(body)
             entry_id += 1
         return bodies
 
-    def _logged_run(self, ledger_id: int, first_entry_id: int, count_max: int, size_max: int) -> list[bytes]:
+    def _logged_run(self, ledger_id: int, first_entry_id: int, count_max: int, size_max: int, *,
+                    is_first: bool) -> list[bytes]:
         """Entries from first_entry_id on that the index places one after another in one log,
-        read in one go (empty if the first is not where the index says, or is not indexed)."""
+        read in one go, size_max bytes at most (the first of a batch whatever its size); empty
+        if the first is not where the index says, or is not indexed."""
         first_key = entry_key(ledger_id, first_entry_id)
         items = self.index.items_from(first_key, count_max)
         if not items or items[0][0] != first_key:
@@ -252,11 +255,11 @@ class DurableLedgerStorage:
         for (key, value), (entry_id, found_offset, body) in zip(items, following):
             if key != entry_key(ledger_id, entry_id) or value != pack_location(log_id, found_offset):
                 break
+            if (bodies or not is_first) and size + len(body) > size_max:
+                break
             memory_key = (ledger_id, entry_id)
             bodies.append(write_cache.get(memory_key) or flushing.get(memory_key) or body)
             size += len(body)
-            if size >= size_max:
-                break
         return bodies
 
     def _read_ahead(self, location: tuple[int, int], ledger_id: int, first_entry_id: int, *,

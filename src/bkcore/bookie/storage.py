@@ -37,8 +37,8 @@ class LedgerStorage(Protocol):
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None: ...
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None: ...      # None: no such entry
     # Entries first_entry_id, first_entry_id + 1, ... up to the first one missing, at most
-    # count_max of them; may stop sooner once size_max bytes are passed, or before an entry
-    # that cannot be read (StorageIOError only when that is the first).
+    # count_max of them and size_max bytes (the first whatever its size); may stop sooner,
+    # before an entry that cannot be read (StorageIOError only when that is the first).
     def get_entries(self, ledger_id: int, first_entry_id: int, count_max: int, size_max: int) -> list[bytes]: ...
     def last_entry_id(self, ledger_id: int) -> int: ...                          # INVALID_ENTRY_ID if none
     def set_explicit_lac(self, ledger_id: int, lac: int, body: bytes) -> None: ...  # keeps the max lac
@@ -59,12 +59,10 @@ def entries_one_at_a_time(storage: LedgerStorage, ledger_id: int, first_entry_id
             if not bodies:
                 raise
             break
-        if body is None:
+        if body is None or (bodies and size + len(body) > size_max):
             break
         bodies.append(body)
         size += len(body)
-        if size >= size_max:
-            break
     return bodies
 
 
