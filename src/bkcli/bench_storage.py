@@ -3,7 +3,10 @@ raft-lite metastore, bookies with journal fdatasync, and for tables the gRPC ser
 
     table   N client threads, each with its own gRPC channel: puts of distinct keys, gets of
             existing keys, increments of shared counters (ops/s, p50/p99 latency); then the
-            delay from sending a put to a watcher seeing it (p50/p99)
+            delay from sending a put to a watcher seeing it (p50/p99); each phase also reports
+            the CPU the client process and the server process spent per operation. --ceiling
+            adds the same put/get load on dict-backed gRPC servers (bkcli.table_ceiling): what
+            Python gRPC itself allows here
     stream  one writer appending records through the library (several write_many batches in
             flight), then a reader reading them all back from the start (records/s)
 """
@@ -28,6 +31,8 @@ def add_parser(sub) -> None:
     table.add_argument("--value-size", type=int, default=100)
     table.add_argument("--bookies", type=int, default=3)
     table.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    table.add_argument("--ceiling", action="store_true",
+                       help="also measure dict-backed gRPC servers (sync, sync+trio, aio) under the same load")
     table.add_argument("--peers", action="store_true",
                        help="also measure etcd put/get (3 members, same client count) in the same run")
     table.set_defaults(run=cmd_bench_table)
@@ -56,8 +61,26 @@ def _summary(latencies: list[float], elapsed: float, errors: int) -> dict:
             "errors": errors}
 
 
-def _run_clients(address: str, clients: int, seconds: float, operation) -> dict:
-    """`operation(table, client_index, n)` in every client thread until the time is up."""
+def _run_clients(address: str, clients: int, seconds: float, operation,
+                 *, processes: dict[str, list[int]] | None = None) -> dict:
+    """`operation(table, client_index, n)` in every client thread until the time is up; also
+    the CPU microseconds per operation of this process (the clients) and of each named group of
+    `processes` (their pids)."""
+    from bkcli.table_ceiling import process_cpu_s
+    processes = processes or {}
+
+    def cpu_s() -> dict[str, float]:
+        return {"client": time.process_time(), **{name: sum(map(process_cpu_s, pids))
+                                                  for name, pids in processes.items()}}
+    before = cpu_s()
+    summary = _run_client_threads(address, clients, seconds, operation)
+    ops = max(1, summary["ops"])
+    for name, after_s in cpu_s().items():
+        summary[f"{name}_cpu_us_per_op"] = round((after_s - before[name]) / ops * 1e6)
+    return summary
+
+
+def _run_client_threads(address: str, clients: int, seconds: float, operation) -> dict:
     from transports.storage_client import StorageClient
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0]
@@ -134,28 +157,49 @@ def cmd_bench_table(args) -> int:
             table = storage.table("default", "bench")
             for index in range(64):                  # open every range before timing
                 table.put(b"warm-%d" % index, value)
-        puts = _run_clients(address, args.clients, args.seconds,
-                            lambda t, i, n: t.put(b"key-%d-%d" % (i, n), value))
-        written = puts["ops"]
-        per_client = max(1, written // args.clients)
-        gets = _run_clients(address, args.clients, args.seconds,
-                            lambda t, i, n: t.get(b"key-%d-%d" % (i, random.randrange(per_client))))
+        processes = {"server": [cluster.stream_storage.process.pid],
+                     "bookies": [bookie.process.pid for bookie in cluster.bookies],
+                     "metastore": [node.process.pid for node in cluster.metastore_nodes]}
+        puts, gets = _puts_then_gets(address, args, value, processes)
         increments = _run_clients(address, args.clients, args.seconds,
-                                  lambda t, i, n: t.increment(b"counter-%d" % (n % 8), 1))
+                                  lambda t, i, n: t.increment(b"counter-%d" % (n % 8), 1), processes=processes)
         watch = _watch_latency(address)
     finally:
         cluster.stop()
         shutil.rmtree(root, ignore_errors=True)
+    ceiling = {"ceiling": _ceiling(args, value)} if args.ceiling else {}
     peers = {"etcd": _in_fresh_process(_etcd_table, args.seconds, args.clients, args.dir, value)} if args.peers else {}
     if peers and "put" in peers["etcd"]:
         peers["ratios"] = {"puts_over_etcd": round(puts["ops_per_second"] / peers["etcd"]["put"]["ops_per_second"], 2),
                            "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2)}
     print(json.dumps({"benchmark": "table", "clients": args.clients, "value_size": args.value_size,
                       "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
+                      **ceiling,
                       **({"peers": peers} if peers else {}),
                       "targets": {"puts_per_second": 20_000, "gets_per_second": 50_000, "watch_latency_p50_ms": 2}},
                      indent=2))
     return 0
+
+
+def _puts_then_gets(address: str, args, value: bytes, processes: dict[str, list[int]]) -> tuple[dict, dict]:
+    """Puts of distinct keys, then gets of keys the puts wrote."""
+    puts = _run_clients(address, args.clients, args.seconds,
+                        lambda t, i, n: t.put(b"key-%d-%d" % (i, n), value), processes=processes)
+    per_client = max(1, puts["ops"] // args.clients)
+    gets = _run_clients(address, args.clients, args.seconds,
+                        lambda t, i, n: t.get(b"key-%d-%d" % (i, random.randrange(per_client))), processes=processes)
+    return puts, gets
+
+
+def _ceiling(args, value: bytes) -> dict:
+    """The put/get load on each kind of dict-backed server (see bkcli.table_ceiling)."""
+    from bkcli.table_ceiling import CEILING_KINDS, CeilingServer
+    results = {}
+    for kind in CEILING_KINDS:
+        with CeilingServer(kind) as server:
+            puts, gets = _puts_then_gets(server.address, args, value, {"server": [server.pid]})
+            results[kind] = {"put": puts, "get": gets}
+    return results
 
 
 def _in_fresh_process(function, *args):

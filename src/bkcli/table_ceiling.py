@@ -1,0 +1,155 @@
+"""What Python gRPC itself allows for the table service on this machine: `bk bench table
+--ceiling` runs a TableService that keeps its keys in a dict (no journal, no bookies) in a
+process of its own, in three styles, and drives it with the same 16-thread blocking client:
+
+    sync        grpc.server with a thread pool, the handler answers in its thread
+    sync_trio   the same, but each call is handed to a trio loop with trio.from_thread.run
+                (the server's way until it had its own bridge): what that handoff costs
+    sync_bridge the same through transports.grpc_bridge.TrioBridge, the server's handoff now
+                (many calls per wakeup of the loop)
+    aio         grpc.aio.server, handlers are coroutines of its asyncio loop
+
+The real server cannot beat the best of these; the gap between them and it is what the table
+service's own work (routing, journal, state) costs.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+from bookkeeper.proto import kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
+
+CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio")
+HANDLER_THREADS = 32
+
+
+def _put(kvs: dict[bytes, bytes], request) -> kv_rpc_pb2.PutResponse:
+    previous = kvs.get(request.key)
+    kvs[request.key] = request.value
+    header = kv_rpc_pb2.ResponseHeader(code=storage_pb2.SUCCESS, routing_header=request.header)
+    if previous is None or not request.prev_kv:
+        return kv_rpc_pb2.PutResponse(header=header)
+    return kv_rpc_pb2.PutResponse(header=header, prev_kv=kv_pb2.KeyValue(key=request.key, value=previous))
+
+
+def _range(kvs: dict[bytes, bytes], request) -> kv_rpc_pb2.RangeResponse:
+    value = kvs.get(request.key)
+    header = kv_rpc_pb2.ResponseHeader(code=storage_pb2.SUCCESS, routing_header=request.header)
+    kvs_found = [] if value is None else [kv_pb2.KeyValue(key=request.key, value=value)]
+    return kv_rpc_pb2.RangeResponse(header=header, kvs=kvs_found, count=len(kvs_found))
+
+
+class _SyncTable(kv_rpc_pb2_grpc.TableServiceServicer):
+    def __init__(self, run=None) -> None:
+        self._kvs: dict[bytes, bytes] = {}
+        self._run = run          # how a handler thread runs an operation in trio (None: in the thread)
+
+    def _answer(self, operation, request):
+        if self._run is None:
+            return operation(self._kvs, request)
+
+        async def in_trio():     # a coroutine, as the real server's operations are
+            return operation(self._kvs, request)
+        return self._run(in_trio)
+
+    def Put(self, request, context):
+        return self._answer(_put, request)
+
+    def Range(self, request, context):
+        return self._answer(_range, request)
+
+
+class _AioTable(kv_rpc_pb2_grpc.TableServiceServicer):
+    def __init__(self) -> None:
+        self._kvs: dict[bytes, bytes] = {}
+
+    async def Put(self, request, context):
+        return _put(self._kvs, request)
+
+    async def Range(self, request, context):
+        return _range(self._kvs, request)
+
+
+def _serve_sync(kind: str, ready) -> None:
+    from concurrent import futures
+
+    import grpc
+    import trio
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=HANDLER_THREADS))
+    port = server.add_insecure_port("127.0.0.1:0")
+    if kind == "sync":
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(_SyncTable(), server)
+        server.start()
+        ready.send(port)
+        server.wait_for_termination()
+        return
+
+    async def main() -> None:
+        from transports.grpc_bridge import TrioBridge
+        token = trio.lowlevel.current_trio_token()
+        if kind == "sync_bridge":
+            run = TrioBridge(token).run
+        else:
+            run = lambda fn, *args: trio.from_thread.run(fn, *args, trio_token=token)  # noqa: E731
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(_SyncTable(run), server)
+        server.start()
+        ready.send(port)
+        await trio.sleep_forever()
+    trio.run(main)
+
+
+def _serve_aio(ready) -> None:
+    import asyncio
+
+    import grpc
+
+    async def main() -> None:
+        server = grpc.aio.server()
+        port = server.add_insecure_port("127.0.0.1:0")
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(_AioTable(), server)
+        await server.start()
+        ready.send(port)
+        await server.wait_for_termination()
+    asyncio.run(main())
+
+
+def _serve(kind: str, ready) -> None:
+    if kind == "aio":
+        _serve_aio(ready)
+    else:
+        _serve_sync(kind, ready)
+
+
+class CeilingServer:
+    """A dict-backed TableService of one kind in a child process (its own GIL, as the real
+    server has). `with CeilingServer("sync") as server:` then server.address, server.pid."""
+
+    def __init__(self, kind: str) -> None:
+        if kind not in CEILING_KINDS:
+            raise ValueError(f"a ceiling server is one of {CEILING_KINDS}, not {kind!r}")
+        self.kind = kind
+
+    def __enter__(self) -> CeilingServer:
+        context = multiprocessing.get_context("spawn")
+        receive, send = context.Pipe(duplex=False)
+        self._process = context.Process(target=_serve, args=(self.kind, send), daemon=True)
+        self._process.start()
+        if not receive.poll(30):
+            self._process.kill()
+            raise RuntimeError(f"the {self.kind} ceiling server did not start")
+        self.address = f"127.0.0.1:{receive.recv()}"
+        self.pid = self._process.pid
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._process.kill()
+        self._process.join()
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

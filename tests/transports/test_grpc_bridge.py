@@ -1,0 +1,59 @@
+"""TrioBridge: calls from plain threads run in the trio loop, results and errors come back."""
+
+import threading
+
+import pytest
+import trio
+
+from transports.grpc_bridge import TrioBridge
+
+
+def _in_threads(count: int, work) -> list:
+    results: list = [None] * count
+
+    def run(index: int) -> None:
+        try:
+            results[index] = work(index)
+        except BaseException as exc:     # noqa: BLE001 - the test looks at it
+            results[index] = exc
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    return results
+
+
+def test_calls_from_many_threads_run_in_the_loop_and_return_or_raise():
+    loop_thread: list = []
+
+    async def double(n: int) -> int:
+        loop_thread.append(threading.get_ident())
+        await trio.sleep(0.001)          # calls overlap: each runs as its own task
+        if n == 3:
+            raise ValueError("three")
+        return 2 * n
+
+    async def main():
+        bridge = TrioBridge(trio.lowlevel.current_trio_token())
+        results = await trio.to_thread.run_sync(
+            lambda: _in_threads(16, lambda i: bridge.run(double, i) + bridge.run_sync(lambda: i)))
+        assert set(loop_thread) == {threading.get_ident()}
+        return results
+
+    results = trio.run(main)
+    assert [r for i, r in enumerate(results) if i != 3] == [3 * i for i in range(16) if i != 3]
+    assert isinstance(results[3], ValueError)
+
+
+def test_a_call_after_the_loop_ended_raises_run_finished():
+    async def token():
+        return trio.lowlevel.current_trio_token()
+    bridge = TrioBridge(trio.run(token))
+
+    async def never():
+        raise AssertionError("not run")
+    with pytest.raises(trio.RunFinishedError):
+        bridge.run(never)
+    with pytest.raises(trio.RunFinishedError):      # and the next one too (no drain left scheduled)
+        bridge.run(never)

@@ -1,0 +1,17 @@
+"""The ceiling servers of `bk bench table --ceiling` answer the client the bench uses."""
+
+import pytest
+
+from bkcli.table_ceiling import CEILING_KINDS, CeilingServer, process_cpu_s
+from transports.storage_client import StorageClient
+
+
+@pytest.mark.parametrize("kind", CEILING_KINDS)
+def test_a_ceiling_server_keeps_what_is_put(kind):
+    with CeilingServer(kind) as server, StorageClient(server.address) as client:
+        table = client.table("default", "bench")
+        assert table.put(b"k", b"v1") is None
+        assert table.put(b"k", b"v2").value == b"v1"
+        assert table.get(b"k").value == b"v2"
+        assert table.get(b"missing") is None
+        assert process_cpu_s(server.pid) > 0
