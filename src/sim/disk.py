@@ -22,6 +22,7 @@ directories of these files.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass
 from math import log as _log
@@ -67,6 +68,10 @@ class _Change(NamedTuple):
     replaced: bytes              # the stored bytes it overwrote
     stored_size_before: int      # len(_data) before it
     size_before: int             # the file's size before it
+
+
+# _Change(*fields) without the Python-level __new__ a NamedTuple class adds: one per write.
+_new_change = functools.partial(tuple.__new__, _Change)
 
 
 class SimDisk:
@@ -126,14 +131,25 @@ class SimDisk:
         if type(data) is not bytes:
             data = bytes(data)          # kept in the undo log: a caller's buffer may change
         size = len(data)
-        self._refuse_if_full(size, offset + size)
+        end = offset + size
+        options = self.options
+        if self._is_full or options.full_probability_per_write or end > self.size_max:
+            self._refuse_if_full(size, end)         # (the only case it can refuse)
         if size:
-            self._unsynced.append(_Change(offset, size, data, bytes(self._data[offset:offset + size]),
-                                          len(self._data), self._size))
+            # The undo record and _store, spelled out: every journal group and entry log write
+            # comes here, and nearly all of them append past the stored bytes (nothing replaced).
+            stored = self._data
+            stored_size = len(stored)
+            replaced = bytes(stored[offset:end]) if offset < stored_size else b""
+            self._unsynced.append(_new_change((offset, size, data, replaced, stored_size, self._size)))
             self._unsynced_size += size
-            self._store(offset, data)
+            if offset > stored_size:
+                stored += bytes(offset - stored_size)    # into preallocated space or a hole
+            stored[offset:end] = data
+            if end > self._size:
+                self._grow(end)
             self._written += size
-        return self.options.write_latency_ns
+        return options.write_latency_ns
 
     def preallocate(self, size: int) -> int:
         """Grow the file to `size` bytes with zeros (nothing if it is that large already);

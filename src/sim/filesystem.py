@@ -118,11 +118,18 @@ class SimFileSystem:
         """At `offset`, or at the end for None. At the armed crash point the write lands partly."""
         strikes = self.operation_count == self.crash_at_operation_index    # _operation(), inlined
         self.operation_count += 1
-        disk = self._disk_for_write(path)
+        directory, _, name = path.rpartition("/")       # _disk_for_write, its common case inlined
+        listing = self._dirs.get(directory or ".")
+        disk = None if listing is None else listing.get(name)
+        if disk is None:
+            disk = self._disk_for_write(path)
         size_before = disk.size
         if offset is None:
             offset = size_before
-        self._check_room(path, max(0, offset + len(data) - size_before))
+        grown_size = max(0, offset + len(data) - size_before)
+        used_size = self._used_size                     # _check_room, its common case inlined
+        if used_size is None or self.is_full or used_size + grown_size > self.capacity_size:
+            self._check_room(path, grown_size)
         if strikes:
             disk.write_at(offset, data[:self.rng.randrange(len(data) + 1)])
             self._used_size = None

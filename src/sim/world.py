@@ -341,26 +341,27 @@ class SimWorld:
 
     # -- inputs ---------------------------------------------------------------------------
 
-    def _deliver(self, destination: str, source: str, message: object, incarnation: int) -> None:
-        node = self.nodes.get(destination)
+    def _deliver(self, node: _Node, source: str, message: object, incarnation: int) -> None:
+        """`message` from `source` arrives at `node` (the node itself, not its name: no lookup),
+        sent to its incarnation `incarnation`."""
         now_ns = self.loop.now_ns
-        if node is None or not node.is_up or node.incarnation != incarnation:
+        if not node.is_up or node.incarnation != incarnation:
             # The connection to a dead or restarted process is refused or reset: a client hears
             # of it (TCP tells it); a bookie's answer to a client that is gone is just lost.
             self.counts.messages_dropped_down += 1
             sender = self.clients.get(source)
             if sender is not None and sender.paused_until_ns <= now_ns:
-                self.trace.record(now_ns, "refused", source, destination)
+                self.trace.record(now_ns, "refused", source, node.name)
                 carried = (sender.batches.pop(message.request_id, None) or []
                            if type(message) is AddBatchRequest else [message])
                 for request in carried:
-                    sender.core.on_send_failed(request, destination=destination, now_ns=now_ns)
+                    sender.core.on_send_failed(request, destination=node.name, now_ns=now_ns)
                 self._pump(sender)
             return
         if node.paused_until_ns > now_ns:
-            self.loop.call_at(node.paused_until_ns, self._deliver, destination, source, message, incarnation)
+            self.loop.call_at(node.paused_until_ns, self._deliver, node, source, message, incarnation)
             return
-        self.trace.record_plain((now_ns, "recv", destination, source, message.TAG, getattr(message, "request_id", 0)))
+        self.trace.record_plain((now_ns, "recv", node.name, source, message.TAG, getattr(message, "request_id", 0)))
         if type(message) is AddBatchResponse and type(node) is _ClientNode:
             requests = node.batches.pop(message.request_id, None)
             for response in expand_batch_response(message, requests) if requests else ():
@@ -442,7 +443,7 @@ class SimWorld:
                         if message_filter is not None and not message_filter(name, destination, message):
                             continue
                         for delay_ns in delays_ns(name, destination, now_ns):
-                            post_at(now_ns + delay_ns, deliver, destination, name, message, target.incarnation)
+                            post_at(now_ns + delay_ns, deliver, target, name, message, target.incarnation)
                     else:
                         counts.messages_sent -= 1
                         is_sends_only = False
@@ -509,8 +510,8 @@ class SimWorld:
                 return
             for delay_ns in self.network.delivery_delays_ns(source=node.name, destination=effect.destination,
                                                             now_ns=now_ns):
-                self.loop.post_at(now_ns + delay_ns, self._deliver, effect.destination, node.name,
-                                  effect.message, target.incarnation)
+                self.loop.post_at(now_ns + delay_ns, self._deliver, target, node.name, effect.message,
+                                  target.incarnation)
         elif kind is JournalWrite:
             self.counts.journal_writes += 1
             try:

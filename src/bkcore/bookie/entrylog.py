@@ -49,6 +49,9 @@ class EntryLogger:
         self.current_size = 0
         self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
         self._unflushed_ids: list[int] = []
+        # The highest log id on disk or ever tried: listed by open(), then kept up to date by
+        # _roll() (only this logger creates logs in its directory), so a roll needs no listing.
+        self._highest_id = 0
         # (log id, path) of the log _path() was last asked about: formatting a path costs more
         # than a read. One tuple, replaced whole: a real bookie's checkpoint thread writes logs
         # while its event loop reads them, and two attributes could be seen half-updated.
@@ -76,12 +79,14 @@ class EntryLogger:
         """Start writing into a new log after every existing one (a log written before a crash
         may end torn; it is never appended to)."""
         self.fs.makedirs(self.ledger_dir)
+        self._highest_id = max(self.log_ids(), default=0)
         self._roll()
 
     def _roll(self) -> None:
         """Start the next log. Ids already on disk are skipped: a log whose header write failed
         half-way is never appended to."""
-        log_id = max(self.current_id or 0, *self.log_ids(), 0) + 1
+        log_id = max(self.current_id or 0, self._highest_id) + 1
+        self._highest_id = log_id
         self._needs_roll = True
         self.fs.append(self._path(log_id), ENTRY_LOG_HEADER.pack(ENTRY_LOG_MAGIC, ENTRY_LOG_FORMAT_VERSION, log_id))
         self._unflushed_ids.append(log_id)
