@@ -10,8 +10,10 @@ services so the stock `apache-bookkeeper-client` package works against it, and `
                              msgpack-encoded, from a revision
 
 The gRPC server runs its handlers in its own threads; each handler hands the call to the trio
-loop (trio.from_thread) where the Tables and Streams objects live, so the event loop is never
-blocked and no lock is needed. Routing is by the stream id (a hash of the stream's name) and
+loop (transports.grpc_bridge) where the Tables and Streams objects live, so the event loop is
+never blocked and no lock is needed. Gets are the exception: a handler answers one itself from
+a snapshot of the range's index when the range is served here (Tables.read_in_thread), which
+saves the two thread switches that cost more than the read. Routing is by the stream id (a hash of the stream's name) and
 routing key the client sends; a table key is (r_key, key), BookKeeper's (pKey, lKey).
 """
 
@@ -37,6 +39,7 @@ from bkcore.table.commands import (
     RangeResult, TableError, Txn,
     fold_key, unfold_key,
 )
+from transports.grpc_bridge import TrioBridge
 from transports.range_ownership import NotOwner
 from transports.tables import Tables, _folded_end, range_of
 
@@ -63,19 +66,6 @@ def status_of(error: BaseException) -> int:
         if isinstance(error, cls):
             return code
     return storage_pb2.INTERNAL_SERVER_ERROR
-
-
-class _Bridge:
-    """Runs coroutines of the trio loop from gRPC's handler threads."""
-
-    def __init__(self, token) -> None:
-        self.token = token
-
-    def run(self, fn, *args):
-        return trio.from_thread.run(fn, *args, trio_token=self.token)
-
-    def run_sync(self, fn, *args):
-        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
 
 
 def settings_from_conf(conf: stream_pb2.StreamConfiguration, base: StreamSettings = StreamSettings()) -> StreamSettings:
@@ -115,7 +105,7 @@ def kv_to_proto(kv: KeyValue) -> kv_pb2.KeyValue:
 
 
 class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
-    def __init__(self, bridge: _Bridge, streams, tables: Tables) -> None:
+    def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
 
     def _call(self, response_cls, fn, *args, fields):
@@ -193,7 +183,7 @@ class StorageContainerServicer(storage_pb2_grpc.StorageContainerServiceServicer)
 
 
 class MetaRangeServicer(storage_pb2_grpc.MetaRangeServiceServicer):
-    def __init__(self, bridge: _Bridge, streams) -> None:
+    def __init__(self, bridge: TrioBridge, streams) -> None:
         self._bridge, self._streams = bridge, streams
 
     def GetActiveRanges(self, request, context):
@@ -212,7 +202,7 @@ class MetaRangeServicer(storage_pb2_grpc.MetaRangeServiceServicer):
 
 
 class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
-    def __init__(self, bridge: _Bridge, streams, tables: Tables) -> None:
+    def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
         self._peers: dict[str, kv_rpc_pb2_grpc.TableServiceStub] = {}
@@ -234,18 +224,15 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             namespace, stream = await self._stream_of(header.stream_id)
             pkey = header.r_key or request.key
             return await operate(namespace, stream, pkey)
-        routing = kv_rpc_pb2.RoutingHeader(stream_id=header.stream_id, range_id=header.range_id, r_key=header.r_key)
         try:
             fields = self._bridge.run(call)
-            return response_cls(header=kv_rpc_pb2.ResponseHeader(code=storage_pb2.SUCCESS, routing_header=routing),
-                                **fields)
+            return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
         except NotOwner as exc:
             if context is None or _was_forwarded(context):
-                return response_cls(header=kv_rpc_pb2.ResponseHeader(code=storage_pb2.INTERNAL_SERVER_ERROR,
-                                                                     routing_header=routing))
+                return response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR))
             return self._forward(exc.owner, method, request)
         except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
-            return response_cls(header=kv_rpc_pb2.ResponseHeader(code=status_of(exc), routing_header=routing))
+            return response_cls(header=_response_header(header, status_of(exc)))
 
     def _forward(self, owner: str, method: str, request):
         stub = self._peers.get(owner)
@@ -254,12 +241,29 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         return getattr(stub, method)(request, metadata=[(FORWARDED_HEADER, "1")], timeout=FORWARD_TIMEOUT_S)
 
     def Range(self, request, context):
+        answer = self._range_in_thread(request)
+        if answer is not None:
+            return answer
+
         async def operate(namespace, stream, pkey):
-            result = await self._tables.range(namespace, stream, pkey, request.key, _end_of(request.range_end),
-                                              limit=request.limit, count_only=request.count_only,
-                                              keys_only=request.keys_only)
-            return {"kvs": [kv_to_proto(kv) for kv in result.kvs], "count": result.count, "more": result.more}
+            return _range_fields(await self._tables.range(
+                namespace, stream, pkey, request.key, _end_of(request.range_end), limit=request.limit,
+                count_only=request.count_only, keys_only=request.keys_only))
         return self._run(request, kv_rpc_pb2.RangeResponse, operate, context, "Range")
+
+    def _range_in_thread(self, request) -> kv_rpc_pb2.RangeResponse | None:
+        """A read answered in this handler thread, without a trip through the loop, when the
+        table's range is served here and needs nothing of the loop (Tables.read_in_thread)."""
+        header = request.header
+        name = self._names.get(header.stream_id)
+        if name is None:
+            return None
+        result = self._tables.read_in_thread(*name, header.r_key or request.key, request.key,
+                                             _end_of(request.range_end), limit=request.limit,
+                                             count_only=request.count_only, keys_only=request.keys_only)
+        if result is None:
+            return None
+        return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **_range_fields(result))
 
     def Put(self, request, context):
         async def operate(namespace, stream, pkey):
@@ -296,6 +300,15 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             result = await self._tables.txn(namespace, stream, pkey, txn)
             return {"succeeded": result.succeeded, "responses": [_response_op(r) for r in result.results]}
         return self._run(request, kv_rpc_pb2.TxnResponse, operate, context, "Txn")
+
+
+def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
+    routing = kv_rpc_pb2.RoutingHeader(stream_id=header.stream_id, range_id=header.range_id, r_key=header.r_key)
+    return kv_rpc_pb2.ResponseHeader(code=code, routing_header=routing)
+
+
+def _range_fields(result: RangeResult) -> dict:
+    return {"kvs": [kv_to_proto(kv) for kv in result.kvs], "count": result.count, "more": result.more}
 
 
 def _was_forwarded(context) -> bool:
@@ -367,7 +380,7 @@ class _WatchHandler:
     "range_end", "start_revision"}; answers first {"created": True, "revision": r} (every change
     above revision r follows), then one dict per change, or {"error": ..., "code": ..., "kind": ...}."""
 
-    def __init__(self, bridge: _Bridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
+    def __init__(self, bridge: TrioBridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
         self._bridge, self._streams, self._tables, self._nursery = bridge, streams, tables, nursery
 
     def __call__(self, request: dict, context):
@@ -451,7 +464,7 @@ class GrpcGateway:
             self.port = bound
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
                                  server_id=f"{self.host}:{self.port}", index_dir=self._index_dir)
-            bridge = _Bridge(trio.lowlevel.current_trio_token())
+            bridge = TrioBridge(trio.lowlevel.current_trio_token())
             storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
                 RootRangeServicer(bridge, streams, self.tables), server)
             storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(

@@ -8,8 +8,10 @@ consistent, and nothing reads the index before it is rebuilt. What lmdb adds ove
 table's state lives on disk, not in the heap, and that a checkpoint reads a consistent snapshot
 (an lmdb read transaction) while commands go on being applied.
 
-Everything here runs on the trio thread that owns the ranges. The calls are short (one key, one
-scan, one commit), and lmdb answers them from its memory map.
+Writes run on the trio thread that owns the ranges. The calls are short (one key, one scan, one
+commit), and lmdb answers them from its memory map. A snapshot (one read transaction) may be read
+from any thread: the gRPC handler threads answer gets from snapshots, each command being one
+write transaction, so a snapshot shows whole commands only.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Iterable, Iterator
 
 import lmdb
 
-from bkcore.table.kv import KvIndex
+from bkcore.table.kv import KvIndex, KvIndexSnapshot
 
 MAP_SIZE_DEFAULT = 1 << 36     # address space only: the file grows as data arrives
 RANGE_DATABASES_MAX = 4096
@@ -103,6 +105,34 @@ class LmdbKvIndex(KvIndex):
         with self._env.begin(db=self._db, write=True) as txn:
             txn.drop(self._db, delete=False)
             txn.cursor().putmulti(items)
+
+    def snapshot(self) -> LmdbSnapshot:
+        return LmdbSnapshot(self._env.begin(db=self._db, buffers=False))
+
+
+class LmdbSnapshot(KvIndexSnapshot):
+    """One lmdb read transaction (py-lmdb opens environments without thread-local readers, so
+    any thread may use one, one thread at a time)."""
+
+    def __init__(self, txn) -> None:
+        self._txn = txn
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._txn.get(key)
+
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        cursor = self._txn.cursor()
+        if cursor.set_range(start):
+            for key, value in cursor:
+                if key >= end:
+                    return
+                yield key, value
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(self._txn.cursor())
+
+    def close(self) -> None:
+        self._txn.abort()
 
 
 def _database_name(table: str, range_id: int) -> bytes:

@@ -13,7 +13,8 @@ journal is replayed from the checkpoint's position up to this owner's first segm
 
 A command is journaled first and applied once durable, strictly in journal order, so every
 acknowledged command survives a crash of the owner and a new owner applies the same ones in the
-same order. Reads are served from the applied state. After each checkpoint the oldest kept
+same order. Reads are served from the applied state: in the loop, or in another thread from a
+snapshot of the index (read_in_thread). After each checkpoint the oldest kept
 checkpoint bounds what must stay: both streams are truncated behind it.
 
 Watchers get every change of their key range in revision order: first from a bounded history
@@ -217,6 +218,21 @@ class TableRange:
     def read(self, op: RangeRead) -> RangeResult:
         self._check_serving()
         return self.state.read(op, now_ms=now_ms())
+
+    def read_in_thread(self, op: RangeRead) -> RangeResult | None:
+        """read() for a thread other than the loop's (a gRPC handler): answered from a snapshot
+        of the index, which holds whole applied commands only. None when the index has no
+        snapshots or the range is not serving (checked after the read too: a range that stopped
+        meanwhile may have had its index emptied for a new owner); the caller then reads
+        through the loop."""
+        if self._failure is not None:
+            return None
+        snapshot = self._index.snapshot()
+        if snapshot is None:
+            return None
+        with snapshot:
+            result = RangeState(snapshot).read(op, now_ms=now_ms())
+        return result if self._failure is None else None
 
     def _apply_ready(self) -> None:
         while self._slots and self._slots[0].position is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from typing import AsyncIterator
 
@@ -35,6 +36,10 @@ from transports.table_range import TABLES_NAMESPACE, TableRange, journal_stream_
 SETTINGS_TTL_S = 5.0
 logger = logging.getLogger(__name__)
 SESSION_CHECK_INTERVAL_S = 0.5
+# How long a confirmed read lease may be relied on by reads outside the loop before the loop
+# asks the metastore client again (a lease can only be shorter than what the client last said;
+# and a session the client knows is lost stops those reads at once).
+READ_LEASE_RECHECK_S = 0.1
 
 
 def range_of(pkey: bytes, range_count: int) -> int:
@@ -60,6 +65,9 @@ class Tables:
         self._ranges: dict[tuple[str, str, int], TableRange] = {}
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
         self._opening: dict[tuple[str, str, int], trio.Lock] = {}
+        # time.monotonic() until which reads outside the loop may trust this server still owns
+        # its ranges (set by the loop from the metastore session's lease; see read_in_thread).
+        self._read_lease_until = 0.0 if server_id else math.inf
 
     async def register(self) -> None:
         if self._ownership is not None:
@@ -198,11 +206,35 @@ class Tables:
         metastore session holding the claim is certain to be alive (a read lease). Writes need
         no lease; a deposed owner's journal write is fenced."""
         table_range = await self.range_for(namespace, stream, pkey)
-        if self._ownership is not None and self._bk.store.session_lease_s() <= 0:
-            raise OwnershipUncertain(f"range {table_range.range_id} of table {namespace}/{stream}: this server's "
-                                     f"metastore session is not confirmed, so it may have lost the range; retry")
+        if self._ownership is not None:
+            lease_s = self._bk.store.session_lease_s()
+            if lease_s <= 0:
+                raise OwnershipUncertain(f"range {table_range.range_id} of table {namespace}/{stream}: this server's "
+                                         f"metastore session is not confirmed, so it may have lost the range; retry")
+            self._read_lease_until = time.monotonic() + min(lease_s, READ_LEASE_RECHECK_S)
         return table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
                                           keys_only))
+
+    def read_in_thread(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None,
+                       *, limit: int = 0, count_only: bool = False, keys_only: bool = False) -> RangeResult | None:
+        """range() from a thread other than the loop's, when it needs nothing of the loop: the
+        table's settings are cached, its range is open and serving here, and the read lease the
+        loop last confirmed still holds. None otherwise, and for anything unusual (a bad key,
+        an index closed under the read): the caller then goes through the loop, which answers
+        or raises properly. Plain dict and attribute reads only: the loop may change them
+        meanwhile, and each is atomic."""
+        try:
+            cached = self._settings.get((namespace, stream))
+            now = time.monotonic()
+            if cached is None or cached[1] <= now or now >= self._read_lease_until or self._bk.store.session_lost:
+                return None
+            table_range = self._ranges.get((namespace, stream, range_of(pkey, cached[0].table_ranges)))
+            if table_range is None:
+                return None
+            return table_range.read_in_thread(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit,
+                                                        count_only, keys_only))
+        except Exception:      # noqa: BLE001 - the loop's path reads again and reports it
+            return None
 
     async def watch(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
                     start_revision: int = 0, started=None) -> AsyncIterator[WatchEvent]:

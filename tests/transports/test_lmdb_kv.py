@@ -81,3 +81,19 @@ def test_a_full_map_is_a_clear_error(tmp_path):
         for i in range(1000):
             index.write({b"k%d" % i: bytes(1024)})
     small.close()
+
+
+def test_a_snapshot_reads_one_moment_from_another_thread_and_is_read_only(indexes):
+    import threading
+    index = indexes.index_for("ns/t", 0)
+    index.write({b"a": b"1", b"b": b"2"})
+    with index.snapshot() as view:
+        index.write({b"a": None, b"c": b"3"})
+        seen = []
+        reader = threading.Thread(target=lambda: seen.append((view.get(b"a"), list(view.scan(b"a", b"z")))))
+        reader.start()
+        reader.join()
+        assert seen == [(b"1", [(b"a", b"1"), (b"b", b"2")])]
+        with pytest.raises(TypeError):
+            view.write({b"a": b"x"})
+    assert MemoryKvIndex().snapshot() is None

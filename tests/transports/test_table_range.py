@@ -226,6 +226,8 @@ async def test_random_operations_match_a_model_dict_with_versions(bk, open_range
         for k in keys:
             kvs = table_range.read(RangeRead(k)).kvs
             assert ((kvs[0].value, kvs[0].version, kvs[0].is_number) if kvs else None) == model.get(k), (step, k)
+            in_thread = table_range.read_in_thread(RangeRead(k))      # None with a memory index
+            assert in_thread is None or in_thread == table_range.read(RangeRead(k))
     expected = list(table_range.state.index.items())
     await table_range.aclose()
     reopened = await open_range()
@@ -294,3 +296,33 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
             nursery.start_soon(client, index)
     assert sum(1 for op in history if op.kind == "cas" and op.result and op.result[0]) >= 5
     assert check_register_linearizable(history, initial=(b"init", 0))
+
+
+async def test_reads_in_other_threads_see_whole_commands_only(bk, open_range):
+    """Txns write two keys at once while threads read both with read_in_thread: a read sees
+    both keys of the same txn, never one of them; once the range stops, reads go back to the
+    loop (None)."""
+    table_range = await open_range()
+    await table_range.execute(Txn((), (Put(b"a", b"0"), Put(b"b", b"0"))))
+    if table_range.read_in_thread(RangeRead(b"a")) is None:
+        return                    # a memory index has no snapshots: every read goes through the loop
+    done = [False]
+    seen: list[tuple[bytes, ...]] = []
+
+    def reader() -> None:
+        while not done[0]:
+            result = table_range.read_in_thread(RangeRead(b"a", b"c"))
+            seen.append(tuple(kv.value for kv in result.kvs))
+
+    async def writer() -> None:
+        for n in range(1, 30):
+            await table_range.execute(Txn((), (Put(b"a", b"%d" % n), Put(b"b", b"%d" % n))))
+        done[0] = True
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer)
+        for _ in range(2):
+            nursery.start_soon(trio.to_thread.run_sync, reader)
+    assert seen and all(len(values) == 2 and values[0] == values[1] for values in seen)
+    table_range.stop(RuntimeError("moved"))
+    assert table_range.read_in_thread(RangeRead(b"a")) is None

@@ -65,6 +65,30 @@ class KvIndex(abc.ABC):
     def replace_all(self, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Make the index hold exactly `items` (a checkpoint being loaded)."""
 
+    def snapshot(self) -> KvIndexSnapshot | None:
+        """A read-only view of the index as it is now (whole writes only), which another thread
+        may read while writes go on; None when this kind of index has none."""
+        return None
+
+
+class KvIndexSnapshot(KvIndex):
+    """What KvIndex.snapshot() returns: `with index.snapshot() as view:` reads, then lets go."""
+
+    def write(self, changes: dict[bytes, bytes | None]) -> None:
+        raise TypeError("a snapshot of an index is read-only")
+
+    def replace_all(self, items: Iterable[tuple[bytes, bytes]]) -> None:
+        raise TypeError("a snapshot of an index is read-only")
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> KvIndexSnapshot:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
 
 class MemoryKvIndex(KvIndex):
     def __init__(self, items: dict[bytes, bytes] | None = None) -> None:
