@@ -31,6 +31,8 @@ from bkcore.table.commands import (
 )
 
 DATA, EXPIRY, META = b"d", b"e", b"m"
+EXPIRY_END = b"f"                  # every expiry key is below it
+NO_EXPIRY_MS = 2**64               # the expiry floor of a range without expiries
 COUNTER_SIZE = 8
 KEY_SIZE_MAX = 64 * 1024
 VALUE_SIZE_MAX = 256 * 1024     # a put fits one journal entry
@@ -120,6 +122,10 @@ class RangeState:
         self.index = index
         meta = index.get(META + b"state")
         self.revision, self.applied_position = msgpack.unpackb(meta) if meta else (0, None)
+        # No expiry in the index is earlier than this (None: not known yet). A command applied
+        # before it looks for no expiries, which saves a scan per command; expiries a command
+        # adds lower it, and a scan sets it again to the earliest expiry still to come.
+        self.expiry_floor_ms: int | None = None
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -147,6 +153,8 @@ class RangeState:
     def _commit(self, batch: _Batch, position) -> None:
         if batch.wrote:
             self.revision = batch.revision
+        if batch.expiry_floor_ms is not None:
+            self.expiry_floor_ms = batch.expiry_floor_ms
         self.applied_position = position if position is not None else self.applied_position
         batch.changes[META + b"state"] = msgpack.packb([self.revision, self.applied_position])
         self.index.write(batch.changes)
@@ -162,6 +170,7 @@ class _Batch:
         self.changes: dict[bytes, bytes | None] = {}
         self.events: list[WatchEvent] = []
         self.wrote = False
+        self.expiry_floor_ms = state.expiry_floor_ms    # the state's, once this command is applied
         self._mark = (0, 0)                    # changes/events before the command proper
 
     # -- lookups ------------------------------------------------------------------------------
@@ -252,6 +261,8 @@ class _Batch:
                                                   kv.expire_at_ms, kv.is_number])
         if expire_at_ms:
             self.changes[_expiry_key(expire_at_ms, key)] = b""
+            if self.expiry_floor_ms is not None:
+                self.expiry_floor_ms = min(self.expiry_floor_ms, expire_at_ms)
         self.events.append(WatchEvent("put", kv, previous, self.revision))
         self.wrote = True
         return kv
@@ -312,7 +323,10 @@ class _Batch:
     # -- expiry -------------------------------------------------------------------------------
 
     def expire_due(self) -> None:
-        """Delete every key whose expiry time is at or before now_ms."""
+        """Delete every key whose expiry time is at or before now_ms (there is none below the
+        expiry floor), and raise the floor to the earliest expiry left."""
+        if self.expiry_floor_ms is not None and self.now_ms < self.expiry_floor_ms:
+            return
         end = EXPIRY + (self.now_ms + 1).to_bytes(8, "big")
         for expiry_key, _ in list(self.state.index.scan(EXPIRY, end)):
             kv = self.get(expiry_key[9:], include_expired=True)
@@ -320,6 +334,8 @@ class _Batch:
                 self._remove(kv)
             else:
                 self.changes[expiry_key] = None
+        following = next(iter(self.state.index.scan(end, EXPIRY_END)), None)
+        self.expiry_floor_ms = int.from_bytes(following[0][1:9], "big") if following else NO_EXPIRY_MS
 
 
 def _expiry_key(expire_at_ms: int, key: bytes) -> bytes:
