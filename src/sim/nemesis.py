@@ -78,17 +78,17 @@ class Nemesis:
         now_ns = world.now_ns
         if now_ns >= self.end_ns or not world.faults_enabled:
             return
-        for bookie_id in sorted(world.bookies):
+        bookie_ids, client_ids = sorted(world.bookies), sorted(world.clients)
+        for bookie_id in bookie_ids:
             if self._chance(scenario.crash_probability_per_second):
                 delay_ns = int(self.rng.expovariate(1 / scenario.restart_delay_mean_ns))
                 world.crash_bookie(bookie_id, restart_after_ns=delay_ns)
             elif self._chance(scenario.pause_probability_per_second):
                 world.pause_node(bookie_id, int(self.rng.expovariate(1 / PAUSE_DURATION_MEAN_NS)))
-        for client_id in sorted(world.clients):
+        for client_id in client_ids:
             if self._chance(scenario.pause_probability_per_second / 2):
                 world.pause_node(client_id, int(self.rng.expovariate(1 / PAUSE_DURATION_MEAN_NS)))
-        nodes = sorted(world.bookies) + sorted(world.clients)
-        world.network.maybe_start_random_partition(nodes=nodes, now_ns=now_ns, interval_ns=TICK_NS)
+        world.network.maybe_start_random_partition(nodes=bookie_ids + client_ids, now_ns=now_ns, interval_ns=TICK_NS)
         metastore = scenario.metastore
         if world.metastore_down_until_ns <= now_ns and self._chance(metastore.outage_probability_per_second):
             duration_ns = int(self.rng.expovariate(1 / max(metastore.outage_duration_mean_ns, 1)))

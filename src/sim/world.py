@@ -274,7 +274,7 @@ class SimWorld:
             self._on_ledger_disk_full(node)
             return
         self.counts.checkpoints += 1
-        self.trace.record(self.loop.now_ns, "checkpoint", node.name, mark.journal_id, mark.position)
+        self.trace.record_plain((self.loop.now_ns, "checkpoint", node.name, mark.journal_id, mark.position))
 
     def _on_ledger_disk_full(self, node: _BookieNode) -> None:
         """A full ledger disk turns the bookie readonly (entries stay in the write cache and the
@@ -400,7 +400,7 @@ class SimWorld:
         if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._metadata_result, client_id, token, result)
             return
-        self.trace.record(self.loop.now_ns, "meta", client_id, token, int(result.code))
+        self.trace.record_plain((self.loop.now_ns, "meta", client_id, token, int(result.code)))
         node.core.on_metadata_result(token, result, now_ns=self.loop.now_ns)
         self._pump(node)
 
@@ -427,7 +427,11 @@ class SimWorld:
             delays_ns = self.network.delays_ns
             post_at = self.loop.post_at
             counts = self.counts
-            for _ in range(PUMP_ROUND_COUNT_MAX):
+            round_count = 0
+            while True:
+                round_count += 1
+                if round_count > PUMP_ROUND_COUNT_MAX:
+                    raise AssertionError(f"{name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
                 if len(effects) > 1 and type(node) is _ClientNode:
                     effects = self._coalesce_adds(node, effects)
                 counts.messages_sent += len(effects)      # less those that turn out not to be sends
@@ -455,8 +459,6 @@ class SimWorld:
                 effects = core.take_effects()
                 if not effects:
                     break
-            else:
-                raise AssertionError(f"{name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
             if core is None:
                 return
         # Keep the node's timer at the core's next deadline.

@@ -18,7 +18,8 @@ from bkcore.bookie.journal import (
     RecordEncoder, encode_record, scan_records,
 )
 from bkcore.bookie.index import (
-    ENTRY_PREFIX, entry_id_of, entry_key, entry_prefix, pack_location, unpack_location,
+    ENTRY_PREFIX, LEDGER_PREFIX, MemoryIndexStore, entry_id_of, entry_key, entry_prefix, ledger_key, pack_location,
+    unpack_location,
 )
 from bkcore.digest import DigestType
 from bkcore.ledger.metadata import LedgerMetadata
@@ -197,6 +198,47 @@ def test_entry_keys_refuse_what_the_pairs_refuse():
             struct.pack(">QQ", ledger_id, entry_id)
         with pytest.raises(struct.error):
             entry_key(ledger_id, entry_id)
+
+
+class _ReferenceIndex:
+    """The sorted map MemoryIndexStore stands for, written plainly: sort on every query."""
+
+    def __init__(self):
+        self.data = {}
+
+    def write(self, puts, deletes):
+        for key in deletes:
+            self.data.pop(key, None)
+        self.data.update(puts)
+
+    def keys(self, prefix=b""):
+        return [key for key in sorted(self.data) if key.startswith(prefix)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_memory_index_answers_as_a_plain_sorted_map(seed):
+    rng = random.Random(seed)
+    index, reference = MemoryIndexStore(), _ReferenceIndex()
+    ledger_ids = [1, 2, 3, 2**40]
+    for _ in range(300):
+        new_count = rng.choice([0, 1, 3, 40])     # a checkpoint's few keys, or a large batch
+        puts = {entry_key(rng.choice(ledger_ids), rng.randrange(500)): bytes([rng.randrange(256)])
+                for _ in range(new_count)}
+        puts.update({ledger_key(rng.choice(ledger_ids)): b"state" for _ in range(rng.randrange(2))})
+        known = sorted(reference.data)
+        deletes = rng.sample(known, min(len(known), rng.choice([0, 0, 1, 5]))) + [entry_key(9, 9)]
+        index.write(puts, deletes)
+        reference.write(puts, deletes)
+        index.invariants()
+        for ledger_id in ledger_ids + [7]:
+            expected = reference.keys(entry_prefix(ledger_id))
+            assert list(index.keys_with_prefix(entry_prefix(ledger_id))) == expected
+            assert index.last_key_with_prefix(entry_prefix(ledger_id)) == (expected[-1] if expected else None)
+            first = entry_key(ledger_id, rng.randrange(500))
+            following = [key for key in sorted(reference.data) if key >= first][:10]
+            assert index.items_from(first, 10) == [(key, reference.data[key]) for key in following]
+        assert list(index.keys_with_prefix(LEDGER_PREFIX)) == reference.keys(LEDGER_PREFIX)
+        assert all(index.get(key) == value for key, value in reference.data.items())
 
 
 # -- dataclasses that store their fields directly -----------------------------------------

@@ -12,11 +12,9 @@ batch atomically and durably (a committed transaction).
 from __future__ import annotations
 
 import functools
-import itertools
 import struct
+from bisect import bisect_left, insort
 from typing import Iterator, Protocol
-
-from sortedcontainers import SortedDict
 
 ENTRY_PREFIX = b"E"
 LEDGER_PREFIX = b"L"
@@ -68,34 +66,55 @@ class IndexStore(Protocol):
 
 
 class MemoryIndexStore:
-    """A committed-on-write sorted map: nothing is pending, so a crash loses nothing written."""
+    """A committed-on-write sorted map: nothing is pending, so a crash loses nothing written.
+
+    How: a dict holds the values (point lookups: nearly every query) and a list holds the same
+    keys in order (range queries: bisect). A checkpoint's few new keys are placed one by one
+    with insort (C: a binary search and one move of the list's tail), a large batch by one sort
+    (C: the new keys merged into the sorted run), both cheaper than a sorted container's
+    Python-level inserts."""
 
     def __init__(self) -> None:
-        self._data: SortedDict = SortedDict()
+        self._data: dict[bytes, bytes] = {}
+        # Invariant: exactly the keys of _data, in increasing order.
+        self._keys: list[bytes] = []
         self.write_count = 0
 
     def get(self, key: bytes) -> bytes | None:
         return self._data.get(key)
 
+    def _range(self, prefix: bytes) -> tuple[int, int]:
+        """The slice of _keys that starts with prefix (keys are at most 17 bytes long)."""
+        keys = self._keys
+        return bisect_left(keys, prefix), bisect_left(keys, prefix + b"\xff" * 17)
+
     def last_key_with_prefix(self, prefix: bytes) -> bytes | None:
-        keys = self._data.keys()
-        index = self._data.bisect_left(prefix + b"\xff" * 17) - 1
-        if index >= 0 and keys[index].startswith(prefix):
-            return keys[index]
-        return None
+        start, end = self._range(prefix)
+        return self._keys[end - 1] if end > start else None
 
     def keys_with_prefix(self, prefix: bytes) -> Iterator[bytes]:
-        for key in self._data.irange(minimum=prefix):
-            if not key.startswith(prefix):
-                return
-            yield key
+        start, end = self._range(prefix)
+        return iter(self._keys[start:end])      # a copy: the caller may write while iterating
 
     def items_from(self, first: bytes, count_max: int) -> list[tuple[bytes, bytes]]:
         data = self._data
-        return [(key, data[key]) for key in itertools.islice(data.irange(minimum=first), count_max)]
+        start = bisect_left(self._keys, first)
+        return [(key, data[key]) for key in self._keys[start:start + count_max]]
 
     def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+        data, keys = self._data, self._keys
         for key in deletes:
-            self._data.pop(key, None)
-        self._data.update(puts)
+            if data.pop(key, None) is not None:
+                del keys[bisect_left(keys, key)]
+        new_keys = [key for key in puts if key not in data]
+        data.update(puts)
+        if len(new_keys) * 16 > len(keys):
+            keys.extend(new_keys)
+            keys.sort()
+        else:
+            for key in new_keys:
+                insort(keys, key)
         self.write_count += 1
+
+    def invariants(self) -> None:
+        assert self._keys == sorted(self._data)

@@ -153,7 +153,7 @@ class RecordEncoder:
 
 
 def _decode_payload(payload: memoryview) -> JournalRecord:
-    items = _unpackb(payload, raw=False, use_list=True)
+    items = _unpackb(payload)      # (msgpack's defaults: raw=False, use_list=True)
     # An ENTRY record (nearly every one a replay meets), checked field by field without the
     # general path's slicing and generator: the same checks, the same record.
     if (type(items) is list and len(items) == 4 and items[0] == _ENTRY_KIND and type(items[0]) is int
