@@ -8,6 +8,8 @@ process of its own, in three styles, and drives it with the same 16-thread block
     sync_bridge the same through transports.grpc_bridge.TrioBridge, the server's handoff now
                 (many calls per wakeup of the loop)
     aio         grpc.aio.server, handlers are coroutines of its asyncio loop
+    aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
+                loop (TrioBridge.start) and its answer back through the asyncio loop
 
 The real server cannot beat the best of these; the gap between them and it is what the table
 service's own work (routing, journal, state) costs.
@@ -20,7 +22,7 @@ import os
 
 from bookkeeper.proto import kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
-CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio")
+CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio", "aio_bridge")
 HANDLER_THREADS = 32
 
 
@@ -61,14 +63,23 @@ class _SyncTable(kv_rpc_pb2_grpc.TableServiceServicer):
 
 
 class _AioTable(kv_rpc_pb2_grpc.TableServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, bridge=None) -> None:
         self._kvs: dict[bytes, bytes] = {}
+        self._bridge = bridge      # a TrioBridge to run each operation in trio (None: in asyncio)
+
+    async def _answer(self, operation, request):
+        if self._bridge is None:
+            return operation(self._kvs, request)
+
+        async def in_trio_loop():
+            return operation(self._kvs, request)
+        return await _in_trio(self._bridge, in_trio_loop)
 
     async def Put(self, request, context):
-        return _put(self._kvs, request)
+        return await self._answer(_put, request)
 
     async def Range(self, request, context):
-        return _range(self._kvs, request)
+        return await self._answer(_range, request)
 
 
 def _serve_sync(kind: str, ready) -> None:
@@ -100,7 +111,22 @@ def _serve_sync(kind: str, ready) -> None:
     trio.run(main)
 
 
-def _serve_aio(ready) -> None:
+async def _in_trio(bridge, afn):
+    """From a coroutine of an asyncio loop in another thread: afn() run in the trio loop of
+    `bridge` (a TrioBridge), its result or exception back in the asyncio loop."""
+    import asyncio
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    bridge.start(afn, on_done=lambda result: loop.call_soon_threadsafe(_settle, future, result))
+    return (await future).unwrap()
+
+
+def _settle(future, result) -> None:
+    if not future.cancelled():
+        future.set_result(result)
+
+
+def _serve_aio(ready, bridge=None) -> None:
     import asyncio
 
     import grpc
@@ -108,16 +134,32 @@ def _serve_aio(ready) -> None:
     async def main() -> None:
         server = grpc.aio.server()
         port = server.add_insecure_port("127.0.0.1:0")
-        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(_AioTable(), server)
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(_AioTable(bridge), server)
         await server.start()
         ready.send(port)
         await server.wait_for_termination()
     asyncio.run(main())
 
 
+def _serve_aio_bridge(ready) -> None:
+    import threading
+
+    import trio
+
+    from transports.grpc_bridge import TrioBridge
+
+    async def main() -> None:
+        bridge = TrioBridge(trio.lowlevel.current_trio_token())
+        threading.Thread(target=_serve_aio, args=(ready, bridge), daemon=True).start()
+        await trio.sleep_forever()
+    trio.run(main)
+
+
 def _serve(kind: str, ready) -> None:
     if kind == "aio":
         _serve_aio(ready)
+    elif kind == "aio_bridge":
+        _serve_aio_bridge(ready)
     else:
         _serve_sync(kind, ready)
 

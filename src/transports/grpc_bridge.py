@@ -21,23 +21,32 @@ import trio
 
 
 class _Call:
-    """One call from a thread: the function, then its outcome once the loop ran it."""
+    """One call from another thread: the function, and what to tell of its outcome (called in
+    the loop)."""
 
-    __slots__ = ("fn", "args", "is_async", "result", "_done")
+    __slots__ = ("fn", "args", "is_async", "notify")
 
-    def __init__(self, fn, args: tuple, *, is_async: bool) -> None:
-        self.fn, self.args, self.is_async = fn, args, is_async
+    def __init__(self, fn, args: tuple, *, is_async: bool, notify) -> None:
+        self.fn, self.args, self.is_async, self.notify = fn, args, is_async, notify
+
+    async def run_async(self) -> None:
+        self.notify(await outcome.acapture(self.fn, *self.args))
+
+    def run_sync(self) -> None:
+        self.notify(outcome.capture(self.fn, *self.args))
+
+
+class _Waiter:
+    """A thread blocked until the outcome of its call is known."""
+
+    __slots__ = ("result", "_done")
+
+    def __init__(self) -> None:
         self.result: outcome.Outcome | None = None
         self._done = threading.Lock()
         self._done.acquire()           # held until the outcome is set
 
-    async def run_async(self) -> None:
-        self.finish(await outcome.acapture(self.fn, *self.args))
-
-    def run_sync(self) -> None:
-        self.finish(outcome.capture(self.fn, *self.args))
-
-    def finish(self, result: outcome.Outcome) -> None:
+    def __call__(self, result: outcome.Outcome) -> None:
         self.result = result
         self._done.release()
 
@@ -61,12 +70,22 @@ class TrioBridge:
         self._is_drain_scheduled = False
 
     def run(self, afn, *args):
-        return self._submit(_Call(afn, args, is_async=True))
+        waiter = _Waiter()
+        self._submit(_Call(afn, args, is_async=True, notify=waiter))
+        return waiter.wait()
 
     def run_sync(self, fn, *args):
-        return self._submit(_Call(fn, args, is_async=False))
+        waiter = _Waiter()
+        self._submit(_Call(fn, args, is_async=False, notify=waiter))
+        return waiter.wait()
 
-    def _submit(self, call: _Call):
+    def start(self, afn, *args, on_done) -> None:
+        """Run afn(*args) in the loop without waiting: on_done(outcome) is called in the loop
+        once it has finished (or at once in this thread, with RunFinishedError, if the loop has
+        ended)."""
+        self._submit(_Call(afn, args, is_async=True, notify=on_done))
+
+    def _submit(self, call: _Call) -> None:
         # Append first, look at the flag second; the drain clears the flag before it takes calls.
         # So either the drain that is scheduled takes this call, or this thread schedules one.
         self._calls.append(call)
@@ -77,7 +96,6 @@ class TrioBridge:
             except trio.RunFinishedError as exc:
                 self._is_drain_scheduled = False
                 self._fail_waiting(exc)
-        return call.wait()
 
     def _drain(self) -> None:
         """In the loop: start every call that has arrived."""
@@ -91,8 +109,9 @@ class TrioBridge:
             try:
                 trio.lowlevel.spawn_system_task(call.run_async, name=call.fn)
             except RuntimeError:       # the run is ending: its system nursery is closed
-                call.finish(outcome.Error(trio.RunFinishedError("the trio loop is ending")))
+                call.notify(outcome.Error(trio.RunFinishedError("the trio loop is ending")))
 
     def _fail_waiting(self, error: BaseException) -> None:
         while self._calls:
-            self._calls.popleft().finish(outcome.Error(error))
+            self._calls.popleft().notify(outcome.Error(error))
+
