@@ -137,6 +137,10 @@ class SimWorld:
         self._checkpoint_round = 0
         # Scenario tests drop chosen messages: filter(source, destination, message) -> deliver?
         self.message_filter: Callable[[str, str, object], bool] | None = None
+        # What every pump with sends calls, bound once (a method looked up is a new object).
+        self._post_at = self.loop.post_at
+        self._delays_ns = self.network.delays_ns
+        self._deliver_message = self._deliver
 
     @property
     def now_ns(self) -> int:
@@ -423,9 +427,9 @@ class SimWorld:
             now_ns = self.loop.now_ns
             name = node.name
             nodes = self.nodes
-            deliver = self._deliver
-            delays_ns = self.network.delays_ns
-            post_at = self.loop.post_at
+            deliver = self._deliver_message
+            delays_ns = self._delays_ns
+            post_at = self._post_at
             counts = self.counts
             round_count = 0
             while True:

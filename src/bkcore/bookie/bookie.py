@@ -33,7 +33,6 @@ TOO_MANY_REQUESTS and counted. Ill-typed input is counted as malformed and dropp
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from bkcore.bookie.journal import (
@@ -120,17 +119,21 @@ class BookieStatistics:
     long_poll_waiters_peak: int
 
 
-@dataclass(slots=True)
 class _Group:
-    """Records collected for one JournalWrite and what waits on them."""
-    started_at_ns: int
-    chunks: list[bytes] = dataclasses.field(default_factory=list)         # encoded records
-    size: int = 0                                                          # == sum of chunk sizes
-    # Records to apply to storage once durable (deferred-sync adds were applied already). A
-    # single add's AddRequest stands in for its EntryRecord (same fields; see _on_add).
-    records: list[JournalRecord | AddRequest] = dataclasses.field(default_factory=list)
-    # Requests answered once durable: (request, source).
-    waiters: list[tuple[object, str]] = dataclasses.field(default_factory=list)
+    """Records collected for one JournalWrite and what waits on them. (A plain slotted class:
+    one is made per group, and a dataclass's default factories cost a call per list.)"""
+
+    __slots__ = ("started_at_ns", "chunks", "size", "records", "waiters")
+
+    def __init__(self, *, started_at_ns: int) -> None:
+        self.started_at_ns = started_at_ns
+        self.chunks: list[bytes] = []       # encoded records
+        self.size = 0                       # == sum of chunk sizes
+        # Records to apply to storage once durable (deferred-sync adds were applied already). A
+        # single add's AddRequest stands in for its EntryRecord (same fields; see _on_add).
+        self.records: list[JournalRecord | AddRequest] = []
+        # Requests answered once durable: (request, source).
+        self.waiters: list[tuple[object, str]] = []
 
 
 # Looked up once: reading an enum member off its class costs five times a plain attribute in

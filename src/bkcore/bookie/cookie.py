@@ -22,6 +22,7 @@ an earlier life of this bookie id.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import crc32c
@@ -59,22 +60,30 @@ class Cookie:
 
     @classmethod
     def from_text(cls, text: str, *, path: str) -> Cookie:
-        if not Cookie.is_intact(text.encode("utf-8", "replace")):
-            raise CookieError(f"{path}: unreadable cookie (checksum mismatch); restore it from another "
-                              f"directory of this bookie or rebuild the bookie")
-        fields = {}
-        for line in text.splitlines():
-            key, separator, value = line.partition(": ")
-            if separator:
-                fields[key] = value
-        try:
-            if int(fields["format"]) != COOKIE_FORMAT:
-                raise CookieError(f"{path}: cookie format {fields['format']} is not {COOKIE_FORMAT}")
-            return cls(fields["bookie_id"], fields["instance_id"], fields["journal_dir"],
-                       tuple(d for d in fields["ledger_dirs"].split(",") if d))
-        except (KeyError, ValueError):
-            raise CookieError(f"{path}: unreadable cookie; restore it from another directory of this "
-                              f"bookie or rebuild the bookie") from None
+        return _parse_cookie(text, path)
+
+
+# A bookie parses the same few cookie texts at every start (each directory's, and the
+# metastore's copy): parsing is a pure function of the text (and the path its errors name), and
+# a Cookie is immutable, so successful parses are remembered. Errors are raised anew each time.
+@functools.lru_cache(maxsize=64)
+def _parse_cookie(text: str, path: str) -> Cookie:
+    if not Cookie.is_intact(text.encode("utf-8", "replace")):
+        raise CookieError(f"{path}: unreadable cookie (checksum mismatch); restore it from another "
+                          f"directory of this bookie or rebuild the bookie")
+    fields = {}
+    for line in text.splitlines():
+        key, separator, value = line.partition(": ")
+        if separator:
+            fields[key] = value
+    try:
+        if int(fields["format"]) != COOKIE_FORMAT:
+            raise CookieError(f"{path}: cookie format {fields['format']} is not {COOKIE_FORMAT}")
+        return Cookie(fields["bookie_id"], fields["instance_id"], fields["journal_dir"],
+                      tuple(d for d in fields["ledger_dirs"].split(",") if d))
+    except (KeyError, ValueError):
+        raise CookieError(f"{path}: unreadable cookie; restore it from another directory of this "
+                          f"bookie or rebuild the bookie") from None
 
 
 def _read(fs: FileSystem, directory: str) -> Cookie | None:
