@@ -243,3 +243,23 @@ async def test_a_watch_resumes_where_it_left_off_when_its_range_restarts(gateway
             await table.put(b"k", b"6")
     assert seen == expected
     table.close()
+
+
+async def test_gets_skip_the_loop_only_while_the_read_lease_holds(gateway):
+    """Tables.read_in_thread (what a Range handler tries first) answers only once the loop has
+    confirmed the read lease, and stops at once when the metastore session is lost; the loop's
+    own path then refuses too."""
+    tables, bk = gateway.tables, gateway.tables._bk
+    await bk.streams.create_stream("default", "leased")
+    await tables.put("default", "leased", b"k", b"k", b"v")
+
+    def read_in_thread():
+        result = tables.read_in_thread("default", "leased", b"k", b"k")
+        return result.kvs[0].value if result is not None else None
+    assert await trio.to_thread.run_sync(read_in_thread) is None        # no read through the loop yet
+    assert (await tables.get("default", "leased", b"k", b"k")).value == b"v"
+    assert await trio.to_thread.run_sync(read_in_thread) == b"v"
+    assert tables.read_in_thread("default", "leased", b"k", b"missing").kvs == ()
+    assert tables.read_in_thread("default", "other", b"k", b"k") is None     # settings never read
+    bk.store.expire_session()
+    assert await trio.to_thread.run_sync(read_in_thread) is None
