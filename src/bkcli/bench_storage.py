@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
     table.add_argument("--bookies", type=int, default=3)
     table.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
     table.add_argument("--ceiling", action="store_true",
-                       help="also measure dict-backed gRPC servers (sync, sync+trio, aio) under the same load")
+                       help="also measure dict-backed gRPC servers under the same load (bkcli.table_ceiling: "
+                            "sync, sync_trio, sync_bridge, aio, aio_bridge)")
     table.add_argument("--peers", action="store_true",
                        help="also measure etcd put/get (3 members, same client count) in the same run")
     table.set_defaults(run=cmd_bench_table)
