@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 import time
 from typing import AsyncIterator, Callable
 
@@ -118,6 +119,11 @@ class TableRange:
         self._checkpoint_lock = trio.Lock()
         self._failure: BaseException | None = None
         self.restored_from: str = ""          # "checkpoint", "journal" (what open() used)
+        # Reads from other threads (read_in_thread) hold this lock while they read the index.
+        # Once the range stops serving, _is_index_shared is False: no such read is under way or
+        # will start, so the index may be emptied for the next owner, or dropped.
+        self._thread_reads = threading.Lock()
+        self._is_index_shared = True
 
     @property
     def is_serving(self) -> bool:
@@ -222,17 +228,15 @@ class TableRange:
     def read_in_thread(self, op: RangeRead) -> RangeResult | None:
         """read() for a thread other than the loop's (a gRPC handler): answered from a snapshot
         of the index, which holds whole applied commands only. None when the index has no
-        snapshots or the range is not serving (checked after the read too: a range that stopped
-        meanwhile may have had its index emptied for a new owner); the caller then reads
-        through the loop."""
-        if self._failure is not None:
-            return None
-        snapshot = self._index.snapshot()
-        if snapshot is None:
-            return None
-        with snapshot:
-            result = RangeState(snapshot).read(op, now_ms=now_ms())
-        return result if self._failure is None else None
+        snapshots or the range has stopped serving; the caller then reads through the loop."""
+        with self._thread_reads:
+            if not self._is_index_shared:
+                return None
+            snapshot = self._index.snapshot()
+            if snapshot is None:
+                return None
+            with snapshot:
+                return RangeState(snapshot).read(op, now_ms=now_ms())
 
     def _apply_ready(self) -> None:
         while self._slots and self._slots[0].position is not None:
@@ -245,6 +249,8 @@ class TableRange:
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
             self._failure = error
+        with self._thread_reads:        # waits for a read in progress (one short lmdb read)
+            self._is_index_shared = False
         while self._slots:
             slot = self._slots.popleft()
             slot.failure = error
