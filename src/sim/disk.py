@@ -136,18 +136,14 @@ class SimDisk:
         if self._is_full or options.full_probability_per_write or end > self.size_max:
             self._refuse_if_full(size, end)         # (the only case it can refuse)
         if size:
-            # The undo record and _store, spelled out: every journal group and entry log write
-            # comes here, and nearly all of them append past the stored bytes (nothing replaced).
+            # The undo record, spelled out: every journal group and entry log write comes here,
+            # and nearly all of them append past the stored bytes (nothing replaced).
             stored = self._data
             stored_size = len(stored)
             replaced = bytes(stored[offset:end]) if offset < stored_size else b""
             self._unsynced.append(_new_change((offset, size, data, replaced, stored_size, self._size)))
             self._unsynced_size += size
-            if offset > stored_size:
-                stored += bytes(offset - stored_size)    # into preallocated space or a hole
-            stored[offset:end] = data
-            if end > self._size:
-                self._grow(end)
+            self._store(offset, data)
             self._written += size
         return options.write_latency_ns
 
@@ -165,10 +161,16 @@ class SimDisk:
         return self.options.write_latency_ns
 
     def _store(self, offset: int, data) -> None:
-        stored_size = len(self._data)
-        if offset > stored_size:
-            self._data += bytes(offset - stored_size)    # into preallocated space or a hole
-        self._data[offset:offset + len(data)] = data
+        stored = self._data
+        stored_size = len(stored)
+        if offset >= stored_size:
+            if offset > stored_size:
+                stored += bytes(offset - stored_size)    # into preallocated space or a hole
+            # An append (nearly every write): extending a bytearray in place costs about a tenth
+            # of assigning to a slice at its end (measured on CPython 3.11: ~0.1 vs ~1 us).
+            stored += data
+        else:
+            stored[offset:offset + len(data)] = data
         self._grow(offset + len(data))
 
     def _grow(self, size: int) -> None:
