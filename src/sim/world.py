@@ -15,7 +15,7 @@ Every random choice comes from generators seeded from the run's seed, in a fixed
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from bkcore.bookie.bookie import BookieConfig
@@ -28,13 +28,11 @@ from bkcore.bookie.cookie import Cookie, CookieError
 from bkcore.bookie.diskmonitor import DiskUsageMonitor
 from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
-from bkcore.client.batching import coalesce_adds, expand_batch_response
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
-from bkcore.wire import AddBatchRequest, AddBatchResponse
 from metastore.memory import MemoryMetastore
 from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
@@ -78,13 +76,6 @@ class _BookieNode(_Node):
 @dataclass(slots=True)
 class _ClientNode(_Node):
     on_completed: Callable[[str, Completed, int], None] | None = None
-    # AddBatchRequests in flight, as the real client driver keeps them (bkcore.client.batching).
-    batches: dict = field(default_factory=dict)
-    next_batch_id: int = 1
-
-    def new_batch_id(self) -> int:
-        self.next_batch_id += 1
-        return self.next_batch_id
 
 
 @dataclass(slots=True)
@@ -356,22 +347,14 @@ class SimWorld:
             sender = self.clients.get(source)
             if sender is not None and sender.paused_until_ns <= now_ns:
                 self.trace.record(now_ns, "refused", source, node.name)
-                carried = (sender.batches.pop(message.request_id, None) or []
-                           if type(message) is AddBatchRequest else [message])
-                for request in carried:
-                    sender.core.on_send_failed(request, destination=node.name, now_ns=now_ns)
+                sender.core.on_send_failed(message, destination=node.name, now_ns=now_ns)
                 self._pump(sender)
             return
         if node.paused_until_ns > now_ns:
             self.loop.call_at(node.paused_until_ns, self._deliver, node, source, message, incarnation)
             return
         self.trace.record_plain((now_ns, "recv", node.name, source, message.TAG, getattr(message, "request_id", 0)))
-        if type(message) is AddBatchResponse and type(node) is _ClientNode:
-            requests = node.batches.pop(message.request_id, None)
-            for response in expand_batch_response(message, requests) if requests else ():
-                node.core.receive(response, source=source, now_ns=now_ns)
-        else:
-            node.core.receive(message, source=source, now_ns=now_ns)
+        node.core.receive(message, source=source, now_ns=now_ns)
         self._pump(node)
 
     def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
@@ -436,8 +419,6 @@ class SimWorld:
                 round_count += 1
                 if round_count > PUMP_ROUND_COUNT_MAX:
                     raise AssertionError(f"{name}: effects kept coming after {PUMP_ROUND_COUNT_MAX} rounds")
-                if len(effects) > 1 and type(node) is _ClientNode:
-                    effects = self._coalesce_adds(node, effects)
                 counts.messages_sent += len(effects)      # less those that turn out not to be sends
                 message_filter = self.message_filter
                 is_sends_only = True
@@ -472,37 +453,6 @@ class SimWorld:
                 self._cancel_timer(node)
         elif deadline_ns != node.timer_at_ns:
             self._arm_timer_at(node, deadline_ns)
-
-    @staticmethod
-    def _coalesce_adds(node: _ClientNode, effects: list) -> list:
-        """What the real driver does before framing: runs of adds for one bookie become
-        AddBatchRequests (one message, one network delay, one answer)."""
-        destinations = set()      # membership only: its order is never used
-        for effect in effects:
-            if type(effect) is Send:
-                if effect.destination in destinations:
-                    break
-                destinations.add(effect.destination)
-        else:
-            return effects    # no bookie gets two messages: nothing to coalesce or regroup
-        by_destination: dict[str, list[Send]] = {}
-        others = []
-        for effect in effects:
-            if type(effect) is Send:
-                by_destination.setdefault(effect.destination, []).append(effect)
-            else:
-                others.append(effect)
-        sends = []
-        for destination, group in by_destination.items():
-            if len(group) == 1:
-                sends.append(group[0])
-                continue
-            messages = coalesce_adds([effect.message for effect in group], node.new_batch_id, node.batches)
-            if len(messages) == len(group):
-                sends.extend(group)       # nothing merged: the same messages in the same order
-            else:
-                sends.extend(Send(destination, message) for message in messages)
-        return sends + others
 
     def _perform(self, node: _Node, effect: object) -> None:
         now_ns = self.loop.now_ns

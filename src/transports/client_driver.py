@@ -9,8 +9,11 @@ timeout); messages sent while it opens wait in its queue. When a connect fails o
 breaks, every request it carried fails at once (Client.on_connection_lost), and the bookie is
 not dialled again until a backoff (doubling up to RECONNECT_BACKOFF_MAX_S) has passed: requests
 meanwhile fail immediately, which the core turns into ensemble changes or other replicas.
-Everything queued for a bookie between two writes leaves in one frame, and runs of adds to it
-travel as AddBatchRequests (bkcore.client.batching), expanded back for the core on return.
+Everything queued for a bookie between two writes leaves in one frame. The core sends the adds
+of one pump to a bookie as AddBatchRequests itself; adds that left it in separate pumps but
+wait for the same write are joined into AddBatchRequests here (bkcore.client.batching) and
+expanded back for the core on return. Adds started with start_with_callback (pipelined) are
+pumped together once the caller yields, so a burst of them makes one batch per bookie.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Callable
 
 import trio
 
-from bkcore.client.batching import coalesce_adds, expand_batch_response
+from bkcore.client.batching import DRIVER_BATCH_ID_BASE, coalesce_adds, expand_batch_response
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, MetadataCall, Send
@@ -70,7 +73,7 @@ class _BookieLink:
         self.backoff_s = RECONNECT_BACKOFF_MIN_S
         # AddBatchRequests in flight on the current connection: batch id -> the adds it carries.
         self.batches: dict[int, list] = {}
-        self.batch_ids = itertools.count(1)
+        self.batch_ids = itertools.count(DRIVER_BATCH_ID_BASE)
 
     def coalesce(self, messages: list) -> list:
         return coalesce_adds(messages, self.batch_ids.__next__, self.batches)
@@ -96,6 +99,8 @@ class ClientDriver:
         # Driver-level requests (bookie info) use ids far above the core's.
         self._info_ids = itertools.count(1 << 62)
         self._info_waiters: dict[int, _Call] = {}
+        # A pump asked for by start_with_callback, run by _pump_when_asked once the caller yields.
+        self._pump_asked = trio.Event()
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -104,6 +109,7 @@ class ClientDriver:
             self._nursery = nursery
             nursery.start_soon(self._timer.run)
             nursery.start_soon(self._watch_bookies)
+            nursery.start_soon(self._pump_when_asked)
             task_status.started()
 
     def close(self) -> None:
@@ -133,11 +139,18 @@ class ClientDriver:
 
     def start_with_callback(self, start: Callable[[int, int], None], on_completed: Callable[[Completed], None]) -> None:
         """Like start() but `on_completed(Completed)` runs instead of waking a waiter (used for
-        pipelined adds, where a task per add would cost more than the add)."""
+        pipelined adds, where a task per add would cost more than the add). The effects wait
+        for the caller to yield, so that the adds it starts in a row travel together."""
         op_id = next(self._op_ids)
         self._on_completed[op_id] = on_completed
         start(op_id, now_ns())
-        self.pump()
+        self._pump_asked.set()
+
+    async def _pump_when_asked(self) -> None:
+        while True:
+            await self._pump_asked.wait()
+            self._pump_asked = trio.Event()
+            self.pump()
 
     # -- effects ----------------------------------------------------------------------------
 
@@ -275,7 +288,7 @@ class ClientDriver:
         source = connection.name
         link = self._links[source]
         for message in messages:
-            if type(message) is AddBatchResponse:
+            if type(message) is AddBatchResponse and message.request_id >= DRIVER_BATCH_ID_BASE:
                 requests = link.batches.pop(message.request_id, None)
                 for response in expand_batch_response(message, requests) if requests else ():
                     client.receive(response, source=source, now_ns=at_ns)

@@ -1,10 +1,13 @@
-"""Coalescing pending adds for one bookie into AddBatchRequests, and expanding the answers.
+"""Runs of adds for one bookie as AddBatchRequests: the rule for what may share a batch, and
+the drivers' coalescing of single AddRequests.
 
-The writer core sends one AddRequest per entry and bookie. A driver that has several queued
-for the same bookie replaces each run of consecutive entries of one ledger (same key and
-flags, entry ids rising by one) with one AddBatchRequest before writing, and turns the single
-AddBatchResponse back into the per-entry AddResponses the core waits for. The core never sees
-a batch, so the same writer runs in the simulator and over TCP.
+The writer core sends everything it has for a bookie at once: the adds pushed since effects
+were last taken leave as one AddBatchRequest per run of consecutive entries (batch_may_grow
+says where a run ends), and a lone entry as an AddRequest. A driver may still hold several
+AddRequests for one bookie that left the core at different times (one-at-a-time adds from
+many tasks); it replaces each run of them with an AddBatchRequest of its own before writing,
+under a request id from DRIVER_BATCH_ID_BASE up, and turns the single answer back into the
+per-entry AddResponses the core waits for. The core's own batches are answered straight to it.
 """
 
 from __future__ import annotations
@@ -15,14 +18,22 @@ from bkcore.wire import BATCH_ENTRY_COUNT_MAX, AddBatchRequest, AddBatchResponse
 
 # Bodies per batch, in bytes: well under the frame size limit.
 BATCH_SIZE_MAX = 2 * 1024 * 1024
+# Request ids of the batches drivers make: far above any the core gives (it counts from 1), so
+# an answer is never taken for the other's.
+DRIVER_BATCH_ID_BASE = 1 << 61
+
+
+def batch_may_grow(count: int, size: int, last_entry_id: int, entry_id: int, body_size: int) -> bool:
+    """Whether a run of `count` entries (`size` bytes of bodies, the last `last_entry_id`) of
+    one ledger may take entry `entry_id` of `body_size` bytes into the same batch."""
+    return entry_id == last_entry_id + 1 and count < BATCH_ENTRY_COUNT_MAX and size + body_size <= BATCH_SIZE_MAX
 
 
 def _continues(run: list[AddRequest], message: AddRequest, run_size: int) -> bool:
     last = run[-1]
-    return (message.ledger_id == last.ledger_id and message.entry_id == last.entry_id + 1
-            and message.master_key == last.master_key and message.is_recovery == last.is_recovery
-            and message.is_deferred_sync == last.is_deferred_sync
-            and len(run) < BATCH_ENTRY_COUNT_MAX and run_size + len(message.body) <= BATCH_SIZE_MAX)
+    return (message.ledger_id == last.ledger_id and message.master_key == last.master_key
+            and message.is_recovery == last.is_recovery and message.is_deferred_sync == last.is_deferred_sync
+            and batch_may_grow(len(run), run_size, last.entry_id, message.entry_id, len(message.body)))
 
 
 def coalesce_adds(messages: list, new_batch_id: Callable[[], int],

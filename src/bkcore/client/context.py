@@ -50,6 +50,8 @@ class ClientContext:
         self.rng = rng
         self.layout = layout
         self._effects: list = []
+        # Called before effects are taken: writers that hold adds back to send them together.
+        self._before_take: list[Callable[[], None]] = []
         # Time of the input being handled; set by the Client at every input so completions
         # that carry no time of their own (writer -> recovery) can schedule from it.
         self.now_ns = 0
@@ -85,8 +87,17 @@ class ClientContext:
     # -- outbox ---------------------------------------------------------------------------
 
     def take_effects(self) -> list:
+        if self._before_take:
+            before_take, self._before_take = self._before_take, []
+            for send_held in before_take:
+                send_held()
         effects, self._effects = self._effects, []
         return effects
+
+    def before_take(self, send_held: Callable[[], None]) -> None:
+        """Run `send_held()` once, when effects are next taken (it adds its Sends then): how
+        a writer gathers the adds of many calls into one request per bookie."""
+        self._before_take.append(send_held)
 
     def complete(self, op_id: int, result: object = None, error: BKException | None = None) -> None:
         self._effects.append(Completed(op_id, result, error))

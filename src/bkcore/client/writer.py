@@ -7,6 +7,9 @@ Rules that never bend:
   Qa of those bookies acknowledged it durably AND every earlier entry has completed;
 - LAC (last add confirmed) is the last completed entry; each add carries the LAC of its send
   time (piggyback), and an idle writer sends the LAC explicitly;
+- adds are held until the context's effects are taken, then each bookie gets one request per
+  run of consecutive entries (an AddBatchRequest, or an AddRequest for one entry), answered
+  once for the whole run;
 - a failed or timed-out bookie is replaced by an ensemble change: CAS new metadata whose last
   ensemble starts at LAC + 1, then resend every pending add to the new bookies; no add completes
   while a change is in flight;
@@ -18,9 +21,11 @@ Rules that never bend:
 from __future__ import annotations
 
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass
 from enum import Enum
 
+from bkcore.client.batching import batch_may_grow
 from bkcore.client.context import ClientContext
 from bkcore.client.metadata_update import update_ledger_metadata
 from bkcore.digest import Digester, master_key
@@ -31,7 +36,7 @@ from bkcore.errors import (
 from bkcore.ledger.metadata import LedgerMetadata, LedgerState
 from bkcore.ledger.schedule import AckSet, write_set
 from bkcore.metaops import Children, MetaCode
-from bkcore.wire import INVALID_ENTRY_ID, AddRequest, ForceLedgerRequest, WriteLacRequest
+from bkcore.wire import INVALID_ENTRY_ID, AddBatchRequest, AddRequest, ForceLedgerRequest, WriteLacRequest
 
 
 # How often a writer that runs without a replacement for a failed bookie looks for one again.
@@ -58,7 +63,7 @@ class _PendingAdd:
     body: bytes
     length: int                      # ledger length including this entry
     ack_set: AckSet
-    request_ids: dict[int, int]      # position -> request in flight
+    request_ids: dict[int, int]      # position -> request in flight (one batch carries many adds)
 
 
 class LedgerWriter:
@@ -92,6 +97,10 @@ class LedgerWriter:
         self._explicit_lac_timer: int | None = None
         self._last_completion_ns = 0       # the explicit LAC is due explicit_lac_interval_ns after it
         self._unusable_bookies: set[str] = set()
+        # Adds pushed but not yet sent: position -> adds in entry id order. They leave when the
+        # context's effects are next taken (_send_held), timed from the first one's push.
+        self._held: dict[int, list[_PendingAdd]] = {}
+        self._held_since_ns = 0
         if not is_recovery:
             ctx.open_writers[metadata.ledger_id] = self
 
@@ -136,46 +145,82 @@ class LedgerWriter:
         metadata = self.metadata
         add = _PendingAdd(entry_id, op_id, body, length, AckSet(ack_quorum_size=metadata.ack_quorum_size), {})
         self._pending.append(add)
-        ensemble = metadata.ensembles[-1][1]           # last_ensemble, without the property call
+        positions = write_set(entry_id, ensemble_size=metadata.ensemble_size,
+                              write_quorum_size=metadata.write_quorum_size)
         failed = self._failed
-        for position in write_set(entry_id, ensemble_size=metadata.ensemble_size,
-                                  write_quorum_size=metadata.write_quorum_size):
-            if position not in failed:
-                self._send_add(add, position, ensemble[position], now_ns)
+        self._hold(add, [p for p in positions if p not in failed] if failed else positions, now_ns)
         return True
+
+    def _hold(self, add: _PendingAdd, positions, now_ns: int) -> None:
+        """Send `add` to these positions with the next batches. Each position must get its
+        adds in entry id order."""
+        held = self._held
+        if not held:
+            self._held_since_ns = now_ns
+            self.ctx.before_take(self._send_held)
+        for position in positions:
+            adds = held.get(position)
+            if adds is None:
+                held[position] = [add]
+            else:
+                adds.append(add)
 
     def _refusal(self) -> BKException:
         if self.state is WriterState.ERRORED:
             return self.error
         return LedgerClosed(f"ledger {self.ledger_id} is closed for adds")
 
-    def _send_add(self, add: _PendingAdd, position: int, bookie: str, now_ns: int) -> None:
-        entry_id = add.entry_id
+    def _send_held(self) -> None:
+        """Send what _push and ensemble changes held back: per bookie, a request per run."""
+        held, self._held = self._held, {}
+        ensemble = self.metadata.ensembles[-1][1]
+        now_ns = self._held_since_ns
+        for position, adds in held.items():
+            bookie = ensemble[position]
+            run_start = 0
+            size = 0
+            for index, add in enumerate(adds):
+                if index > run_start and not batch_may_grow(index - run_start, size, adds[index - 1].entry_id,
+                                                            add.entry_id, len(add.body)):
+                    self._send_run(adds[run_start:index], position, bookie, now_ns)
+                    run_start, size = index, 0
+                size += len(add.body)
+            self._send_run(adds[run_start:] if run_start else adds, position, bookie, now_ns)
+
+    def _send_run(self, adds: list[_PendingAdd], position: int, bookie: str, now_ns: int) -> None:
+        """One request for consecutive entries to one bookie, answered once for all of them."""
+        first_entry_id, count = adds[0].entry_id, len(adds)
         # Fields read now rather than by build (the same values: build runs within send_request).
-        ledger_id, master_key, body = self.metadata.ledger_id, self.master_key, add.body
+        ledger_id, master_key = self.metadata.ledger_id, self.master_key
         is_recovery, is_deferred_sync = self.is_recovery, self.metadata.is_deferred_sync
+        if count == 1:
+            body = adds[0].body
+            build = lambda request_id: AddRequest(request_id, ledger_id, first_entry_id, master_key, body,  # noqa: E731
+                                                  is_recovery, is_deferred_sync)
+        else:
+            bodies = [add.body for add in adds]
+            build = lambda request_id: AddBatchRequest(request_id, ledger_id, first_entry_id, master_key,  # noqa: E731
+                                                       bodies, is_recovery, is_deferred_sync)
         ctx = self.ctx
-        add.request_ids[position] = ctx.send_request(
-            bookie,
-            lambda request_id: AddRequest(request_id, ledger_id, entry_id, master_key, body, is_recovery,
-                                          is_deferred_sync),
-            lambda response, at_ns: self._on_add_response(entry_id, position, bookie, response, at_ns),
+        request_id = ctx.send_request(
+            bookie, build,
+            lambda response, at_ns: self._on_add_response(first_entry_id, count, position, bookie, response, at_ns),
             timeout_ns=ctx.config.add_entry_timeout_ns, now_ns=now_ns)
+        for add in adds:
+            add.request_ids[position] = request_id
 
-    def _find_pending(self, entry_id: int) -> _PendingAdd | None:
-        if not self._pending:
-            return None
-        index = entry_id - self._pending[0].entry_id
-        return self._pending[index] if 0 <= index < len(self._pending) else None
-
-    def _on_add_response(self, entry_id: int, position: int, bookie: str, response, now_ns: int) -> None:
-        add = self._find_pending(entry_id)
-        if add is None or self.metadata.ensembles[-1][1][position] != bookie:     # (last_ensemble)
-            return  # already resolved, or that bookie was replaced meanwhile
-        add.request_ids.pop(position, None)
+    def _on_add_response(self, first_entry_id: int, count: int, position: int, bookie: str, response,
+                         now_ns: int) -> None:
+        """The answer for entries first_entry_id .. + count - 1 at `position` (one code for all)."""
+        pending = self._pending
+        start = first_entry_id - pending[0].entry_id if pending else count
+        if start + count <= 0 or start >= len(pending) or self.metadata.ensembles[-1][1][position] != bookie:
+            return  # already resolved, or that bookie was replaced meanwhile (last_ensemble)
         code = Code.TIMEOUT if response is None else response.code
         if code == _CODE_OK:
-            add.ack_set.add(position)
+            for add in islice(pending, max(start, 0), start + count):
+                add.request_ids.pop(position, None)
+                add.ack_set.add(position)
             self._complete_ready(now_ns)
         elif code == Code.FENCED:
             self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
@@ -319,20 +364,22 @@ class LedgerWriter:
             return
         self.metadata = metadata
         self.ensemble_change_count += 1
-        ensemble = metadata.last_ensemble
         for position in replaced:
             if self._failed.get(position) == replaced[position]:
                 del self._failed[position]
+        for position in replaced:
+            self._held.pop(position, None)     # held for the old bookie: all go again, in order
         for add in self._pending:
             positions = write_set(add.entry_id, ensemble_size=metadata.ensemble_size,
                                   write_quorum_size=metadata.write_quorum_size)
-            for position in positions:
-                if position in replaced:
-                    add.ack_set.remove(position)
-                    old_request = add.request_ids.pop(position, None)
-                    if old_request is not None:
-                        self.ctx.forget_request(old_request)
-                    self._send_add(add, position, ensemble[position], now_ns)
+            resend = [position for position in positions if position in replaced]
+            for position in resend:
+                add.ack_set.remove(position)
+                old_request = add.request_ids.pop(position, None)
+                if old_request is not None:
+                    self.ctx.forget_request(old_request)
+            if resend:
+                self._hold(add, resend, now_ns)
         self._is_changing_ensemble = False
         if self._failed:   # more bookies failed while this change was in flight
             self._start_ensemble_change(now_ns, attempt_index=0)
@@ -348,6 +395,7 @@ class LedgerWriter:
         self.ctx.open_writers.pop(self.ledger_id, None)
         self.error = error
         self._is_changing_ensemble = False
+        self._held.clear()
         while self._pending:
             add = self._pending.popleft()
             for request_id in add.request_ids.values():
