@@ -2,7 +2,7 @@
 
 import itertools
 
-from bkcore.ledger.schedule import AckSet, is_covered, missing_threshold, write_set
+from bkcore.ledger.schedule import is_covered, missing_threshold, write_set
 
 
 def configurations(limit: int = 6):
@@ -60,13 +60,3 @@ def test_missing_threshold_guarantees_no_acked_entry_is_declared_missing():
     for _, w, a in configurations():
         threshold = missing_threshold(write_quorum_size=w, ack_quorum_size=a)
         assert w - a < threshold <= w
-
-
-def test_ack_set_counts_distinct_positions_and_forgets_replaced_ones():
-    acks = AckSet(ack_quorum_size=2)
-    assert not acks.add(0)
-    assert not acks.add(0)
-    assert acks.add(2)
-    acks.remove(2)
-    assert not acks.is_complete()
-    assert acks.count == 1

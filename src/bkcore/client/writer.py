@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
-from dataclasses import dataclass
 from enum import Enum
 
 from bkcore.client.batching import batch_may_grow
@@ -34,7 +33,7 @@ from bkcore.errors import (
     NotEnoughBookies, TooManyEnsembleChanges, TooManyRequests, Unauthorized, exception_for,
 )
 from bkcore.ledger.metadata import LedgerMetadata, LedgerState
-from bkcore.ledger.schedule import AckSet, write_set
+from bkcore.ledger.schedule import write_set
 from bkcore.metaops import Children, MetaCode
 from bkcore.wire import INVALID_ENTRY_ID, AddBatchRequest, AddRequest, ForceLedgerRequest, WriteLacRequest
 
@@ -56,14 +55,25 @@ _OPEN, _CLOSING = WriterState.OPEN, WriterState.CLOSING
 _CODE_OK = Code.OK
 
 
-@dataclass(slots=True)
 class _PendingAdd:
-    entry_id: int
-    op_id: int
-    body: bytes
-    length: int                      # ledger length including this entry
-    ack_set: AckSet
-    request_ids: dict[int, int]      # position -> request in flight (one batch carries many adds)
+    """An entry pushed and not yet completed, and which positions of its write set have it
+    durably (a bit per position, and their count: the add is acknowledged at Qa)."""
+
+    __slots__ = ("entry_id", "op_id", "body", "length", "acked", "ack_count")
+
+    def __init__(self, entry_id: int, op_id: int, body: bytes, length: int) -> None:
+        self.entry_id = entry_id
+        self.op_id = op_id
+        self.body = body
+        self.length = length          # ledger length including this entry
+        self.acked = 0
+        self.ack_count = 0
+
+    def forget_ack(self, position: int) -> None:
+        """The bookie at `position` was replaced: its ack no longer counts."""
+        if self.acked >> position & 1:
+            self.acked ^= 1 << position
+            self.ack_count -= 1
 
 
 class LedgerWriter:
@@ -143,7 +153,7 @@ class LedgerWriter:
         self.last_add_pushed = entry_id
         self.length = length
         metadata = self.metadata
-        add = _PendingAdd(entry_id, op_id, body, length, AckSet(ack_quorum_size=metadata.ack_quorum_size), {})
+        add = _PendingAdd(entry_id, op_id, body, length)
         self._pending.append(add)
         positions = write_set(entry_id, ensemble_size=metadata.ensemble_size,
                               write_quorum_size=metadata.write_quorum_size)
@@ -202,12 +212,12 @@ class LedgerWriter:
             build = lambda request_id: AddBatchRequest(request_id, ledger_id, first_entry_id, master_key,  # noqa: E731
                                                        bodies, is_recovery, is_deferred_sync)
         ctx = self.ctx
-        request_id = ctx.send_request(
+        # Not remembered: an answer from a bookie that was replaced meanwhile, or one that comes
+        # after the adds resolved, finds nothing to acknowledge.
+        ctx.send_request(
             bookie, build,
             lambda response, at_ns: self._on_add_response(first_entry_id, count, position, bookie, response, at_ns),
             timeout_ns=ctx.config.add_entry_timeout_ns, now_ns=now_ns)
-        for add in adds:
-            add.request_ids[position] = request_id
 
     def _on_add_response(self, first_entry_id: int, count: int, position: int, bookie: str, response,
                          now_ns: int) -> None:
@@ -218,9 +228,11 @@ class LedgerWriter:
             return  # already resolved, or that bookie was replaced meanwhile (last_ensemble)
         code = Code.TIMEOUT if response is None else response.code
         if code == _CODE_OK:
+            bit = 1 << position
             for add in islice(pending, max(start, 0), start + count):
-                add.request_ids.pop(position, None)
-                add.ack_set.add(position)
+                if not add.acked & bit:
+                    add.acked |= bit
+                    add.ack_count += 1
             self._complete_ready(now_ns)
         elif code == Code.FENCED:
             self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
@@ -235,7 +247,8 @@ class LedgerWriter:
         completed_any = False
         pending = self._pending
         is_deferred_sync = self.metadata.is_deferred_sync
-        while pending and pending[0].ack_set.is_complete():
+        ack_quorum_size = self.metadata.ack_quorum_size
+        while pending and pending[0].ack_count >= ack_quorum_size:
             add = pending.popleft()
             self.last_add_completed = add.entry_id
             self._completed_length = add.length
@@ -374,10 +387,7 @@ class LedgerWriter:
                                   write_quorum_size=metadata.write_quorum_size)
             resend = [position for position in positions if position in replaced]
             for position in resend:
-                add.ack_set.remove(position)
-                old_request = add.request_ids.pop(position, None)
-                if old_request is not None:
-                    self.ctx.forget_request(old_request)
+                add.forget_ack(position)
             if resend:
                 self._hold(add, resend, now_ns)
         self._is_changing_ensemble = False
@@ -398,8 +408,6 @@ class LedgerWriter:
         self._held.clear()
         while self._pending:
             add = self._pending.popleft()
-            for request_id in add.request_ids.values():
-                self.ctx.forget_request(request_id)
             self._complete(add.op_id, error=error)
         if self._explicit_lac_timer is not None:
             self.ctx.cancel_timer(self._explicit_lac_timer)

@@ -54,32 +54,3 @@ def is_covered(answered: set[int] | frozenset[int], *, ensemble_size: int,
 def missing_threshold(*, write_quorum_size: int, ack_quorum_size: int) -> int:
     """How many "no such entry" answers prove an entry was never acknowledged."""
     return write_quorum_size - ack_quorum_size + 1
-
-
-class AckSet:
-    """Positions of one entry's write set that have acknowledged it durably."""
-
-    __slots__ = ("_acked", "_ack_quorum_size")
-
-    def __init__(self, *, ack_quorum_size: int) -> None:
-        self._acked: set[int] = set()
-        self._ack_quorum_size = ack_quorum_size
-
-    def add(self, position: int) -> bool:
-        """Record an ack; True when the quorum is now met."""
-        self._acked.add(position)
-        return len(self._acked) >= self._ack_quorum_size
-
-    def remove(self, position: int) -> None:
-        """Forget a position (its bookie was replaced by an ensemble change)."""
-        self._acked.discard(position)
-
-    def has(self, position: int) -> bool:
-        return position in self._acked
-
-    def is_complete(self) -> bool:
-        return len(self._acked) >= self._ack_quorum_size
-
-    @property
-    def count(self) -> int:
-        return len(self._acked)
