@@ -102,3 +102,12 @@ def test_a_batch_that_fails_fails_every_add_it_carried_over_to_an_ensemble_chang
     assert not any(type(effect) is Completed for effect in effects)
     assert [type(effect) for effect in effects] == [MetadataCall]      # listing bookies for a change
     assert w.pending_adds_count == 3 and w.last_add_confirmed == -1
+
+
+def test_each_striped_bookie_gets_its_own_runs():
+    w = writer(ensemble_size=3, write_quorum_size=2, ack_quorum_size=1)
+    for op_id in range(6):
+        w.add(op_id, b"s", now_ns=0)
+    runs = {bookie: [(m.first_entry_id, len(m.bodies)) if type(m) is AddBatchRequest else (m.entry_id, 1)
+                     for m in messages] for bookie, messages in sends(w).items()}
+    assert runs == {"b0": [(0, 1), (2, 2), (5, 1)], "b1": [(0, 2), (3, 2)], "b2": [(1, 2), (4, 2)]}

@@ -76,6 +76,22 @@ class _PendingAdd:
             self.ack_count -= 1
 
 
+def _runs(adds: list[_PendingAdd]) -> list[list[_PendingAdd]]:
+    """Adds for one bookie (entry ids rising) cut where a batch may not grow (batch_may_grow)."""
+    runs = []
+    start = size = 0
+    previous_entry_id = adds[0].entry_id - 1
+    for index, add in enumerate(adds):
+        body_size = len(add.body)
+        if index > start and not batch_may_grow(index - start, size, previous_entry_id, add.entry_id, body_size):
+            runs.append(adds[start:index])
+            start, size = index, 0
+        size += body_size
+        previous_entry_id = add.entry_id
+    runs.append(adds[start:] if start else adds)
+    return runs
+
+
 class LedgerWriter:
     def __init__(self, *, ctx: ClientContext, metadata: LedgerMetadata, password: bytes,
                  is_recovery: bool = False, last_add_confirmed: int = INVALID_ENTRY_ID,
@@ -185,17 +201,19 @@ class LedgerWriter:
         held, self._held = self._held, {}
         ensemble = self.metadata.ensembles[-1][1]
         now_ns = self._held_since_ns
+        # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
+        runs_by_span: dict[tuple[int, int], list[list[_PendingAdd]]] = {}
         for position, adds in held.items():
+            span = (adds[0].entry_id, len(adds))
+            if adds[-1].entry_id - span[0] == span[1] - 1:      # consecutive: the span says which
+                runs = runs_by_span.get(span)
+                if runs is None:
+                    runs = runs_by_span[span] = _runs(adds)
+            else:
+                runs = _runs(adds)
             bookie = ensemble[position]
-            run_start = 0
-            size = 0
-            for index, add in enumerate(adds):
-                if index > run_start and not batch_may_grow(index - run_start, size, adds[index - 1].entry_id,
-                                                            add.entry_id, len(add.body)):
-                    self._send_run(adds[run_start:index], position, bookie, now_ns)
-                    run_start, size = index, 0
-                size += len(add.body)
-            self._send_run(adds[run_start:] if run_start else adds, position, bookie, now_ns)
+            for run in runs:
+                self._send_run(run, position, bookie, now_ns)
 
     def _send_run(self, adds: list[_PendingAdd], position: int, bookie: str, now_ns: int) -> None:
         """One request for consecutive entries to one bookie, answered once for all of them."""
