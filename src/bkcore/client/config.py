@@ -16,10 +16,11 @@ class ClientConfig:
     read_entry_timeout_ns: int = 5_000 * MS
     # speculativeReadTimeout: ask the next replica if the first has not answered in this time.
     speculative_read_timeout_ns: int = 2_000 * MS
-    # explicitLacInterval: a writer idle this long after its last add completed sends its LAC
-    # explicitly (0: never), so that a tailing reader sees that add without waiting for the
-    # next one to carry the LAC. BookKeeper's default is off; here it is short: bookies take an
-    # explicit LAC without an fdatasync of its own, and a writer that is not idle never sends it.
+    # explicitLacInterval: a writer whose adds have all completed sends its LAC explicitly, at
+    # once but at most once per interval (0: never), so that a tailing reader sees its last add
+    # without waiting for the next one to carry the LAC. BookKeeper's default is off; here it is
+    # on: bookies take an explicit LAC without an fdatasync of its own, and a writer with adds
+    # in flight never sends it (they carry the LAC).
     explicit_lac_interval_ns: int = MS // 5
     # How many ensemble changes one writer may make before it gives up.
     ensemble_change_count_max: int = 20

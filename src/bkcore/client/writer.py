@@ -120,8 +120,8 @@ class LedgerWriter:
         self.ensemble_change_count = 0
         self._close_op_ids: list[int] = []
         self._explicit_lac_sent = last_add_confirmed
+        self._explicit_lac_sent_at_ns: int | None = None
         self._explicit_lac_timer: int | None = None
-        self._last_completion_ns = 0       # the explicit LAC is due explicit_lac_interval_ns after it
         self._unusable_bookies: set[str] = set()
         # Adds pushed but not yet sent: position -> adds in entry id order. They leave when the
         # context's effects are next taken (_send_held), timed from the first one's push.
@@ -484,27 +484,29 @@ class LedgerWriter:
     # -- explicit LAC and force -----------------------------------------------------------
 
     def _schedule_explicit_lac(self, now_ns: int) -> None:
+        """Adds just completed. Readers learn the LAC from stored entries, which carry the LAC
+        of their send time, so a writer with adds in flight has nothing to push: its next
+        entries carry it. An idle one pushes its LAC on a timer due at once (after the input
+        that completed the adds, so an application that adds again at once carries the LAC
+        with that add instead), at most once per explicit_lac_interval_ns."""
         interval_ns = self.ctx.config.explicit_lac_interval_ns
-        if interval_ns <= 0 or self.is_recovery:
+        if interval_ns <= 0 or self.is_recovery or self._pending or self._explicit_lac_timer is not None:
             return
-        # Completions come in streams: the timer is not moved at each one (a cancel and a heap
-        # push); when it fires early it sets itself again for the rest of the interval.
-        self._last_completion_ns = now_ns
-        if self._explicit_lac_timer is None:
-            self._explicit_lac_timer = self.ctx.call_at(now_ns + interval_ns, self._on_explicit_lac_timeout)
+        sent_at_ns = self._explicit_lac_sent_at_ns
+        due_ns = now_ns if sent_at_ns is None else max(now_ns, sent_at_ns + interval_ns)
+        self._explicit_lac_timer = self.ctx.call_at(due_ns, self._on_explicit_lac_timeout)
 
     def _on_explicit_lac_timeout(self, now_ns: int) -> None:
         self._explicit_lac_timer = None
-        due_ns = self._last_completion_ns + self.ctx.config.explicit_lac_interval_ns
-        if now_ns < due_ns and self.state is WriterState.OPEN:
-            self._explicit_lac_timer = self.ctx.call_at(due_ns, self._on_explicit_lac_timeout)
-            return
+        self._push_lac(now_ns)
+
+    def _push_lac(self, now_ns: int) -> None:
+        """Send the LAC to the ensemble if the writer is still idle and readers may not know it."""
         lac = self.last_add_confirmed
-        # Readers learn the LAC from stored entries, which carry the LAC of their send time:
-        # only an idle writer whose last entry cannot tell readers the LAC needs to send it.
         if self.state is not WriterState.OPEN or self._pending or lac <= self._explicit_lac_sent:
             return
         self._explicit_lac_sent = lac
+        self._explicit_lac_sent_at_ns = now_ns
         body = self.digester.pack_lac(lac)
         for bookie in self.metadata.last_ensemble:
             self.ctx.send_request(
