@@ -11,7 +11,7 @@ from bkcore.errors import (
     BadRequest, IllegalOperation, LedgerClosed, LedgerFenced, NoSuchLedger, NotEnoughBookies,
     TooManyEnsembleChanges, Unauthorized,
 )
-from bkcore.wire import AddRequest
+from bkcore.wire import AddRequest, WriteLacRequest
 from sim.harness import Harness
 from sim.scenario import MS, S
 
@@ -383,6 +383,29 @@ def test_explicit_lac_reaches_readers_of_an_idle_writer():
     h.advance(300 * MS)
     reader = h.open(writer.ledger_id, is_recovery=False).result
     assert reader.last_add_confirmed == 4
+
+
+def test_an_idle_writer_pushes_its_lac_at_once_and_at_most_once_per_interval():
+    h = Harness(client_config=ClientConfig(explicit_lac_interval_ns=100 * MS))
+    writer = h.create_ledger()
+    pushes: list[tuple[int, int]] = []       # (time sent, lac) of each LAC push to the first bookie
+    first_bookie = writer.metadata.last_ensemble[0]
+
+    def observe(source, destination, message):
+        if type(message) is WriteLacRequest and destination == first_bookie:
+            pushes.append((h.now_ns, message.lac))
+        return False
+
+    h.drop_messages(observe)
+    added_ns = h.now_ns
+    h.add(writer, b"a")                       # (the harness steps time: the add completed by now)
+    assert [lac for _, lac in pushes] == [0] and added_ns < pushes[0][0] <= h.now_ns
+    h.add(writer, b"b")
+    h.advance(200 * MS)
+    assert [lac for _, lac in pushes] == [0, 1]
+    assert pushes[1][0] == pushes[0][0] + 100 * MS      # the interval since the last push, not sooner
+    reader = h.open(writer.ledger_id, is_recovery=False).result
+    assert reader.last_add_confirmed == 1
 
 
 # -- TestSpeculativeRead ------------------------------------------------------------------
