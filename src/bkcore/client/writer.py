@@ -76,19 +76,20 @@ class _PendingAdd:
             self.ack_count -= 1
 
 
-def _runs(adds: list[_PendingAdd]) -> list[list[_PendingAdd]]:
-    """Adds for one bookie (entry ids rising) cut where a batch may not grow (batch_may_grow)."""
+def _runs(adds: list[_PendingAdd]) -> list[tuple[int, list[bytes]]]:
+    """Adds for one bookie (entry ids rising) cut where a batch may not grow (batch_may_grow):
+    (first entry id, bodies) of each run."""
     runs = []
     start = size = 0
     previous_entry_id = adds[0].entry_id - 1
     for index, add in enumerate(adds):
         body_size = len(add.body)
         if index > start and not batch_may_grow(index - start, size, previous_entry_id, add.entry_id, body_size):
-            runs.append(adds[start:index])
+            runs.append((adds[start].entry_id, [add.body for add in adds[start:index]]))
             start, size = index, 0
         size += body_size
         previous_entry_id = add.entry_id
-    runs.append(adds[start:] if start else adds)
+    runs.append((adds[start].entry_id, [add.body for add in adds[start:]]))
     return runs
 
 
@@ -202,7 +203,7 @@ class LedgerWriter:
         ensemble = self.metadata.ensembles[-1][1]
         now_ns = self._held_since_ns
         # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
-        runs_by_span: dict[tuple[int, int], list[list[_PendingAdd]]] = {}
+        runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
         for position, adds in held.items():
             span = (adds[0].entry_id, len(adds))
             if adds[-1].entry_id - span[0] == span[1] - 1:      # consecutive: the span says which
@@ -212,21 +213,20 @@ class LedgerWriter:
             else:
                 runs = _runs(adds)
             bookie = ensemble[position]
-            for run in runs:
-                self._send_run(run, position, bookie, now_ns)
+            for first_entry_id, bodies in runs:
+                self._send_run(first_entry_id, bodies, position, bookie, now_ns)
 
-    def _send_run(self, adds: list[_PendingAdd], position: int, bookie: str, now_ns: int) -> None:
+    def _send_run(self, first_entry_id: int, bodies: list[bytes], position: int, bookie: str, now_ns: int) -> None:
         """One request for consecutive entries to one bookie, answered once for all of them."""
-        first_entry_id, count = adds[0].entry_id, len(adds)
+        count = len(bodies)
         # Fields read now rather than by build (the same values: build runs within send_request).
         ledger_id, master_key = self.metadata.ledger_id, self.master_key
         is_recovery, is_deferred_sync = self.is_recovery, self.metadata.is_deferred_sync
         if count == 1:
-            body = adds[0].body
+            body = bodies[0]
             build = lambda request_id: AddRequest(request_id, ledger_id, first_entry_id, master_key, body,  # noqa: E731
                                                   is_recovery, is_deferred_sync)
         else:
-            bodies = [add.body for add in adds]
             build = lambda request_id: AddBatchRequest(request_id, ledger_id, first_entry_id, master_key,  # noqa: E731
                                                        bodies, is_recovery, is_deferred_sync)
         ctx = self.ctx
