@@ -62,6 +62,19 @@ def test_entries_are_readable_before_and_after_a_checkpoint_and_a_restart(stack)
     assert restarted.get_entry(1, 10) is None and restarted.get_entry(3, 0) is None
 
 
+def test_a_run_of_entries_is_added_like_single_adds(stack):
+    storage = stack.storage()
+    storage.set_master_key(1, b"k")
+    storage.add_entries(1, 0, [b"a" * 10, b"b" * 20, b"c" * 30])
+    storage.add_entries(1, 2, [b"C" * 5, b"d" * 40])         # the same id again replaces the body
+    assert [storage.get_entry(1, e) for e in range(4)] == [b"a" * 10, b"b" * 20, b"C" * 5, b"d" * 40]
+    assert storage.write_cache_size == 75 and storage.last_entry_id(1) == 3
+    storage.add_entries(9, 0, [b"x"])                         # no such ledger: dropped, as add_entry does
+    assert storage.get_entry(9, 0) is None and storage.dropped_entries_count == 1
+    assert storage.checkpoint().entries_flushed_count == 4
+    assert stack.storage().get_entries(1, 0, 10, 1 << 20) == [b"a" * 10, b"b" * 20, b"C" * 5, b"d" * 40]
+
+
 def test_entry_logs_roll_at_their_size_limit(stack):
     storage = stack.storage(entry_log_size_max=200)
     fill(storage, 1, 30)

@@ -436,8 +436,7 @@ class Bookie:
             ledger_id = record.ledger_id
             first_entry_id = record.first_entry_id
             bodies = record.bodies
-            for offset, body in enumerate(bodies):
-                storage.add_entry(ledger_id, first_entry_id + offset, body)
+            storage.add_entries(ledger_id, first_entry_id, bodies)
             header = peek_entry_header(bodies[-1])    # LACs rise with entry ids
             if header is not None:
                 self._learn_lac(ledger_id, header[2])

@@ -156,18 +156,28 @@ class DurableLedgerStorage:
     # -- entries --------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
+        self.add_entries(ledger_id, entry_id, (body,))
+
+    def add_entries(self, ledger_id: int, first_entry_id: int, bodies) -> None:
         if ledger_id not in self._ledgers and self._state(ledger_id) is None:
-            self.dropped_entries_count += 1   # the ledger is gone (see _change)
+            self.dropped_entries_count += len(bodies)   # the ledger is gone (see _change)
             return
-        key = (ledger_id, entry_id)
         write_cache = self._write_cache
-        previous = write_cache.get(key)
-        write_cache[key] = body
-        self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
-        if self._read_cache:
-            self._read_cache.pop(key, None)
-        if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
-            self._last_cached_entry[ledger_id] = entry_id
+        read_cache = self._read_cache
+        added_size = 0
+        entry_id = first_entry_id
+        for body in bodies:
+            key = (ledger_id, entry_id)
+            previous = write_cache.get(key)
+            write_cache[key] = body
+            added_size += len(body) - (len(previous) if previous is not None else 0)
+            if read_cache:
+                read_cache.pop(key, None)
+            entry_id += 1
+        self._write_cache_size += added_size
+        last_entry_id = entry_id - 1
+        if last_entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
+            self._last_cached_entry[ledger_id] = last_entry_id
 
     @property
     def write_cache_size(self) -> int:

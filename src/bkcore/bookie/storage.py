@@ -35,6 +35,7 @@ class LedgerStorage(Protocol):
     def set_fenced(self, ledger_id: int) -> None: ...
     def is_fenced(self, ledger_id: int) -> bool: ...
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None: ...
+    def add_entries(self, ledger_id: int, first_entry_id: int, bodies) -> None: ...  # consecutive ids
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None: ...      # None: no such entry
     # Entries first_entry_id, first_entry_id + 1, ... up to the first one missing, at most
     # count_max of them and size_max bytes (the first whatever its size); may stop sooner,
@@ -109,6 +110,10 @@ class MemoryLedgerStorage:
         state = self._ledgers.get(ledger_id)
         if state is not None:
             state.entries[entry_id] = body
+
+    def add_entries(self, ledger_id: int, first_entry_id: int, bodies) -> None:
+        for offset, body in enumerate(bodies):
+            self.add_entry(ledger_id, first_entry_id + offset, body)
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
         state = self._ledgers.get(ledger_id)
