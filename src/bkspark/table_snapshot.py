@@ -22,7 +22,7 @@ different ranges are taken one after another while the driver plans, not at one 
 write to one range that follows a write to another may be in while the earlier one is not. A
 command is in once its journal entry is confirmed to the bookies (the LAC): an owner's last
 command shows once its next one is written or its explicit LAC is sent (idle writers send it
-after explicitLacInterval, 0.2 ms by default).
+once their last add completes, at most once per explicitLacInterval, 0.2 ms by default).
 """
 
 from __future__ import annotations
