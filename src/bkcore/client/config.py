@@ -17,10 +17,12 @@ class ClientConfig:
     # speculativeReadTimeout: ask the next replica if the first has not answered in this time.
     speculative_read_timeout_ns: int = 2_000 * MS
     # explicitLacInterval: a writer whose adds have all completed sends its LAC explicitly, at
-    # once but at most once per interval (0: never), so that a tailing reader sees its last add
-    # without waiting for the next one to carry the LAC. BookKeeper's default is off; here it is
-    # on: bookies take an explicit LAC without an fdatasync of its own, and a writer with adds
-    # in flight never sends it (they carry the LAC).
+    # most once per interval (0: never), so that a tailing reader sees its last add without
+    # waiting for the next one to carry the LAC. BookKeeper's default is off; here it is on:
+    # bookies take an explicit LAC without an fdatasync of its own, and a writer with adds in
+    # flight never sends it (they carry the LAC). Its application's habit also counts: one that
+    # added again within the interval after going idle last time gets the push on a timer due
+    # at once, so that an add made right away carries the LAC instead.
     explicit_lac_interval_ns: int = MS // 5
     # How many ensemble changes one writer may make before it gives up.
     ensemble_change_count_max: int = 20

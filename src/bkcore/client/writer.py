@@ -122,6 +122,10 @@ class LedgerWriter:
         self._close_op_ids: list[int] = []
         self._explicit_lac_sent = last_add_confirmed
         self._explicit_lac_sent_at_ns: int | None = None
+        # When the writer last became idle (None while adds are pending), and whether its
+        # application added again within explicit_lac_interval_ns of the last time it did.
+        self._idle_since_ns: int | None = None
+        self._adds_follow_at_once = False
         self._explicit_lac_timer: int | None = None
         self._unusable_bookies: set[str] = set()
         # Adds pushed but not yet sent: position -> adds in entry id order. They leave when the
@@ -169,6 +173,9 @@ class LedgerWriter:
             return False
         self.last_add_pushed = entry_id
         self.length = length
+        if self._idle_since_ns is not None:
+            self._adds_follow_at_once = now_ns - self._idle_since_ns < self.ctx.config.explicit_lac_interval_ns
+            self._idle_since_ns = None
         metadata = self.metadata
         add = _PendingAdd(entry_id, op_id, body, length)
         self._pending.append(add)
@@ -486,15 +493,23 @@ class LedgerWriter:
     def _schedule_explicit_lac(self, now_ns: int) -> None:
         """Adds just completed. Readers learn the LAC from stored entries, which carry the LAC
         of their send time, so a writer with adds in flight has nothing to push: its next
-        entries carry it. An idle one pushes its LAC on a timer due at once (after the input
-        that completed the adds, so an application that adds again at once carries the LAC
-        with that add instead), at most once per explicit_lac_interval_ns."""
+        entries carry it. An idle one pushes its LAC at most once per explicit_lac_interval_ns:
+        with the effects of the input that completed its adds, or, if its application added
+        again within the interval the last time it went idle (one add at a time, say), on a
+        timer due at once, so that an add made right away carries the LAC instead."""
         interval_ns = self.ctx.config.explicit_lac_interval_ns
-        if interval_ns <= 0 or self.is_recovery or self._pending or self._explicit_lac_timer is not None:
+        if interval_ns <= 0 or self.is_recovery or self._pending:
+            return
+        self._idle_since_ns = now_ns
+        if self._explicit_lac_timer is not None:
             return
         sent_at_ns = self._explicit_lac_sent_at_ns
-        due_ns = now_ns if sent_at_ns is None else max(now_ns, sent_at_ns + interval_ns)
-        self._explicit_lac_timer = self.ctx.call_at(due_ns, self._on_explicit_lac_timeout)
+        if sent_at_ns is not None and now_ns < sent_at_ns + interval_ns:
+            self._explicit_lac_timer = self.ctx.call_at(sent_at_ns + interval_ns, self._on_explicit_lac_timeout)
+        elif self._adds_follow_at_once:
+            self._explicit_lac_timer = self.ctx.call_at(now_ns, self._on_explicit_lac_timeout)
+        else:
+            self.ctx.before_take(lambda: self._push_lac(now_ns))
 
     def _on_explicit_lac_timeout(self, now_ns: int) -> None:
         self._explicit_lac_timer = None
