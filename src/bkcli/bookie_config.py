@@ -79,6 +79,9 @@ OPTIONS: tuple[Option, ...] = (
            help="bytes that make a group commit at once (524288)"),
     Option("journalFlushWhenQueueEmpty", "bookie", "journal_flush_when_queue_empty", bool,
            help="commit a group as soon as no request is waiting (true here; BookKeeper: false)"),
+    Option("journalSyncInlineMaxBytes", "", "journal_sync_inline_size_max", int,
+           help="journal groups up to this size are written and fdatasynced on the event loop, "
+                "sparing a thread handoff at light load; larger ones in a worker thread (16384)"),
     Option("maxAddsInProgressLimit", "bookie", "pending_adds_count_max", int,
            help="adds waiting for the journal before TOO_MANY_REQUESTS (10000)"),
     Option("nettyMaxFrameSizeBytes", "", "frame_size_max", int, help="largest frame accepted (8388608)"),

@@ -6,7 +6,10 @@ bookie or client handles a receive buffer at a time, not a message at a time.
 
 Sending: send() only queues (it never blocks the caller); one writer task drains the queue and
 packs everything queued since its last write into as few frames as FRAME_SIZE_MAX allows, so
-replies produced by one batch leave in one write. Backpressure: while more than
+replies produced by one batch leave in one write. An owner that has queued all it has for now
+may call flush(): over a plain TCP socket, with the writer task idle, the queue is framed and
+written right away by a non-blocking write, sparing the hop to the writer task (some 40 us of
+a small answer's latency); the writer task sends whatever the socket did not take. Backpressure: while more than
 send_queue_size_max bytes wait to be sent, the connection stops reading, so a peer that does not
 read its answers fills its own TCP window instead of this process's memory (the bookie core's
 own limits answer TOO_MANY_REQUESTS before that).
@@ -18,6 +21,7 @@ naming the problem, then the connection closes; the process carries on.
 from __future__ import annotations
 
 import math
+import os
 from typing import Callable
 
 import trio
@@ -59,6 +63,10 @@ class FramedConnection:
         self.send_queue_size_max = send_queue_size_max
         self._send_wakeup = trio.Event()
         self._drained = trio.Event()           # set each time the writer takes the queue
+        # flush() writes to this descriptor directly: plain TCP only (not TLS, not test streams).
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        self._is_writing = False               # the writer task is inside send_all
+        self._unsent = b""                     # what a flush() could not write: goes first
         self.backpressure_wait_count = 0
         self.send_queue_size_peak = 0
         self.is_closed = False
@@ -84,30 +92,59 @@ class FramedConnection:
 
     @property
     def is_backed_up(self) -> bool:
-        return self._send_queue_size > self.send_queue_size_max
+        return self.send_queue_size > self.send_queue_size_max
 
     @property
     def send_queue_size(self) -> int:
-        return self._send_queue_size
+        """Bytes queued or taken by flush() but not yet written."""
+        return self._send_queue_size + len(self._unsent)
+
+    def flush(self) -> None:
+        """Write what is queued now, if the writer task is idle and this is a plain TCP socket;
+        the socket's refusal (full, broken) leaves the rest to the writer task."""
+        if self._is_writing or self._unsent or not self._send_queue or self._fd < 0 or self.is_closed:
+            return
+        data = b"".join(self._take_frames())
+        try:
+            written = os.write(self._fd, data)
+        except OSError:               # would block, or broken: the writer task finds out which
+            written = 0
+        if written < len(data):
+            self._unsent = memoryview(data)[written:]
+            self._send_wakeup.set()
+
+    def _take_frames(self) -> list[bytes]:
+        messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
+        self._wake_reader()
+        if self._prepare is not None:
+            messages = self._prepare(messages)
+        frames = self._frames(messages)
+        self.sent_frame_count += len(frames)
+        return frames
 
     async def _write_loop(self) -> None:
         while True:
             await self._send_wakeup.wait()
             self._send_wakeup = trio.Event()
-            if not self._send_queue:
+            if not self._send_queue and not self._unsent:
                 if self.is_closed:
                     return
                 continue
-            messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
-            self._drained.set()
-            self._drained = trio.Event()
-            if self._prepare is not None:
-                messages = self._prepare(messages)
-            for frame in self._frames(messages):
+            self._is_writing = True
+            if self._unsent:
+                await self.stream.send_all(self._unsent)
+                self._unsent = b""
+                self._wake_reader()
+            for frame in self._take_frames() if self._send_queue else ():
                 await self.stream.send_all(frame)
-                self.sent_frame_count += 1
+            self._is_writing = False
             if self.is_closed and not self._send_queue:
                 return
+
+    def _wake_reader(self) -> None:
+        """The queue just shrank: a reader waiting out backpressure looks again."""
+        self._drained.set()
+        self._drained = trio.Event()
 
     def _frames(self, messages: list) -> list[bytes]:
         """Pack messages into frames under the size limit (one frame in the common case)."""
@@ -172,7 +209,7 @@ class FramedConnection:
                         self.close_reason = self.close_reason or f"broken: {exc!r}"
                     self.is_closed = True
                     self._send_wakeup.set()
-                    if not self._send_queue:
+                    if not self._send_queue and not self._unsent:
                         nursery.cancel_scope.cancel()
 
                 async def write() -> None:

@@ -1,0 +1,82 @@
+"""FramedConnection.flush(): answers written at once from the caller over a real TCP socket, and
+what the socket refuses left, in order, to the writer task."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from bkcore.wire import AddResponse, FrameDecoder, ReadResponse
+from transports.connection import FramedConnection
+
+
+async def connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    server = await listeners[0].accept()
+    await listeners[0].aclose()
+    return client, server
+
+
+async def receive_messages(stream: trio.SocketStream, count: int) -> list:
+    decoder, messages = FrameDecoder(), []
+    with trio.fail_after(30):
+        while len(messages) < count:
+            decoder.feed(await stream.receive_some(1 << 20))
+            while (frame := decoder.next_frame()) is not None:
+                messages.extend(frame)
+    return messages
+
+
+def answer(request_id: int) -> AddResponse:
+    return AddResponse(request_id=request_id, code=0, ledger_id=7, entry_id=request_id)
+
+
+async def test_flush_writes_what_is_queued_without_the_writer_task():
+    near, far = await connected_pair()
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None)
+    connection.send(answer(1))
+    connection.send(answer(2))
+    with trio.move_on_after(0.2):           # queued only: nothing runs the writer task
+        await far.receive_some(1 << 16)
+        raise AssertionError("a queued message left before flush()")
+    connection.flush()
+    assert connection.send_queue_size == 0
+    assert await receive_messages(far, 2) == [answer(1), answer(2)]
+    assert connection.sent_frame_count == 1
+
+
+async def test_what_the_socket_refuses_goes_first_through_the_writer_task():
+    near, far = await connected_pair()
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None)
+    big = ReadResponse(request_id=1, code=0, ledger_id=7, entry_id=1, body=bytes(range(256)) * 16_384)  # 4 MiB
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await trio.sleep(0)
+        connection.send(big)
+        connection.flush()                   # the peer reads nothing yet: the socket takes a part
+        assert 0 < connection.send_queue_size < len(big.body)
+        connection.send(answer(2))
+        connection.flush()                   # must not jump ahead of the unsent rest
+        connection.send(answer(3))
+        messages = await receive_messages(far, 3)
+        connection.close()
+    assert messages == [big, answer(2), answer(3)]
+    assert connection.send_queue_size == 0
+
+
+async def test_flush_is_a_no_op_for_streams_that_are_not_tcp_sockets():
+    near, far = trio.testing.memory_stream_pair()
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None)
+    connection.send(answer(1))
+    connection.flush()
+    assert connection.send_queue_size > 0    # still queued for the writer task
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        decoder = FrameDecoder()
+        with trio.fail_after(10):
+            while (frame := decoder.next_frame()) is None:
+                decoder.feed(await far.receive_some(1 << 16))
+        assert frame == [answer(1)]
+        connection.close()
