@@ -6,7 +6,10 @@ bookie's (receive, journal group commit with fdatasync, answer), not a client li
 For 100 B, 1 KiB and 64 KiB entries:
   pipelined   — one AddBatchRequest of many entries per frame (as the client library coalesces
                 pending adds), up to `window` adds in flight: entries/s, MiB/s,
-                p50/p99 add latency (send to acknowledgement), fraction of raw bandwidth;
+                p50/p99 add latency (send to acknowledgement), fraction of raw bandwidth, and
+                what the disk itself wrote meanwhile (sysfs): a bookie whose journal and entry
+                logs share one disk writes every entry there twice (journal, then the entry
+                log at each checkpoint), so its entries can use at most half the raw bandwidth;
   one at a time — one add, wait for its answer, repeat: p50/p99 latency;
   overload    — 1 KiB adds with OVERLOAD_WINDOW in flight, four times the bookie's
                 maxAddsInProgressLimit: the bookie must refuse the excess (TOO_MANY_REQUESTS)
@@ -29,7 +32,7 @@ import time
 import trio
 
 from bkcli.bench_journal import (
-    FRAME_PAYLOAD_BYTES, MIB, percentile, preallocation_rounds, raw_fdatasync, raw_sequential, summarize_preallocation,
+    FRAME_PAYLOAD_BYTES, MIB, device_written_bytes, percentile, preallocation_rounds, raw_fdatasync, raw_sequential, summarize_preallocation,
 )
 from bkcli.local_processes import spawn_bookie
 from bkcore.digest import Digester, DigestType, master_key
@@ -61,7 +64,7 @@ def _bodies(ledger_id: int, entry_size: int, count: int) -> list[bytes]:
 
 
 async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float, window_bytes: int, *,
-                     window_max: int = PIPELINED_WINDOW_MAX) -> dict:
+                     window_max: int = PIPELINED_WINDOW_MAX, device_dir: str | None = None) -> dict:
     per_frame = max(1, FRAME_PAYLOAD_BYTES // (entry_size + 64))
     window = min(window_max, max(per_frame * 2, window_bytes // (entry_size + 64)))
     # Enough entries for the run at ~400 MB/s, capped; packed before the clock starts.
@@ -79,6 +82,7 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     in_flight = [0]
     room_freed = [trio.Event()]
+    device_written_before = device_written_bytes(device_dir) if device_dir else None
     started = time.perf_counter()
     deadline = started + seconds
 
@@ -121,12 +125,15 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
         nursery.start_soon(send)
         nursery.start_soon(receive, nursery)
     elapsed = time.perf_counter() - started
+    device_written = device_written_bytes(device_dir) if device_written_before is not None else None
     await stream.aclose()
     return {"entry_size": entry_size, "entries_per_frame": per_frame, "window": window,
             "entries_per_second": round(acked[0] / elapsed), "mib_per_second": round(acked[0] * entry_size / MIB / elapsed, 1),
             "add_latency_p50_ms": round(percentile(latencies, 0.5) * 1e3, 3) if latencies else None,
             "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3) if latencies else None,
-            "errors": {Code(code).name: n for code, n in errors.items()}}
+            "errors": {Code(code).name: n for code, n in errors.items()},
+            **({"device_write_mib_per_second": round((device_written - device_written_before) / MIB / elapsed, 1)}
+               if device_written is not None else {})}
 
 
 async def _one_at_a_time(port: int, ledger_id: int, entry_size: int, seconds: float) -> dict:
@@ -197,9 +204,13 @@ def cmd_bench_bookie(args) -> int:
             async def measure() -> dict:
                 pid = bookie.process.pid
                 runs = []
+                raw = raw_bandwidth["mib_per_second"]
                 for index, size in enumerate((100, 1024, 65536)):
-                    run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes)
-                    run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
+                    run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes,
+                                           device_dir=root)
+                    run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw, 3)
+                    if "device_write_mib_per_second" in run:
+                        run["device_write_fraction_of_raw"] = round(run["device_write_mib_per_second"] / raw, 3)
                     runs.append({**run, "bookie_memory": bookie_memory_mib(pid)})
                 single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
                 before = bookie_memory_mib(pid)

@@ -80,6 +80,18 @@ def raw_sequential(directory: str, seconds: float) -> dict:
     return {"mib_per_second": round(written / MIB / (time.perf_counter() - started), 1)}
 
 
+def device_written_bytes(directory: str) -> int | None:
+    """Bytes the block device holding `directory` has written since boot (its sysfs stat: the
+    seventh field counts 512-byte sectors), or None where that is not readable. Whatever else
+    writes to the device meanwhile counts too."""
+    device = os.stat(directory).st_dev
+    try:
+        with open(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}/stat") as stat:
+            return int(stat.read().split()[6]) * 512
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: int, *, batched: bool = False,
                 prealloc_size: int = JournalConfig().journal_prealloc_size) -> dict:
     """Adds of `entry_size` handed to a bookie core `batch_bytes` at a time, each group written and
