@@ -9,6 +9,8 @@ group commit) in a temp dir with free ports, then from this process:
                     of a writer that does not saturate the cluster;
   tail visibility — a long-polling reader on the same ledger: time from an add's
                     acknowledgement to the reader seeing it (p50/p99).
+This process calls bkclient.tune_gc() first, as the library advises for a busy writer (the
+bookies do the same in their own processes); --default-gc leaves CPython's collector as it is.
 With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
 and etcd clusters (bench_peers), and "ratios" compares bookkeeper's rates with theirs.
 """
@@ -172,6 +174,8 @@ def add_parser(sub) -> None:
     ledger.add_argument("--seconds", type=float, default=20.0, help="seconds per measurement")
     ledger.add_argument("--in-flight", type=int, default=2000, help="adds outstanding when pipelining")
     ledger.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    ledger.add_argument("--default-gc", action="store_true",
+                        help="leave this process's garbage collector at CPython's settings (no tune_gc)")
     ledger.add_argument("--peers", action="store_true",
                         help="then the same measurements against 3-node NATS JetStream and etcd clusters "
                              "(needs nats-server, etcd-server and the bench extra)")
@@ -180,6 +184,7 @@ def add_parser(sub) -> None:
 
 def cmd_bench_ledger(args) -> int:
     from bkcli.standalone_command import StandaloneCluster
+    from transports.gc_tuning import tune_gc
     from transports.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
@@ -187,6 +192,8 @@ def cmd_bench_ledger(args) -> int:
     payload = os.urandom(args.entry_size)
     try:
         cluster.start(log=lambda line: None)
+        if not args.default_gc:
+            tune_gc()
 
         async def measure() -> dict:
             async with connect(cluster.metastore_uri) as bk:
@@ -201,6 +208,7 @@ def cmd_bench_ledger(args) -> int:
         shutil.rmtree(root, ignore_errors=True)
     report = {"benchmark": "ledger", "bookies": args.bookies, "ensemble": args.ensemble,
               "write_quorum": args.write_quorum, "ack_quorum": args.ack_quorum, "entry_size": args.entry_size,
+              "client_gc": "cpython defaults" if args.default_gc else "bkclient.tune_gc()",
               **results}
     failed = False
     if args.peers:

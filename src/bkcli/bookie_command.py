@@ -41,6 +41,7 @@ async def run_bookie(uri: str, config) -> int:
     from metastore.layout_node import resolve_layout
     from metastore.uri import open_metastore, parse_metastore_uri
     from transports.bookie_server import BookieServer
+    from transports.gc_tuning import tune_gc
 
     parsed = parse_metastore_uri(uri)
     async with await open_metastore(parsed) as store:
@@ -48,6 +49,7 @@ async def run_bookie(uri: str, config) -> int:
         server = BookieServer(config, store, layout, reopen_store=lambda: open_metastore(parsed))
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
+            tune_gc()      # what startup made (replayed journals included) leaves the collector's sight
             print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)
             if config.autorecovery:
                 nursery.start_soon(run_autorecovery, uri, config)

@@ -9,7 +9,8 @@ timeout); messages sent while it opens wait in its queue. When a connect fails o
 breaks, every request it carried fails at once (Client.on_connection_lost), and the bookie is
 not dialled again until a backoff (doubling up to RECONNECT_BACKOFF_MAX_S) has passed: requests
 meanwhile fail immediately, which the core turns into ensemble changes or other replicas.
-Everything queued for a bookie between two writes leaves in one frame. The core sends the adds
+Everything queued for a bookie between two writes leaves in one frame; at the end of each
+pump the connections it sent on are flushed, so a lone add leaves without a hop to a task. The core sends the adds
 of one pump to a bookie as AddBatchRequests itself; adds that left it in separate pumps but
 wait for the same write are joined into AddBatchRequests here (bkcore.client.batching) and
 expanded back for the core on return. Adds started with start_with_callback (pipelined) are
@@ -156,17 +157,21 @@ class ClientDriver:
 
     def pump(self) -> None:
         client = self.client
+        sent_on = set()
         while effects := client.take_effects():
             for effect in effects:
                 kind = type(effect)
                 if kind is Send:
-                    self._send(effect.destination, effect.message)
+                    sent_on.add(self._send(effect.destination, effect.message))
                 elif kind is Completed:
                     self._complete(effect)
                 elif kind is MetadataCall:
                     self._nursery.start_soon(self._call_metastore, effect)
                 else:
                     raise AssertionError(f"client effect {effect!r}")
+        for connection in sent_on:
+            if connection is not None:
+                connection.flush()      # what this pump sends leaves now, not after a task hop
         deadline_ns = client.next_deadline_ns()
         self._timer.set(deadline_ns)
 
@@ -225,23 +230,27 @@ class ClientDriver:
 
     # -- bookie connections -----------------------------------------------------------------
 
-    def _send(self, bookie_id: str, message: object) -> None:
+    def _send(self, bookie_id: str, message: object) -> FramedConnection | None:
+        """Queue the message on the bookie's connection and return that connection, or None
+        if it waits for one (or failed at once)."""
         link = self._links.get(bookie_id)
         if link is None:
             link = self._links[bookie_id] = _BookieLink(bookie_id)
-        if link.connection is not None and not link.connection.is_closed:
-            if not link.connection.send(message):
+        connection = link.connection
+        if connection is not None and not connection.is_closed:
+            if not connection.send(message):
                 self.client.on_send_failed(message, destination=bookie_id, now_ns=now_ns())
-            return
+            return connection
         if link.is_connecting:
             link.waiting.append(message)
-            return
+            return None
         if trio.current_time() < link.retry_after:
             self.client.on_send_failed(message, destination=bookie_id, now_ns=now_ns())
-            return
+            return None
         link.is_connecting = True
         link.waiting.append(message)
         self._nursery.start_soon(self._connect, link)
+        return None
 
     async def _connect(self, link: _BookieLink) -> None:
         try:
