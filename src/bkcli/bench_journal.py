@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 
 from bkcore.bookie.bookie import BookieConfig
@@ -61,6 +62,57 @@ def raw_fdatasync(directory: str, seconds: float) -> dict:
         os.unlink(path)
     return {"fdatasyncs_per_second": round(len(latencies) / seconds),
             "p50_ms": round(percentile(latencies, 0.5) * 1e3, 3)}
+
+
+def raw_fdatasync_quorum(directory: str, seconds: float, *, files: int = 3, quorum: int = 2,
+                         size: int = 1100) -> dict:
+    """The disk's own floor for a replicated add when every bookie shares it: in each round,
+    `files` threads (one per bookie journal, each file preallocated) write `size` bytes and
+    fdatasync at the same moment; the round's time is when the quorum-th of them finished, as
+    an add with that ack quorum would. fdatasync releases the GIL, so the syncs overlap."""
+    paths = [os.path.join(directory, f"raw-quorum-{n}") for n in range(files)]
+    fds = [os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644) for path in paths]
+    for fd in fds:
+        os.posix_fallocate(fd, 0, 64 * MIB)
+    record = b"x" * size
+    barrier = threading.Barrier(files + 1)
+    finished: list[list[float]] = [[] for _ in fds]
+    stop = threading.Event()
+
+    def sync_in_rounds(index: int) -> None:
+        fd, offset = fds[index], 0
+        while True:
+            barrier.wait()
+            if stop.is_set():
+                return
+            os.pwrite(fd, record, offset)
+            os.fdatasync(fd)
+            finished[index].append(time.perf_counter())
+            offset = (offset + size) % (64 * MIB - size)
+            barrier.wait()
+
+    threads = [threading.Thread(target=sync_in_rounds, args=(n,), daemon=True) for n in range(files)]
+    for thread in threads:
+        thread.start()
+    round_times = []
+    end = time.perf_counter() + seconds
+    try:
+        while time.perf_counter() < end:
+            barrier.wait()                     # go
+            started = time.perf_counter()
+            barrier.wait()                     # every file synced
+            round_times.append(sorted(done[-1] for done in finished)[quorum - 1] - started)
+        stop.set()
+        barrier.wait()
+    finally:
+        for thread in threads:
+            thread.join(timeout=5)
+        for fd, path in zip(fds, paths):
+            os.close(fd)
+            os.unlink(path)
+    return {"files": files, "quorum": quorum, "rounds_per_second": round(len(round_times) / seconds),
+            "p50_ms": round(percentile(round_times, 0.5) * 1e3, 3),
+            "p99_ms": round(percentile(round_times, 0.99) * 1e3, 3)}
 
 
 def raw_sequential(directory: str, seconds: float) -> dict:

@@ -9,6 +9,9 @@ group commit) in a temp dir with free ports, then from this process:
                     of a writer that does not saturate the cluster;
   tail visibility — a long-polling reader on the same ledger: time from an add's
                     acknowledgement to the reader seeing it (p50/p99).
+Before the cluster starts, disk_quorum_fdatasync measures the floor the shared disk sets for
+one add: Qw preallocated files written and fdatasynced at the same moment, timed until the
+Qa-th is done (bench_journal.raw_fdatasync_quorum).
 This process calls bkclient.tune_gc() first, as the library advises for a busy writer (the
 bookies do the same in their own processes); --default-gc leaves CPython's collector as it is.
 With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
@@ -25,10 +28,11 @@ import time
 
 import trio
 
-from bkcli.bench_journal import MIB, percentile
+from bkcli.bench_journal import MIB, percentile, raw_fdatasync_quorum
 
 
 PACE_TICK_S = 0.001
+DISK_FLOOR_SECONDS = 2.0
 
 
 def _ms(values: list[float], fraction: float) -> float | None:
@@ -188,6 +192,8 @@ def cmd_bench_ledger(args) -> int:
     from transports.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
+    # The floor the disk itself sets for an add: its bookies' journals all live on it.
+    disk_floor = raw_fdatasync_quorum(root, DISK_FLOOR_SECONDS, files=args.write_quorum, quorum=args.ack_quorum)
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies)
     payload = os.urandom(args.entry_size)
     try:
@@ -209,6 +215,7 @@ def cmd_bench_ledger(args) -> int:
     report = {"benchmark": "ledger", "bookies": args.bookies, "ensemble": args.ensemble,
               "write_quorum": args.write_quorum, "ack_quorum": args.ack_quorum, "entry_size": args.entry_size,
               "client_gc": "cpython defaults" if args.default_gc else "bkclient.tune_gc()",
+              "disk_quorum_fdatasync": disk_floor,
               **results}
     failed = False
     if args.peers:

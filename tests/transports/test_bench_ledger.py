@@ -19,3 +19,6 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
     assert paced["adds"] >= 0.5 * paced["target_adds_per_second"]          # one second at the target rate
     assert paced["add_latency_p99_ms"] >= paced["add_latency_p50_ms"] > 0
     assert report["tail_visibility"]["entries"] > 0
+    floor = report["disk_quorum_fdatasync"]
+    assert (floor["files"], floor["quorum"]) == (3, 2) and floor["rounds_per_second"] > 0
+    assert floor["p99_ms"] >= floor["p50_ms"] > 0
