@@ -84,6 +84,28 @@ def test_entry_logs_roll_at_their_size_limit(stack):
     assert [restarted.get_entry(1, e) for e in range(30)] == [b"L1-E%d" % e for e in range(30)]
 
 
+def test_each_log_records_the_bytes_of_each_ledger_it_holds_across_rolls(stack):
+    """The usage a checkpoint records per (log, ledger), which compaction's live fractions rest
+    on, adds up to exactly the records each log holds, with ledgers interleaved and rolls
+    falling inside a ledger's run; and every entry's index key and location find it."""
+    storage = stack.storage(entry_log_size_max=200)      # about six records a log
+    for ledger_id in (3, 1, 2):
+        fill(storage, ledger_id, 9)
+    storage.checkpoint()
+    from bkcore.bookie.durable_storage import RECORD_OVERHEAD_SIZE
+    expected: dict[int, dict[int, int]] = {}
+    for ledger_id in (1, 2, 3):
+        for entry_id in range(9):
+            log_id, _ = unpack_location(stack.index.get(entry_key(ledger_id, entry_id)))
+            size = RECORD_OVERHEAD_SIZE + len(b"L%d-E%d" % (ledger_id, entry_id))
+            usage = expected.setdefault(log_id, {})
+            usage[ledger_id] = usage.get(ledger_id, 0) + size
+    assert len(expected) > 3 and any(len(usage) == 2 for usage in expected.values())   # rolls inside runs
+    assert {log_id: storage.log_usage(log_id) for log_id in expected} == expected
+    restarted = stack.storage(entry_log_size_max=200)
+    assert [restarted.get_entry(2, e) for e in range(9)] == [b"L2-E%d" % e for e in range(9)]
+
+
 def flip_bits_in_first_log(stack, storage, offset: int, mask: int) -> None:
     """Rewrite the first entry log with the byte at `offset` (negative: from the end) XORed."""
     path = f"ledgers/{storage.entry_logger.log_ids()[0]:x}.log"
@@ -261,7 +283,7 @@ def restarted_over_unindexed_copies() -> DurableLedgerStorage:
     storage = DurableLedgerStorage(fs=fs, index=index)
     fill(storage, 1, 3)
     storage.checkpoint()
-    storage.entry_logger.append_many([(1, 3, b"never-indexed-3"), (1, 4, b"never-indexed-4")])
+    storage.entry_logger.append_many([((1, 3), b"never-indexed-3"), ((1, 4), b"never-indexed-4")])
     storage.entry_logger.flush()
     fill(storage, 1, 2, first=3)         # the journal's replay writes them again, elsewhere
     storage.checkpoint()

@@ -103,7 +103,7 @@ class Compactor:
                 if location.log_id == log_id:
                     entry_id = entry_id_of(key)
                     body = storage.entry_logger.read(location, ledger_id=ledger_id, entry_id=entry_id)
-                    records.append((ledger_id, entry_id, body))
+                    records.append(((ledger_id, entry_id), body))
         puts: dict[bytes, bytes] = {}
         storage.append_to_logs(records, puts)
         storage.entry_logger.flush()

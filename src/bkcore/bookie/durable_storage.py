@@ -25,7 +25,7 @@ import msgpack
 from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import (
-    IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
+    ENTRY_PREFIX, IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
     log_meta_key, pack_location, unpack_location,
 )
 from bkcore.bookie.storage import StorageIOError
@@ -332,19 +332,14 @@ class DurableLedgerStorage:
     # -- checkpoint -----------------------------------------------------------------------
 
     def append_to_logs(self, records, puts: dict[bytes, bytes]) -> None:
-        """Append (ledger, entry, body) records to the entry logs, adding their index locations
-        and the per-log usage they add (merged with what the index has) to `puts`."""
-        added: dict[tuple[int, int], int] = {}     # (log, ledger) -> bytes
-        if type(records) is not list:
-            records = list(records)
-        locations = self.entry_logger.append_many(records)
-        entry_key_of, location_of, added_get = entry_key, pack_location, added.get
-        for (ledger_id, entry_id, body), location in zip(records, locations):
-            puts[entry_key_of(ledger_id, entry_id)] = location_of(*location)
-            key = (location[0], ledger_id)
-            added[key] = added_get(key, 0) + len(body) + RECORD_OVERHEAD_SIZE
+        """Append ((ledger, entry), body) records, sorted by ledger, to the entry logs, adding
+        their index locations and the per-log usage they add (merged with what the index has)
+        to `puts`."""
+        appended = self.entry_logger.append_many(records)
+        # The index's entry key is its prefix before the key the log holds (the same ids).
+        puts.update(zip(map(ENTRY_PREFIX.__add__, appended.keys), appended.locations))
         usages: dict[int, dict[int, int]] = {}
-        for (log_id, ledger_id), size in added.items():
+        for (log_id, ledger_id), size in appended.sizes.items():
             usage = usages.get(log_id)
             if usage is None:
                 usage = usages[log_id] = self.log_usage(log_id)
@@ -397,7 +392,7 @@ class DurableLedgerStorage:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
         # Sorted by (ledger, entry) so each ledger's entries sit together in the log.
-        self.append_to_logs([(l, e, body) for (l, e), body in sorted(plan.cache.items())], puts)
+        self.append_to_logs(sorted(plan.cache.items()), puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []

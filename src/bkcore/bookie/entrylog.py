@@ -32,6 +32,19 @@ class Location(NamedTuple):
     offset: int
 
 
+# A location packed (u64 log id, u64 offset), as the index stores it, and a record's key as the
+# log holds it (i64 ledger, i64 entry: for the non-negative ids stored, the same bytes as u64s).
+PACKED_LOCATION = struct.Struct(">QQ")
+
+
+class Appended(NamedTuple):
+    """What append_many() wrote, in the forms a checkpoint indexes: per record its key as the
+    log holds it and its packed location; per (log id, ledger id) the bytes its records took."""
+    keys: list[bytes]
+    locations: list[bytes]
+    sizes: dict[tuple[int, int], int]
+
+
 def entry_log_name(log_id: int) -> str:
     return f"{log_id:x}{ENTRY_LOG_SUFFIX}"
 
@@ -95,44 +108,58 @@ class EntryLogger:
         self._needs_roll = False
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        return Location(*self.append_many([(ledger_id, entry_id, body)])[0])
+        return Location(*PACKED_LOCATION.unpack(self.append_many([((ledger_id, entry_id), body)]).locations[0]))
 
-    def append_many(self, items) -> list[tuple[int, int]]:
-        """append() for many (ledger, entry, body) items, written in few large writes; returns
-        (log id, offset) pairs (plain tuples: a Location each would cost more than the write).
+    def append_many(self, items) -> Appended:
+        """append() for many ((ledger id, entry id), body) items (a write cache's own items),
+        written in few large writes; what it returns is what the index needs, made in the same
+        pass (a Location, or even a tuple, per record would cost more than the write).
 
         current_size only ever counts bytes that were written: if a write fails (a full disk),
         the log's tail is uncertain, so the next append starts a new log rather than compute
         offsets in this one."""
         if self._needs_roll:
             self._roll()
-        locations = []
+        keys: list[bytes] = []
+        locations: list[bytes] = []
+        sizes: dict[tuple[int, int], int] = {}
         chunks: list[bytes] = []
         pending_size = 0
         offset = self.current_size
-        pack_key, pack_header, checksum = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
+        pack_key, pack_header, pack_location = ENTRY_KEY.pack, RECORD_HEADER.pack, PACKED_LOCATION.pack
+        checksum = crc32c.crc32c
         fixed_size = RECORD_HEADER.size + ENTRY_KEY.size
         key_size, log_header_size, size_max = ENTRY_KEY.size, ENTRY_LOG_HEADER.size, self.entry_log_size_max
         log_id = self.current_id
-        for ledger_id, entry_id, body in items:
+        # Bytes per (log, ledger), summed over runs of one ledger: items come sorted by ledger.
+        run_ledger_id, run_size = None, 0
+        for (ledger_id, entry_id), body in items:
             # header | key | body without copying the body: the checksum runs over key then body.
             key = pack_key(ledger_id, entry_id)
             record_size = fixed_size + len(body)
-            if offset > log_header_size and offset + record_size > size_max:
-                self._write_out(chunks, offset)
-                chunks, pending_size = [], 0
-                self._roll()
-                offset = self.current_size
-                log_id = self.current_id
-            locations.append((log_id, offset))
+            if ledger_id != run_ledger_id or (offset > log_header_size and offset + record_size > size_max):
+                if run_size:
+                    sizes[log_id, run_ledger_id] = sizes.get((log_id, run_ledger_id), 0) + run_size
+                run_ledger_id, run_size = ledger_id, 0
+                if offset > log_header_size and offset + record_size > size_max:
+                    self._write_out(chunks, offset)
+                    chunks, pending_size = [], 0
+                    self._roll()
+                    offset = self.current_size
+                    log_id = self.current_id
+            keys.append(key)
+            locations.append(pack_location(log_id, offset))
             chunks += (pack_header(key_size + len(body), checksum(body, checksum(key))), key, body)
             pending_size += record_size
+            run_size += record_size
             offset += record_size
             if pending_size >= APPEND_WRITE_SIZE:
                 self._write_out(chunks, offset)
                 chunks, pending_size = [], 0
+        if run_size:
+            sizes[log_id, run_ledger_id] = sizes.get((log_id, run_ledger_id), 0) + run_size
         self._write_out(chunks, offset)
-        return locations
+        return Appended(keys, locations, sizes)
 
     def _write_out(self, chunks: list[bytes], end_offset: int) -> None:
         if not chunks:
