@@ -17,6 +17,7 @@ index places it exactly where it was found (dbStorage_readAheadCacheBatchSize in
 from __future__ import annotations
 
 import itertools
+from itertools import repeat
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -163,19 +164,20 @@ class DurableLedgerStorage:
             self.dropped_entries_count += len(bodies)   # the ledger is gone (see _change)
             return
         write_cache = self._write_cache
+        keys = list(zip(repeat(ledger_id), range(first_entry_id, first_entry_id + len(bodies))))
+        if write_cache.keys().isdisjoint(keys):          # new entries: nearly always
+            write_cache.update(zip(keys, bodies))
+            self._write_cache_size += sum(map(len, bodies))
+        else:                                              # some written again (a recovery)
+            for key, body in zip(keys, bodies):
+                previous = write_cache.get(key)
+                write_cache[key] = body
+                self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
         read_cache = self._read_cache
-        added_size = 0
-        entry_id = first_entry_id
-        for body in bodies:
-            key = (ledger_id, entry_id)
-            previous = write_cache.get(key)
-            write_cache[key] = body
-            added_size += len(body) - (len(previous) if previous is not None else 0)
-            if read_cache:
+        if read_cache:
+            for key in keys:
                 read_cache.pop(key, None)
-            entry_id += 1
-        self._write_cache_size += added_size
-        last_entry_id = entry_id - 1
+        last_entry_id = first_entry_id + len(bodies) - 1
         if last_entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
             self._last_cached_entry[ledger_id] = last_entry_id
 

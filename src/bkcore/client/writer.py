@@ -33,7 +33,7 @@ from bkcore.errors import (
     NotEnoughBookies, TooManyEnsembleChanges, TooManyRequests, Unauthorized, exception_for,
 )
 from bkcore.ledger.metadata import LedgerMetadata, LedgerState
-from bkcore.ledger.schedule import write_set
+from bkcore.ledger.schedule import write_set, write_sets
 from bkcore.metaops import Children, MetaCode
 from bkcore.wire import INVALID_ENTRY_ID, AddBatchRequest, AddRequest, ForceLedgerRequest, WriteLacRequest
 
@@ -132,6 +132,10 @@ class LedgerWriter:
         # context's effects are next taken (_send_held), timed from the first one's push.
         self._held: dict[int, list[_PendingAdd]] = {}
         self._held_since_ns = 0
+        # Read for every add: a ledger's E and Qw never change, nor the client's limits.
+        self._write_sets = write_sets(metadata.ensemble_size, metadata.write_quorum_size)
+        self._pending_adds_count_max = ctx.config.pending_adds_count_max
+        self._explicit_lac_interval_ns = ctx.config.explicit_lac_interval_ns
         if not is_recovery:
             ctx.open_writers[metadata.ledger_id] = self
 
@@ -167,20 +171,20 @@ class LedgerWriter:
         if self.state is not _OPEN:
             self._complete(op_id, error=self._refusal())
             return False
-        if len(self._pending) >= self.ctx.config.pending_adds_count_max:
+        pending = self._pending
+        if len(pending) >= self._pending_adds_count_max:
             self._complete(op_id, error=TooManyRequests(
-                f"ledger {self.ledger_id}: {len(self._pending)} adds pending (pending_adds_count_max)"))
+                f"ledger {self.ledger_id}: {len(pending)} adds pending (pending_adds_count_max)"))
             return False
         self.last_add_pushed = entry_id
         self.length = length
         if self._idle_since_ns is not None:
-            self._adds_follow_at_once = now_ns - self._idle_since_ns < self.ctx.config.explicit_lac_interval_ns
+            self._adds_follow_at_once = now_ns - self._idle_since_ns < self._explicit_lac_interval_ns
             self._idle_since_ns = None
-        metadata = self.metadata
         add = _PendingAdd(entry_id, op_id, body, length)
-        self._pending.append(add)
-        positions = write_set(entry_id, ensemble_size=metadata.ensemble_size,
-                              write_quorum_size=metadata.write_quorum_size)
+        pending.append(add)
+        write_sets_ = self._write_sets
+        positions = write_sets_[entry_id % len(write_sets_)]
         failed = self._failed
         self._hold(add, [p for p in positions if p not in failed] if failed else positions, now_ns)
         return True

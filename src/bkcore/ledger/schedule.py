@@ -21,13 +21,19 @@ _write_sets_by_shape: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
 
 def write_set(entry_id: int, *, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
     """Positions (entry_id + i) % ensemble_size for i < write_quorum_size, in that order."""
-    assert entry_id >= 0 and ensemble_size >= write_quorum_size >= 1
+    assert entry_id >= 0
+    return write_sets(ensemble_size, write_quorum_size)[entry_id % ensemble_size]
+
+
+def write_sets(ensemble_size: int, write_quorum_size: int) -> tuple[tuple[int, ...], ...]:
+    """The write set of every entry id modulo ensemble_size (a writer keeps them at hand)."""
+    assert ensemble_size >= write_quorum_size >= 1
     sets = _write_sets_by_shape.get((ensemble_size, write_quorum_size))
     if sets is None:
         sets = tuple(_build_write_set(start, ensemble_size, write_quorum_size) for start in range(ensemble_size))
         if len(_write_sets_by_shape) < WRITE_SET_SHAPES_MAX:
             _write_sets_by_shape[ensemble_size, write_quorum_size] = sets
-    return sets[entry_id % ensemble_size]
+    return sets
 
 
 def _build_write_set(start: int, ensemble_size: int, write_quorum_size: int) -> tuple[int, ...]:
