@@ -34,7 +34,26 @@ def cmd_bookie(args) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import trio
-    return trio.run(run_bookie, uri, config)
+    try:
+        return trio.run(run_bookie, uri, config)
+    except BaseExceptionGroup as group:
+        stop = first_system_exit(group)
+        if stop is None:
+            raise
+        print(f"bk bookie: {stop}", file=sys.stderr)     # e.g. a full journal disk: what to free
+        return 1
+
+
+def first_system_exit(error: BaseException) -> SystemExit | None:
+    """The SystemExit a task raised to stop the bookie, out of the exception groups its
+    nurseries wrapped it in (None if there is none)."""
+    if isinstance(error, SystemExit):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = first_system_exit(inner)
+        if found is not None:
+            return found
+    return None
 
 
 async def run_bookie(uri: str, config) -> int:
