@@ -9,10 +9,11 @@ packs everything queued since its last write into as few frames as FRAME_SIZE_MA
 replies produced by one batch leave in one write. An owner that has queued all it has for now
 may call flush(): over a plain TCP socket, with the writer task idle, the queue is framed and
 written right away by a non-blocking write, sparing the hop to the writer task (some 40 us of
-a small answer's latency); the writer task sends whatever the socket did not take. Backpressure: while more than
-send_queue_size_max bytes wait to be sent, the connection stops reading, so a peer that does not
-read its answers fills its own TCP window instead of this process's memory (the bookie core's
-own limits answer TOO_MANY_REQUESTS before that).
+a small answer's latency); the writer task sends whatever the socket did not take.
+
+Backpressure: while more than send_queue_size_max bytes wait to be sent, the connection stops
+reading, so a peer that does not read its answers fills its own TCP window instead of this
+process's memory (the bookie core's own limits answer TOO_MANY_REQUESTS before that).
 
 Malformed input (bad checksum, oversized length, undecodable message) gets one ErrorResponse
 naming the problem, then the connection closes; the process carries on.
