@@ -77,7 +77,6 @@ class ClientContext:
         self._timers: list[tuple[int, int]] = []
         self._timer_callbacks: dict[int, TimerCallback] = {}
         self._next_timer_key = 1
-        self._sent_count = 0
         self._responses_count = 0
         self._dropped_count = 0
         self._timeouts_count = 0
@@ -168,7 +167,6 @@ class ClientContext:
         if len(bucket) > 2 * len(pending) + DEADLINE_SLACK_COUNT:
             self._request_deadlines[timeout_ns] = deque(entry for entry in bucket if entry[1] in pending)
         self._effects.append(Send(destination, build(request_id)))
-        self._sent_count += 1
         return request_id
 
     def forget_request(self, request_id: int) -> None:
@@ -232,5 +230,6 @@ class ClientContext:
         return len(self._pending_metadata)
 
     def statistics(self) -> ContextStatistics:
-        return ContextStatistics(self._sent_count, self._responses_count, self._dropped_count,
+        # Every request sent took the next id: ids count the requests sent.
+        return ContextStatistics(self._next_request_id - 1, self._responses_count, self._dropped_count,
                                  self._timeouts_count, self._metadata_count, self._pending_peak)
