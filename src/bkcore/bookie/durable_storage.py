@@ -157,7 +157,19 @@ class DurableLedgerStorage:
     # -- entries --------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
-        self.add_entries(ledger_id, entry_id, (body,))
+        """add_entries of one entry, spelled out: a bookie stores nearly every entry alone."""
+        if ledger_id not in self._ledgers and self._state(ledger_id) is None:
+            self.dropped_entries_count += 1             # the ledger is gone (see _change)
+            return
+        key = (ledger_id, entry_id)
+        write_cache = self._write_cache
+        previous = write_cache.get(key)
+        write_cache[key] = body
+        self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
+        if self._read_cache:
+            self._read_cache.pop(key, None)
+        if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
+            self._last_cached_entry[ledger_id] = entry_id
 
     def add_entries(self, ledger_id: int, first_entry_id: int, bodies) -> None:
         if ledger_id not in self._ledgers and self._state(ledger_id) is None:
