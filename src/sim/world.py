@@ -76,10 +76,21 @@ class _Node:
     # Clients only.
     on_completed: Callable[[str, Completed, int], None] | None = None
     # The world's handlers for this kind of node: its own copies of _deliver, _pump and
-    # _on_timer (see _own_copy), bound. Set when the node is added.
+    # _on_timer (see _own_copy), bound. Set when the node is added. (Callers read one into a
+    # local before calling it: node.pump(node) would be a method lookup that CPython cannot
+    # specialize for an attribute that holds a bound method.)
     deliver: Callable | None = None
     pump: Callable | None = None
     on_timer: Callable | None = None
+    # core.take_effects and core.next_deadline_ns, bound when core is set (None while it is
+    # None): the pump calls them after every input.
+    take_effects: Callable | None = None
+    next_deadline_ns: Callable | None = None
+
+    def set_core(self, core: object) -> None:
+        self.core = core
+        self.take_effects = None if core is None else core.take_effects
+        self.next_deadline_ns = None if core is None else core.next_deadline_ns
 
 
 _BookieNode = _ClientNode = _Node
@@ -167,15 +178,17 @@ class SimWorld:
     def add_client(self, client_id: str, on_completed: Callable[[str, Completed, int], None]) -> Client:
         rng = random.Random(self._client_seed ^ (len(self.clients) + 1) * 0x9E3779B97F4A7C15)
         client = Client(client_id=client_id, rng=rng, config=self.client_config, layout=self.layout)
-        self.clients[client_id] = self.nodes[client_id] = _ClientNode(
-            name=client_id, core=client, on_completed=on_completed, deliver=self._deliver_to_client,
-            pump=self._pump_client, on_timer=self._on_client_timer)
+        node = _ClientNode(name=client_id, on_completed=on_completed, deliver=self._deliver_to_client,
+                           pump=self._pump_client, on_timer=self._on_client_timer)
+        node.set_core(client)
+        self.clients[client_id] = self.nodes[client_id] = node
         return client
 
     def client_did_something(self, client_id: str) -> None:
         """The workload called into a client directly: perform what it asked for."""
         node = self.clients[client_id]
-        node.pump(node)
+        pump = node.pump
+        pump(node)
 
     # -- bookie lifecycle -----------------------------------------------------------------
 
@@ -203,7 +216,7 @@ class SimWorld:
             self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
             return
         self.counts.journal_tails_repaired += len(replay.tail_problems)
-        node.core = stack.core
+        node.set_core(stack.core)
         node.stack = stack
         node.is_up = True
         node.incarnation += 1
@@ -303,7 +316,7 @@ class SimWorld:
         if not node.is_up:
             return
         node.is_up = False
-        node.core = None
+        node.set_core(None)
         node.incarnation += 1
         node.crash_count += 1
         self.counts.crashes += 1
@@ -366,14 +379,16 @@ class SimWorld:
             if sender is not None and sender.paused_until_ns <= now_ns:
                 self.trace.record(now_ns, "refused", source, node.name)
                 sender.core.on_send_failed(message, destination=node.name, now_ns=now_ns)
-                sender.pump(sender)
+                pump = sender.pump
+                pump(sender)
             return
         if node.paused_until_ns > now_ns:
             self.loop.call_at(node.paused_until_ns, node.deliver, node, source, message, incarnation)
             return
         self.trace.record_plain((now_ns, "recv", node.name, source, message.TAG, getattr(message, "request_id", 0)))
         node.core.receive(message, source=source, now_ns=now_ns)
-        node.pump(node)
+        pump = node.pump
+        pump(node)
 
     def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
         node = self.bookies[bookie_id]
@@ -386,7 +401,8 @@ class SimWorld:
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", bookie_id, token))
         node.core.on_persisted(token, now_ns)
-        node.pump(node)
+        pump = node.pump
+        pump(node)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
         node.timer_handle = None
@@ -398,7 +414,8 @@ class SimWorld:
             self._arm_timer_at(node, node.paused_until_ns)
             return
         node.core.on_timer(now_ns)
-        node.pump(node)
+        pump = node.pump
+        pump(node)
 
     def _metadata_result(self, client_id: str, token: int, result: MetaResult) -> None:
         node = self.clients[client_id]
@@ -407,7 +424,8 @@ class SimWorld:
             return
         self.trace.record_plain((self.loop.now_ns, "meta", client_id, token, int(result.code)))
         node.core.on_metadata_result(token, result, now_ns=self.loop.now_ns)
-        node.pump(node)
+        pump = node.pump
+        pump(node)
 
     # -- effects --------------------------------------------------------------------------
 
@@ -420,10 +438,9 @@ class SimWorld:
         sends alone the core has nothing new to say and is not asked again. What every round
         needs is looked up once per pump, and only by a pump that has effects (most inputs of a
         bookie leave it none)."""
-        core = node.core
-        if core is None:
+        if node.core is None:
             return
-        effects = core.take_effects()
+        effects = node.take_effects()
         if effects:
             now_ns = self.loop.now_ns
             name = node.name
@@ -459,16 +476,15 @@ class SimWorld:
                         is_sends_only = False
                         self._perform(node, effect)
                         message_filter = self.message_filter      # _perform ran code that may set it
-                core = node.core
-                if is_sends_only or core is None:
+                if is_sends_only or node.core is None:
                     break
-                effects = core.take_effects()
+                effects = node.take_effects()
                 if not effects:
                     break
-            if core is None:
+            if node.core is None:
                 return
         # Keep the node's timer at the core's next deadline.
-        deadline_ns = core.next_deadline_ns()
+        deadline_ns = node.next_deadline_ns()
         if deadline_ns is None:
             if node.timer_handle is not None:
                 self._cancel_timer(node)
