@@ -126,6 +126,12 @@ class _Writer:
         self.added_count = 0
         self.is_finishing = False
         self.entries_max = 0
+        self._add_tick = self._add      # bound once: every tick schedules the next
+        # What a tick reads, looked up once: the mean interval's reciprocal as the draw divides
+        # by it (the same float every time), the workload's uniform draw and the clock.
+        self._add_rate = 1 / workload.scenario.add_interval_mean_ns
+        self._random = workload.rng.random
+        self._loop = workload.world.loop
 
     def start(self) -> None:
         if not self.w.is_writing:
@@ -154,7 +160,7 @@ class _Writer:
         w = self.w
         delay_ns = int(-_log(1.0 - w.rng.random()) / (1 / w.scenario.add_interval_mean_ns))
         loop = w.world.loop
-        loop.post_at(loop.now_ns + delay_ns, self._add, self.writer)     # later(), spelled out
+        loop.post_at(loop.now_ns + delay_ns, self._add_tick, self.writer)     # later(), spelled out
 
     def _add(self, writer) -> None:
         if writer is not self.writer or self.is_finishing:
@@ -167,9 +173,8 @@ class _Writer:
             self._add_now(writer)
         # _schedule_add, spelled out: most ticks of a writer find as many adds in flight as
         # allowed and do only this.
-        loop = w.world.loop
-        loop.post_at(loop.now_ns + int(-_log(1.0 - w.rng.random()) / (1 / w.scenario.add_interval_mean_ns)),
-                     self._add, self.writer)
+        loop = self._loop
+        loop.post_at(loop.now_ns + int(-_log(1.0 - self._random()) / self._add_rate), self._add_tick, self.writer)
 
     def _add_now(self, writer) -> None:
         w = self.w
