@@ -171,8 +171,13 @@ class EventLoop:
         count = 0
         try:
             if event_count_max is None:
-                while heap and heap[0][0] <= end_ns:
-                    at_ns, _, handle, callback, args = heappop(heap)
+                # Pop, then look at the time: the first event not yet due goes back (the only
+                # push this costs per run), rather than peeking at the top before every pop.
+                while heap:
+                    at_ns, _, handle, callback, args = entry = heappop(heap)
+                    if at_ns > end_ns:
+                        heappush(heap, entry)       # keys are unique: the heap orders as before
+                        break
                     if handle is not None:
                         handle.is_done = True
                         if handle.is_cancelled:
