@@ -162,9 +162,10 @@ class ClientContext:
         bucket.append((deadline, request_id))
         pending = self._pending_requests
         pending[request_id] = (destination, on_response)
-        if len(pending) > self._pending_peak:
-            self._pending_peak = len(pending)
-        if len(bucket) > 2 * len(pending) + DEADLINE_SLACK_COUNT:
+        pending_count = len(pending)
+        if pending_count > self._pending_peak:
+            self._pending_peak = pending_count
+        if len(bucket) > 2 * pending_count + DEADLINE_SLACK_COUNT:
             self._request_deadlines[timeout_ns] = deque(entry for entry in bucket if entry[1] in pending)
         self._effects.append(Send(destination, build(request_id)))
         return request_id
