@@ -83,7 +83,8 @@ class _Node:
     pump: Callable | None = None
     on_timer: Callable | None = None
     # core.take_effects and core.next_deadline_ns, bound when core is set (None while it is
-    # None): the pump calls them after every input.
+    # None): the pump calls them after every input. Invariant: core changes only through
+    # set_core, which keeps these two in step with it.
     take_effects: Callable | None = None
     next_deadline_ns: Callable | None = None
 
@@ -440,7 +441,8 @@ class SimWorld:
         bookie leave it none)."""
         if node.core is None:
             return
-        effects = node.take_effects()
+        take_effects = node.take_effects
+        effects = take_effects()
         if effects:
             now_ns = self.loop.now_ns
             name = node.name
@@ -478,13 +480,15 @@ class SimWorld:
                         message_filter = self.message_filter      # _perform ran code that may set it
                 if is_sends_only or node.core is None:
                     break
-                effects = node.take_effects()
+                take_effects = node.take_effects
+                effects = take_effects()
                 if not effects:
                     break
             if node.core is None:
                 return
         # Keep the node's timer at the core's next deadline.
-        deadline_ns = node.next_deadline_ns()
+        next_deadline_ns = node.next_deadline_ns
+        deadline_ns = next_deadline_ns()
         if deadline_ns is None:
             if node.timer_handle is not None:
                 self._cancel_timer(node)
@@ -526,7 +530,8 @@ class SimWorld:
         elif kind is MetadataCall:
             self._call_metastore(node.name, effect)
         elif kind is Completed:
-            node.on_completed(node.name, effect, now_ns)
+            on_completed = node.on_completed
+            on_completed(node.name, effect, now_ns)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
 

@@ -327,7 +327,7 @@ def _world_with_core(core):
     h = Harness(bookie_count=1)
     h.client("c")
     node = h.world.clients["c"]
-    node.core = core
+    node.set_core(core)
     node.on_completed = lambda client_id, completed, now_ns: None
     return h.world, node
 
