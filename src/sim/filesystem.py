@@ -138,7 +138,7 @@ class SimFileSystem:
             disk.write_at(offset, data)
         except DiskFull:
             raise DiskFullError(f"{path}: no space left on device") from None
-        self._used_size += disk.size - size_before
+        self._used_size += grown_size       # the file's size is now max(size_before, offset + len(data))
 
     def preallocate(self, path: str, size: int) -> None:
         """At the armed crash point the file grows only partly."""

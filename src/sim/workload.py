@@ -174,7 +174,8 @@ class _Writer:
         # _schedule_add, spelled out: most ticks of a writer find as many adds in flight as
         # allowed and do only this.
         loop = self._loop
-        loop.post_at(loop.now_ns + int(-_log(1.0 - self._random()) / self._add_rate), self._add_tick, self.writer)
+        random = self._random       # (read, then called: a method lookup would not specialize)
+        loop.post_at(loop.now_ns + int(-_log(1.0 - random()) / self._add_rate), self._add_tick, self.writer)
 
     def _add_now(self, writer) -> None:
         w = self.w
