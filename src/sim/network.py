@@ -71,8 +71,9 @@ class SimNetwork:
         # Earliest until_ns among _partitions (None if none expires): pruning waits for it.
         self._next_expiry_at_ns: int | None = None
         # Each link gets its own latency scale, drawn from the rng when the link is first used
-        # (first use happens in a seed-determined order, so this stays deterministic).
-        self._link_scale: dict[tuple[str, str], float] = {}
+        # (first use happens in a seed-determined order, so this stays deterministic). Kept by
+        # source, then destination: two lookups of strings cost less than building a key tuple.
+        self._link_scales: dict[str, dict[str, float]] = {}
         self._delivered = self._lost = self._duplicated = self._blocked = self._reordered = 0
         self._partition_count = self._partitions_refused = self._partitions_active_peak = 0
         self._set_latency_rate()
@@ -115,15 +116,17 @@ class SimNetwork:
             self._lost += 1
             return None
         self._delivered += 1
-        link = (source, destination)
         duplicate_probability = self._duplicate_probability
         if duplicate_probability and rng.random() < duplicate_probability:
             self._duplicated += 1
-            return [self._latency_ns(link), self._latency_ns(link)]
-        # One copy (nearly always): _latency_ns(link), spelled out.
-        scale = self._link_scale.get(link)
+            return [self._latency_ns(source, destination), self._latency_ns(source, destination)]
+        # One copy (nearly always): _latency_ns(source, destination), spelled out.
+        scales = self._link_scales.get(source)
+        if scales is None:
+            scales = self._link_scales[source] = {}
+        scale = scales.get(destination)
         if scale is None:
-            scale = self._link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
+            scale = scales[destination] = rng.choice(LINK_LATENCY_SCALES)
         latency_ns = self._latency_min_ns
         latency_rate = self._latency_rate
         if latency_rate:
@@ -134,12 +137,13 @@ class SimNetwork:
             self._reordered += 1
         return latency_ns
 
-    def _latency_ns(self, link: tuple[str, str]) -> int:
+    def _latency_ns(self, source: str, destination: str) -> int:
         options = self.options
         rng = self.rng
-        scale = self._link_scale.get(link)
+        scales = self._link_scales.setdefault(source, {})
+        scale = scales.get(destination)
         if scale is None:
-            scale = self._link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
+            scale = scales[destination] = rng.choice(LINK_LATENCY_SCALES)
         latency_ns = options.latency_min_ns
         if self._latency_rate:
             # An exponential draw with rate _latency_rate, computed as Random.expovariate does
