@@ -20,6 +20,7 @@ import itertools
 from itertools import repeat
 from collections import OrderedDict
 from dataclasses import dataclass
+from operator import itemgetter
 
 import msgpack
 
@@ -34,6 +35,7 @@ from bkcore.wire import INVALID_ENTRY_ID
 
 ENTRY_READ_ATTEMPT_COUNT_MAX = 3
 RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
+_item_key = itemgetter(0)       # a (key, value) item's key
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,8 +407,10 @@ class DurableLedgerStorage:
     def write_checkpoint(self, plan: CheckpointPlan) -> None:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
-        # Sorted by (ledger, entry) so each ledger's entries sit together in the log.
-        self.append_to_logs(sorted(plan.cache.items()), puts)
+        # Sorted by (ledger, entry) so each ledger's entries sit together in the log. (By key
+        # alone: keys are unique, so this is the order of the items, found with half the work
+        # of comparing (key, body) pairs.)
+        self.append_to_logs(sorted(plan.cache.items(), key=_item_key), puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []
