@@ -114,8 +114,8 @@ class ClientContext:
         self._timer_callbacks.pop(key, None)
 
     def next_deadline_ns(self) -> int | None:
-        # Asked after every input: the first deadline of each bucket is read with a for/break
-        # (cheaper than next(iter(...))).
+        # Asked after every input: each bucket's head is read once, and dropped if its request
+        # was answered.
         timers = self._timers
         callbacks = self._timer_callbacks
         while timers and timers[0][1] not in callbacks:
@@ -123,12 +123,13 @@ class ClientContext:
         deadline = timers[0][0] if timers else None
         pending = self._pending_requests
         for bucket in self._request_deadlines.values():
-            while bucket and bucket[0][1] not in pending:
+            while bucket:
+                first, request_id = bucket[0]
+                if request_id in pending:
+                    if deadline is None or first < deadline:
+                        deadline = first
+                    break
                 bucket.popleft()                      # a dead entry: nothing observable changes
-            if bucket:
-                first = bucket[0][0]
-                if deadline is None or first < deadline:
-                    deadline = first
         return deadline
 
     def on_timer(self, now_ns: int) -> None:
