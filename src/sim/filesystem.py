@@ -116,7 +116,9 @@ class SimFileSystem:
 
     def _write(self, path: str, offset: int | None, data: bytes) -> None:
         """At `offset`, or at the end for None. At the armed crash point the write lands partly."""
-        strikes = self.operation_count == self.crash_at_operation_index    # _operation(), inlined
+        # _operation(), inlined (an index compared with None only when a crash is armed)
+        crash_at_operation_index = self.crash_at_operation_index
+        strikes = crash_at_operation_index is not None and self.operation_count == crash_at_operation_index
         self.operation_count += 1
         directory, _, name = path.rpartition("/")       # _disk_for_write, its common case inlined
         listing = self._dirs.get(directory or ".")
@@ -138,7 +140,7 @@ class SimFileSystem:
             disk.write_at(offset, data)
         except DiskFull:
             raise DiskFullError(f"{path}: no space left on device") from None
-        self._used_size += disk.size - size_before
+        self._used_size += grown_size       # the file's size is now max(size_before, offset + len(data))
 
     def preallocate(self, path: str, size: int) -> None:
         """At the armed crash point the file grows only partly."""

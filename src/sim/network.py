@@ -71,15 +71,23 @@ class SimNetwork:
         # Earliest until_ns among _partitions (None if none expires): pruning waits for it.
         self._next_expiry_at_ns: int | None = None
         # Each link gets its own latency scale, drawn from the rng when the link is first used
-        # (first use happens in a seed-determined order, so this stays deterministic).
-        self._link_scale: dict[tuple[str, str], float] = {}
+        # (first use happens in a seed-determined order, so this stays deterministic). Kept by
+        # source, then destination: two lookups of strings cost less than building a key tuple.
+        self._link_scales: dict[str, dict[str, float]] = {}
         self._delivered = self._lost = self._duplicated = self._blocked = self._reordered = 0
         self._partition_count = self._partitions_refused = self._partitions_active_peak = 0
         self._set_latency_rate()
 
     def _set_latency_rate(self) -> None:
-        extra_ns = self.options.latency_mean_ns - self.options.latency_min_ns
+        options = self.options
+        extra_ns = options.latency_mean_ns - options.latency_min_ns
         self._latency_rate = 1 / extra_ns if extra_ns > 0 else 0.0
+        # The knobs fate_ns reads for every message, copied out of the options (kept in step
+        # with them here, the only place options change after construction).
+        self._loss_probability = options.loss_probability
+        self._duplicate_probability = options.duplicate_probability
+        self._reorder_probability = options.reorder_probability
+        self._latency_min_ns = options.latency_min_ns
 
     # -- messages ---------------------------------------------------------------------------
 
@@ -89,38 +97,53 @@ class SimNetwork:
         return self.delays_ns(source, destination, now_ns)
 
     def delays_ns(self, source: str, destination: str, now_ns: int) -> list[int]:
-        """delivery_delays_ns with positional arguments, for the world's send loop."""
+        """delivery_delays_ns with positional arguments."""
+        fate = self.fate_ns(source, destination, now_ns)
+        if fate is None:
+            return []
+        return [fate] if type(fate) is int else fate
+
+    def fate_ns(self, source: str, destination: str, now_ns: int) -> int | list[int] | None:
+        """delays_ns for the world's send loop, without a list in the common case: the delay
+        of the one copy that arrives (an int), None if none does, or the list of delays of a
+        duplicated message. The same draws as delays_ns, in the same order."""
         if self._partitions and self.is_blocked(source, destination, now_ns):
             self._blocked += 1
-            return []
-        options = self.options
+            return None
         rng = self.rng
-        if options.loss_probability and rng.random() < options.loss_probability:
+        loss_probability = self._loss_probability
+        if loss_probability and rng.random() < loss_probability:
             self._lost += 1
-            return []
+            return None
         self._delivered += 1
-        link = (source, destination)
-        if options.duplicate_probability and rng.random() < options.duplicate_probability:
+        duplicate_probability = self._duplicate_probability
+        if duplicate_probability and rng.random() < duplicate_probability:
             self._duplicated += 1
-            return [self._latency_ns(link), self._latency_ns(link)]
-        # One copy (nearly always): _latency_ns(link), spelled out.
-        scale = self._link_scale.get(link)
+            return [self._latency_ns(source, destination), self._latency_ns(source, destination)]
+        # One copy (nearly always): _latency_ns(source, destination), spelled out.
+        scales = self._link_scales.get(source)
+        if scales is None:
+            scales = self._link_scales[source] = {}
+        scale = scales.get(destination)
         if scale is None:
-            scale = self._link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
-        latency_ns = options.latency_min_ns
-        if self._latency_rate:
-            latency_ns += int(-_log(1.0 - rng.random()) / self._latency_rate * scale)
-        if options.reorder_probability and rng.random() < options.reorder_probability:
-            latency_ns += rng.randrange(options.reorder_delay_max_ns + 1)
+            scale = scales[destination] = rng.choice(LINK_LATENCY_SCALES)
+        latency_ns = self._latency_min_ns
+        latency_rate = self._latency_rate
+        if latency_rate:
+            latency_ns += int(-_log(1.0 - rng.random()) / latency_rate * scale)
+        reorder_probability = self._reorder_probability
+        if reorder_probability and rng.random() < reorder_probability:
+            latency_ns += rng.randrange(self.options.reorder_delay_max_ns + 1)
             self._reordered += 1
-        return [latency_ns]
+        return latency_ns
 
-    def _latency_ns(self, link: tuple[str, str]) -> int:
+    def _latency_ns(self, source: str, destination: str) -> int:
         options = self.options
         rng = self.rng
-        scale = self._link_scale.get(link)
+        scales = self._link_scales.setdefault(source, {})
+        scale = scales.get(destination)
         if scale is None:
-            scale = self._link_scale[link] = rng.choice(LINK_LATENCY_SCALES)
+            scale = scales[destination] = rng.choice(LINK_LATENCY_SCALES)
         latency_ns = options.latency_min_ns
         if self._latency_rate:
             # An exponential draw with rate _latency_rate, computed as Random.expovariate does

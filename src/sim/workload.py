@@ -126,6 +126,12 @@ class _Writer:
         self.added_count = 0
         self.is_finishing = False
         self.entries_max = 0
+        self._add_tick = self._add      # bound once: every tick schedules the next
+        # What a tick reads, looked up once: the mean interval's reciprocal as the draw divides
+        # by it (the same float every time), the workload's uniform draw and the clock.
+        self._add_rate = 1 / workload.scenario.add_interval_mean_ns
+        self._random = workload.rng.random
+        self._loop = workload.world.loop
 
     def start(self) -> None:
         if not self.w.is_writing:
@@ -154,7 +160,7 @@ class _Writer:
         w = self.w
         delay_ns = int(-_log(1.0 - w.rng.random()) / (1 / w.scenario.add_interval_mean_ns))
         loop = w.world.loop
-        loop.post_at(loop.now_ns + delay_ns, self._add, self.writer)     # later(), spelled out
+        loop.post_at(loop.now_ns + delay_ns, self._add_tick, self.writer)     # later(), spelled out
 
     def _add(self, writer) -> None:
         if writer is not self.writer or self.is_finishing:
@@ -164,18 +170,26 @@ class _Writer:
             self._finish()
             return
         if self.in_flight_count < w.scenario.adds_in_flight_max:
-            self.added_count += 1
-            self.in_flight_count += 1
-            payload = f"{self.name}/{writer.ledger_id}/{self.added_count}/".encode() + b"x" * w.rng.randrange(64)
-            record: list[int] = []
-            now_ns = w.world.loop.now_ns
-            # call(), spelled out without a lambda to start the add: this runs for every add.
-            entry_id = writer.add(w.new_op(self.name, partial(self._on_added, writer, record)), payload, now_ns=now_ns)
-            w.world.client_did_something(self.name)
-            if entry_id is not None:
-                record.append(w.history.add_invoked(process=self.name, ledger_id=writer.ledger_id,
-                                                    entry_id=entry_id, payload=payload, now_ns=now_ns))
-        self._schedule_add()
+            self._add_now(writer)
+        # _schedule_add, spelled out: most ticks of a writer find as many adds in flight as
+        # allowed and do only this.
+        loop = self._loop
+        random = self._random       # (read, then called: a method lookup would not specialize)
+        loop.post_at(loop.now_ns + int(-_log(1.0 - random()) / self._add_rate), self._add_tick, self.writer)
+
+    def _add_now(self, writer) -> None:
+        w = self.w
+        self.added_count += 1
+        self.in_flight_count += 1
+        payload = f"{self.name}/{writer.ledger_id}/{self.added_count}/".encode() + b"x" * w.rng.randrange(64)
+        record: list[int] = []
+        now_ns = w.world.loop.now_ns
+        # call(), spelled out without a lambda to start the add: this runs for every add.
+        entry_id = writer.add(w.new_op(self.name, partial(self._on_added, writer, record)), payload, now_ns=now_ns)
+        w.world.client_did_something(self.name)
+        if entry_id is not None:
+            record.append(w.history.add_invoked(process=self.name, ledger_id=writer.ledger_id,
+                                                entry_id=entry_id, payload=payload, now_ns=now_ns))
 
     def _on_added(self, writer, record: list[int], completed: Completed, now_ns: int) -> None:
         if record:

@@ -15,6 +15,7 @@ Every random choice comes from generators seeded from the run's seed, in a fixed
 from __future__ import annotations
 
 import random
+import types
 from dataclasses import dataclass
 from typing import Callable
 
@@ -53,6 +54,10 @@ HEALED_DISK_CAPACITY_SIZE = 1 << 40
 
 @dataclass(slots=True)
 class _Node:
+    """A bookie or a client process. One class for both (the fields of the other kind stay at
+    their defaults) so that the hot paths, which handle both, see a single type: CPython
+    specializes an attribute access to the one type it sees and falls back to a slower generic
+    lookup where two alternate."""
     name: str
     core: object = None
     is_up: bool = True
@@ -60,10 +65,7 @@ class _Node:
     paused_until_ns: int = 0
     timer_handle: object = None
     timer_at_ns: int | None = None
-
-
-@dataclass(slots=True)
-class _BookieNode(_Node):
+    # Bookies only.
     fs: SimFileSystem | None = None
     index: MemoryIndexStore | None = None      # committed on write: survives crashes
     stack: BookieStack | None = None
@@ -71,11 +73,37 @@ class _BookieNode(_Node):
     session_id: int | None = None
     crash_count: int = 0
     start_failure_count: int = 0
-
-
-@dataclass(slots=True)
-class _ClientNode(_Node):
+    # Clients only.
     on_completed: Callable[[str, Completed, int], None] | None = None
+    # The world's handlers for this kind of node: its own copies of _deliver, _pump and
+    # _on_timer (see _own_copy), bound. Set when the node is added. (Callers read one into a
+    # local before calling it: node.pump(node) would be a method lookup that CPython cannot
+    # specialize for an attribute that holds a bound method.)
+    deliver: Callable | None = None
+    pump: Callable | None = None
+    on_timer: Callable | None = None
+    # core.take_effects and core.next_deadline_ns, bound when core is set (None while it is
+    # None): the pump calls them after every input. Invariant: core changes only through
+    # set_core, which keeps these two in step with it.
+    take_effects: Callable | None = None
+    next_deadline_ns: Callable | None = None
+
+    def set_core(self, core: object) -> None:
+        self.core = core
+        self.take_effects = None if core is None else core.take_effects
+        self.next_deadline_ns = None if core is None else core.next_deadline_ns
+
+
+_BookieNode = _ClientNode = _Node
+
+
+def _own_copy(function: Callable) -> Callable:
+    """`function` with a code object of its own. CPython 3.11 specializes each instruction of a
+    code object to the types it meets, and an instruction that meets two types in turn (a Bookie
+    core and a Client core) falls back to a slower generic path; the world's handlers for
+    inputs therefore run as one copy per kind of node, each seeing one kind. Same behaviour."""
+    return types.FunctionType(function.__code__.replace(), function.__globals__, function.__name__,
+                              function.__defaults__, function.__closure__)
 
 
 @dataclass(slots=True)
@@ -130,8 +158,7 @@ class SimWorld:
         self.message_filter: Callable[[str, str, object], bool] | None = None
         # What every pump with sends calls, bound once (a method looked up is a new object).
         self._post_at = self.loop.post_at
-        self._delays_ns = self.network.delays_ns
-        self._deliver_message = self._deliver
+        self._fates_ns = self.network.fate_ns
 
     @property
     def now_ns(self) -> int:
@@ -144,6 +171,7 @@ class SimWorld:
         node = _BookieNode(name=bookie_id, fs=SimFileSystem(rng=disk_rng, options=self.scenario.disk,
                                                             capacity_size=self.scenario.disk_capacity_size),
                            index=MemoryIndexStore(), monitor=DiskUsageMonitor())
+        node.deliver, node.pump, node.on_timer = self._deliver_to_bookie, self._pump_bookie, self._on_bookie_timer
         self.bookies[bookie_id] = node
         self.nodes[bookie_id] = node
         self._start_bookie(node)
@@ -151,13 +179,17 @@ class SimWorld:
     def add_client(self, client_id: str, on_completed: Callable[[str, Completed, int], None]) -> Client:
         rng = random.Random(self._client_seed ^ (len(self.clients) + 1) * 0x9E3779B97F4A7C15)
         client = Client(client_id=client_id, rng=rng, config=self.client_config, layout=self.layout)
-        self.clients[client_id] = self.nodes[client_id] = _ClientNode(name=client_id, core=client,
-                                                                     on_completed=on_completed)
+        node = _ClientNode(name=client_id, on_completed=on_completed, deliver=self._deliver_to_client,
+                           pump=self._pump_client, on_timer=self._on_client_timer)
+        node.set_core(client)
+        self.clients[client_id] = self.nodes[client_id] = node
         return client
 
     def client_did_something(self, client_id: str) -> None:
         """The workload called into a client directly: perform what it asked for."""
-        self._pump(self.clients[client_id])
+        node = self.clients[client_id]
+        pump = node.pump
+        pump(node)
 
     # -- bookie lifecycle -----------------------------------------------------------------
 
@@ -185,7 +217,7 @@ class SimWorld:
             self.loop.call_later(self.scenario.restart_delay_mean_ns, self._restart_bookie, node.name)
             return
         self.counts.journal_tails_repaired += len(replay.tail_problems)
-        node.core = stack.core
+        node.set_core(stack.core)
         node.stack = stack
         node.is_up = True
         node.incarnation += 1
@@ -285,7 +317,7 @@ class SimWorld:
         if not node.is_up:
             return
         node.is_up = False
-        node.core = None
+        node.set_core(None)
         node.incarnation += 1
         node.crash_count += 1
         self.counts.crashes += 1
@@ -348,14 +380,16 @@ class SimWorld:
             if sender is not None and sender.paused_until_ns <= now_ns:
                 self.trace.record(now_ns, "refused", source, node.name)
                 sender.core.on_send_failed(message, destination=node.name, now_ns=now_ns)
-                self._pump(sender)
+                pump = sender.pump
+                pump(sender)
             return
         if node.paused_until_ns > now_ns:
-            self.loop.call_at(node.paused_until_ns, self._deliver, node, source, message, incarnation)
+            self.loop.call_at(node.paused_until_ns, node.deliver, node, source, message, incarnation)
             return
         self.trace.record_plain((now_ns, "recv", node.name, source, message.TAG, getattr(message, "request_id", 0)))
         node.core.receive(message, source=source, now_ns=now_ns)
-        self._pump(node)
+        pump = node.pump
+        pump(node)
 
     def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
         node = self.bookies[bookie_id]
@@ -368,7 +402,8 @@ class SimWorld:
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", bookie_id, token))
         node.core.on_persisted(token, now_ns)
-        self._pump(node)
+        pump = node.pump
+        pump(node)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
         node.timer_handle = None
@@ -380,7 +415,8 @@ class SimWorld:
             self._arm_timer_at(node, node.paused_until_ns)
             return
         node.core.on_timer(now_ns)
-        self._pump(node)
+        pump = node.pump
+        pump(node)
 
     def _metadata_result(self, client_id: str, token: int, result: MetaResult) -> None:
         node = self.clients[client_id]
@@ -389,7 +425,8 @@ class SimWorld:
             return
         self.trace.record_plain((self.loop.now_ns, "meta", client_id, token, int(result.code)))
         node.core.on_metadata_result(token, result, now_ns=self.loop.now_ns)
-        self._pump(node)
+        pump = node.pump
+        pump(node)
 
     # -- effects --------------------------------------------------------------------------
 
@@ -402,16 +439,15 @@ class SimWorld:
         sends alone the core has nothing new to say and is not asked again. What every round
         needs is looked up once per pump, and only by a pump that has effects (most inputs of a
         bookie leave it none)."""
-        core = node.core
-        if core is None:
+        if node.core is None:
             return
-        effects = core.take_effects()
+        take_effects = node.take_effects
+        effects = take_effects()
         if effects:
             now_ns = self.loop.now_ns
             name = node.name
             nodes = self.nodes
-            deliver = self._deliver_message
-            delays_ns = self._delays_ns
+            fates_ns = self._fates_ns
             post_at = self._post_at
             counts = self.counts
             round_count = 0
@@ -431,28 +467,40 @@ class SimWorld:
                         message = effect.message
                         if message_filter is not None and not message_filter(name, destination, message):
                             continue
-                        for delay_ns in delays_ns(name, destination, now_ns):
-                            post_at(now_ns + delay_ns, deliver, target, name, message, target.incarnation)
+                        fate_ns = fates_ns(name, destination, now_ns)
+                        if type(fate_ns) is int:        # one copy: nearly always
+                            post_at(now_ns + fate_ns, target.deliver, target, name, message, target.incarnation)
+                        elif fate_ns is not None:       # duplicated
+                            for delay_ns in fate_ns:
+                                post_at(now_ns + delay_ns, target.deliver, target, name, message, target.incarnation)
                     else:
                         counts.messages_sent -= 1
                         is_sends_only = False
                         self._perform(node, effect)
                         message_filter = self.message_filter      # _perform ran code that may set it
-                core = node.core
-                if is_sends_only or core is None:
+                if is_sends_only or node.core is None:
                     break
-                effects = core.take_effects()
+                take_effects = node.take_effects
+                effects = take_effects()
                 if not effects:
                     break
-            if core is None:
+            if node.core is None:
                 return
         # Keep the node's timer at the core's next deadline.
-        deadline_ns = core.next_deadline_ns()
+        next_deadline_ns = node.next_deadline_ns
+        deadline_ns = next_deadline_ns()
         if deadline_ns is None:
             if node.timer_handle is not None:
                 self._cancel_timer(node)
         elif deadline_ns != node.timer_at_ns:
             self._arm_timer_at(node, deadline_ns)
+
+    _deliver_to_bookie = _own_copy(_deliver)
+    _deliver_to_client = _own_copy(_deliver)
+    _on_bookie_timer = _own_copy(_on_timer)
+    _on_client_timer = _own_copy(_on_timer)
+    _pump_bookie = _own_copy(_pump)
+    _pump_client = _own_copy(_pump)
 
     def _perform(self, node: _Node, effect: object) -> None:
         now_ns = self.loop.now_ns
@@ -466,7 +514,7 @@ class SimWorld:
                 return
             for delay_ns in self.network.delivery_delays_ns(source=node.name, destination=effect.destination,
                                                             now_ns=now_ns):
-                self.loop.post_at(now_ns + delay_ns, self._deliver, target, node.name, effect.message,
+                self.loop.post_at(now_ns + delay_ns, target.deliver, target, node.name, effect.message,
                                   target.incarnation)
         elif kind is JournalWrite:
             self.counts.journal_writes += 1
@@ -482,7 +530,8 @@ class SimWorld:
         elif kind is MetadataCall:
             self._call_metastore(node.name, effect)
         elif kind is Completed:
-            node.on_completed(node.name, effect, now_ns)
+            on_completed = node.on_completed
+            on_completed(node.name, effect, now_ns)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
 
@@ -521,7 +570,7 @@ class SimWorld:
         if node.timer_handle is not None:
             loop.cancel(node.timer_handle)
         node.timer_at_ns = at_ns
-        node.timer_handle = loop.call_at(at_ns if at_ns > loop.now_ns else loop.now_ns, self._on_timer, node,
+        node.timer_handle = loop.call_at(at_ns if at_ns > loop.now_ns else loop.now_ns, node.on_timer, node,
                                          node.incarnation)
 
     def _cancel_timer(self, node: _Node) -> None:

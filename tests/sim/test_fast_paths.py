@@ -327,7 +327,7 @@ def _world_with_core(core):
     h = Harness(bookie_count=1)
     h.client("c")
     node = h.world.clients["c"]
-    node.core = core
+    node.set_core(core)
     node.on_completed = lambda client_id, completed, now_ns: None
     return h.world, node
 
@@ -349,3 +349,32 @@ def test_pump_refuses_a_core_that_never_stops_talking():
     with pytest.raises(AssertionError, match="effects kept coming"):
         world._pump(node)
     assert node.core.taken_count == PUMP_ROUND_COUNT_MAX + 1
+
+
+def test_world_runs_its_own_copy_of_each_input_handler_per_kind_of_node():
+    """Bookies and clients go through copies of _deliver, _pump and _on_timer with code objects
+    of their own (so each specializes to one kind of core), made from the same bytecode."""
+    from sim.world import SimWorld
+    h = Harness(bookie_count=1)
+    h.client("c")
+    bookie, client = h.world.bookies["bookie-0"], h.world.clients["c"]
+    for name, bookie_copy, client_copy in (("_deliver", "_deliver_to_bookie", "_deliver_to_client"),
+                                           ("_pump", "_pump_bookie", "_pump_client"),
+                                           ("_on_timer", "_on_bookie_timer", "_on_client_timer")):
+        original = getattr(SimWorld, name).__code__
+        copies = [getattr(SimWorld, bookie_copy).__code__, getattr(SimWorld, client_copy).__code__]
+        assert copies[0] is not copies[1] and all(code is not original for code in copies)
+        assert all(code.co_code == original.co_code and code.co_consts == original.co_consts for code in copies)
+    assert bookie.deliver.__func__ is SimWorld._deliver_to_bookie and client.deliver.__func__ is SimWorld._deliver_to_client
+    assert bookie.pump.__func__ is SimWorld._pump_bookie and client.pump.__func__ is SimWorld._pump_client
+    assert bookie.on_timer.__func__ is SimWorld._on_bookie_timer and client.on_timer.__func__ is SimWorld._on_client_timer
+
+
+def test_a_nodes_bound_core_methods_follow_its_core():
+    h = Harness(bookie_count=1)
+    node = h.world.bookies["bookie-0"]
+    assert node.take_effects.__self__ is node.core and node.next_deadline_ns.__self__ is node.core
+    h.world.crash_bookie("bookie-0", restart_after_ns=None)
+    assert node.core is None and node.take_effects is None and node.next_deadline_ns is None
+    h.world._restart_bookie("bookie-0")
+    assert node.core is not None and node.take_effects.__self__ is node.core

@@ -147,7 +147,8 @@ class RecordEncoder:
 
     def encode_entry(self, ledger_id: int, entry_id: int, body: bytes) -> bytes:
         """encode(EntryRecord(ledger_id, entry_id, body)), without building the record."""
-        payload = self._pack([_ENTRY_KIND, ledger_id, entry_id, body])
+        pack = self._pack        # (read, then called: a method lookup here would not specialize)
+        payload = pack([_ENTRY_KIND, ledger_id, entry_id, body])
         assert len(payload) <= RECORD_SIZE_MAX, f"EntryRecord of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
         return RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)) + payload
 

@@ -77,7 +77,6 @@ class ClientContext:
         self._timers: list[tuple[int, int]] = []
         self._timer_callbacks: dict[int, TimerCallback] = {}
         self._next_timer_key = 1
-        self._sent_count = 0
         self._responses_count = 0
         self._dropped_count = 0
         self._timeouts_count = 0
@@ -115,8 +114,8 @@ class ClientContext:
         self._timer_callbacks.pop(key, None)
 
     def next_deadline_ns(self) -> int | None:
-        # Asked after every input: the first deadline of each bucket is read with a for/break
-        # (cheaper than next(iter(...))).
+        # Asked after every input: each bucket's head is read once, and dropped if its request
+        # was answered.
         timers = self._timers
         callbacks = self._timer_callbacks
         while timers and timers[0][1] not in callbacks:
@@ -124,12 +123,13 @@ class ClientContext:
         deadline = timers[0][0] if timers else None
         pending = self._pending_requests
         for bucket in self._request_deadlines.values():
-            while bucket and bucket[0][1] not in pending:
+            while bucket:
+                first, request_id = bucket[0]
+                if request_id in pending:
+                    if deadline is None or first < deadline:
+                        deadline = first
+                    break
                 bucket.popleft()                      # a dead entry: nothing observable changes
-            if bucket:
-                first = bucket[0][0]
-                if deadline is None or first < deadline:
-                    deadline = first
         return deadline
 
     def on_timer(self, now_ns: int) -> None:
@@ -163,12 +163,12 @@ class ClientContext:
         bucket.append((deadline, request_id))
         pending = self._pending_requests
         pending[request_id] = (destination, on_response)
-        if len(pending) > self._pending_peak:
-            self._pending_peak = len(pending)
-        if len(bucket) > 2 * len(pending) + DEADLINE_SLACK_COUNT:
+        pending_count = len(pending)
+        if pending_count > self._pending_peak:
+            self._pending_peak = pending_count
+        if len(bucket) > 2 * pending_count + DEADLINE_SLACK_COUNT:
             self._request_deadlines[timeout_ns] = deque(entry for entry in bucket if entry[1] in pending)
         self._effects.append(Send(destination, build(request_id)))
-        self._sent_count += 1
         return request_id
 
     def forget_request(self, request_id: int) -> None:
@@ -232,5 +232,6 @@ class ClientContext:
         return len(self._pending_metadata)
 
     def statistics(self) -> ContextStatistics:
-        return ContextStatistics(self._sent_count, self._responses_count, self._dropped_count,
+        # Every request sent took the next id: ids count the requests sent.
+        return ContextStatistics(self._next_request_id - 1, self._responses_count, self._dropped_count,
                                  self._timeouts_count, self._metadata_count, self._pending_peak)

@@ -22,7 +22,7 @@ from typing import Callable
 from bkcore.client.context import ClientContext
 from bkcore.digest import Digester, UnpackedEntry
 from bkcore.errors import (
-    BKException, BookieIOError, Code, DigestMismatch, NoSuchEntry, Unauthorized, exception_for,
+    BKException, BookieIOError, Code, DigestMismatch, NoSuchEntry, Unauthorized, code_of, exception_for,
 )
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.ledger.schedule import is_covered, missing_threshold, write_set
@@ -47,7 +47,7 @@ def _verified(digester: Digester, response, entry_id: int) -> tuple[UnpackedEntr
     if response is None:
         return None, Code.TIMEOUT
     if response.code != _OK:
-        return None, Code(response.code)
+        return None, code_of(response.code)
     try:
         return digester.unpack_entry(response.body, expected_entry_id=entry_id), _OK
     except DigestMismatch:
@@ -244,7 +244,7 @@ class BatchRead(_OneReplicaAtATime):
         if response is None:
             return [], Code.TIMEOUT
         if response.code != _OK:
-            return [], Code(response.code)
+            return [], code_of(response.code)
         bodies = response.bodies
         if not bodies:
             return [], Code.IO_ERROR            # OK with nothing: a broken bookie
@@ -372,7 +372,7 @@ class LacRead(_FanOutRead):
     def _on_response(self, position: int, response, now_ns: int) -> None:
         if self.is_done:
             return
-        code = Code.TIMEOUT if response is None else Code(response.code)
+        code = Code.TIMEOUT if response is None else code_of(response.code)
         if code == Code.OK:
             try:
                 self.lac = max(self.lac, self._lac_of(response))

@@ -33,6 +33,16 @@ class LedgerState(Enum):
 # Looked up once: reading an enum member off its class is slow in CPython 3.11 (five times a plain
 # attribute), and every metadata built or asked is_closed tests it.
 _CLOSED = LedgerState.CLOSED
+# Members by value, for reading metadata without calling the enum classes (about a microsecond
+# each in CPython 3.11); a value not here goes to the class, which refuses it as before.
+_LEDGER_STATE_OF_VALUE = {state.value: state for state in LedgerState}
+_DIGEST_TYPE_OF_VALUE = {digest_type.value: digest_type for digest_type in DigestType}
+
+
+def _member_of(enum_class, members: dict, value: object):
+    """enum_class(value), from `members` when the value is a str it holds."""
+    member = members.get(value) if type(value) is str else None
+    return member if member is not None else enum_class(value)
 
 
 class MetadataFormatError(ValueError):
@@ -160,10 +170,10 @@ class LedgerMetadata:
             "ledger_id": self.ledger_id,
             "E": self.ensemble_size, "Qw": self.write_quorum_size, "Qa": self.ack_quorum_size,
             "ensembles": [[first, list(bookies)] for first, bookies in self.ensembles],
-            "digest": self.digest_type.value,
+            "digest": self.digest_type._value_,       # (.value is a property: a call)
             "password_hash": self.password_hash,
             "ctime_ns": self.ctime_ns,
-            "state": self.state.value,
+            "state": self.state._value_,
             "last_entry_id": self.last_entry_id,
             "length": self.length,
             "deferred_sync": self.is_deferred_sync,
@@ -181,8 +191,9 @@ class LedgerMetadata:
                 ledger_id=d["ledger_id"], ensemble_size=d["E"], write_quorum_size=d["Qw"],
                 ack_quorum_size=d["Qa"],
                 ensembles=tuple((first, tuple(bookies)) for first, bookies in d["ensembles"]),
-                digest_type=DigestType(d["digest"]), password_hash=d["password_hash"],
-                ctime_ns=d["ctime_ns"], state=LedgerState(d["state"]),
+                digest_type=_member_of(DigestType, _DIGEST_TYPE_OF_VALUE, d["digest"]),
+                password_hash=d["password_hash"], ctime_ns=d["ctime_ns"],
+                state=_member_of(LedgerState, _LEDGER_STATE_OF_VALUE, d["state"]),
                 last_entry_id=d["last_entry_id"], length=d["length"],
                 is_deferred_sync=d["deferred_sync"],
                 custom_metadata=tuple((k, v) for k, v in d["custom"]), master_key=d.get("master_key", b""),
