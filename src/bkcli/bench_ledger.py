@@ -11,7 +11,9 @@ group commit) in a temp dir with free ports, then from this process:
                     acknowledgement to the reader seeing it (p50/p99).
 Before the cluster starts, disk_quorum_fdatasync measures the floor the shared disk sets for
 one add: Qw preallocated files written and fdatasynced at the same moment, timed until the
-Qa-th is done (bench_journal.raw_fdatasync_quorum).
+Qa-th is done (bench_journal.raw_fdatasync_quorum); raw_sequential is the disk's bandwidth
+(1 MiB writes, each fdatasynced). The pipelined run reports what the device wrote meanwhile:
+every entry reaches it 2 x Qw times (each bookie's journal, then its entry log).
 This process calls bkclient.tune_gc() first, as the library advises for a busy writer (the
 bookies do the same in their own processes); --default-gc leaves CPython's collector as it is.
 With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
@@ -28,7 +30,7 @@ import time
 
 import trio
 
-from bkcli.bench_journal import MIB, percentile, raw_fdatasync_quorum
+from bkcli.bench_journal import MIB, device_written_bytes, percentile, raw_fdatasync_quorum, raw_sequential
 
 
 PACE_TICK_S = 0.001
@@ -100,10 +102,11 @@ class _AddLoad:
             await self.until_some_complete()
 
 
-async def _pipelined(bk, args, payload: bytes) -> dict:
+async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None) -> dict:
     ledger = await bk.create_ledger(ensemble=args.ensemble, write_quorum=args.write_quorum,
                                     ack_quorum=args.ack_quorum, password=b"bench")
     load = _AddLoad(ledger, payload)
+    written_before = device_written_bytes(device_dir) if device_dir else None
     started = time.perf_counter()
     deadline = started + args.seconds
     while time.perf_counter() < deadline and not load.errors:
@@ -112,10 +115,14 @@ async def _pipelined(bk, args, payload: bytes) -> dict:
         await load.until_some_complete()
     await load.drain()
     elapsed = time.perf_counter() - started
+    written_after = device_written_bytes(device_dir) if written_before is not None else None
     await ledger.close()
+    # Every entry reaches the disk 2 x Qw times: each bookie's journal, then its entry log.
+    device = ({"device_write_mib_per_second": round((written_after - written_before) / MIB / elapsed, 1)}
+              if written_before is not None and written_after is not None else {})
     return {"in_flight": args.in_flight, **adds_summary(load.latencies, elapsed),
             "mib_per_second": round(len(load.latencies) * len(payload) / MIB / elapsed, 2),
-            "errors": load.errors[:3]}
+            **device, "errors": load.errors[:3]}
 
 
 async def _paced(bk, args, payload: bytes, rate: float) -> dict:
@@ -194,6 +201,7 @@ def cmd_bench_ledger(args) -> int:
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
     # The floor the disk itself sets for an add: its bookies' journals all live on it.
     disk_floor = raw_fdatasync_quorum(root, DISK_FLOOR_SECONDS, files=args.write_quorum, quorum=args.ack_quorum)
+    disk_bandwidth = raw_sequential(root, DISK_FLOOR_SECONDS)
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies)
     payload = os.urandom(args.entry_size)
     try:
@@ -203,7 +211,7 @@ def cmd_bench_ledger(args) -> int:
 
         async def measure() -> dict:
             async with connect(cluster.metastore_uri) as bk:
-                pipelined = await _pipelined(bk, args, payload)
+                pipelined = await _pipelined(bk, args, payload, device_dir=root)
                 return {"one_at_a_time": await _one_at_a_time(bk, args, payload), "pipelined": pipelined,
                         "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2),
                         "tail_visibility": await _tail_visibility(bk, args, payload)}
@@ -215,7 +223,7 @@ def cmd_bench_ledger(args) -> int:
     report = {"benchmark": "ledger", "bookies": args.bookies, "ensemble": args.ensemble,
               "write_quorum": args.write_quorum, "ack_quorum": args.ack_quorum, "entry_size": args.entry_size,
               "client_gc": "cpython defaults" if args.default_gc else "bkclient.tune_gc()",
-              "disk_quorum_fdatasync": disk_floor,
+              "disk_quorum_fdatasync": disk_floor, "raw_sequential": disk_bandwidth,
               **results}
     failed = False
     if args.peers:

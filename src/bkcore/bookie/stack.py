@@ -71,8 +71,9 @@ class BookieStack:
         return mark
 
     # The same checkpoint in steps for a driver with threads (see DurableLedgerStorage):
-    # begin and finish on the thread that runs the core; write in a worker; advance_last_mark
-    # in a worker too, but never while a journal write is in progress (it deletes journals).
+    # begin and finish on the thread that runs the core; write in a worker; then the mark in
+    # two steps, in workers too: write_last_mark (its own files) at any time, and after it
+    # delete_old_journals, never while a journal write is in progress.
 
     def begin_checkpoint(self) -> tuple[LogMark, CheckpointPlan]:
         """The mark covers exactly the records applied so far, which are what the plan holds."""
@@ -90,5 +91,13 @@ class BookieStack:
 
     def advance_last_mark(self, mark: LogMark) -> None:
         """Storage holds everything before `mark`: persist it, then drop journals behind it."""
+        self.write_last_mark(mark)
+        self.delete_old_journals(mark)
+
+    def write_last_mark(self, mark: LogMark) -> None:
+        """Persist the mark (files of its own in the ledger dirs: no journal is touched)."""
         self.journal.write_last_mark(mark)
+
+    def delete_old_journals(self, mark: LogMark) -> None:
+        """Only once the mark is persisted; never beside a journal write."""
         self.journal.delete_old_journals(mark)
