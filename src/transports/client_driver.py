@@ -14,7 +14,8 @@ pump the connections it sent on are flushed, so a lone add leaves without a hop 
 of one pump to a bookie as AddBatchRequests itself; adds that left it in separate pumps but
 wait for the same write are joined into AddBatchRequests here (bkcore.client.batching) and
 expanded back for the core on return. Adds started with start_with_callback (pipelined) are
-pumped together once the caller yields, so a burst of them makes one batch per bookie.
+pumped together once the caller yields, so a burst of them makes one batch per bookie (a long
+burst, one per PIPELINED_ADDS_PER_PUMP_MAX adds).
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ from transports.timer import CoreTimer, now_ns
 log = logging.getLogger("bk.client")
 
 CONNECT_TIMEOUT_S = 5.0
+# Pipelined adds started in a row leave together when their caller yields, or as soon as this
+# many are waiting: the bookies start on the first ones while the caller starts the rest (one
+# writer into one bookie: 67,000-93,000 adds/s against 53,000-61,000 when a burst of 2,000 waited
+# whole for the yield).
+PIPELINED_ADDS_PER_PUMP_MAX = 256
 RECONNECT_BACKOFF_MIN_S = 0.1
 RECONNECT_BACKOFF_MAX_S = 2.0
 
@@ -102,6 +108,7 @@ class ClientDriver:
         self._info_waiters: dict[int, _Call] = {}
         # A pump asked for by start_with_callback, run by _pump_when_asked once the caller yields.
         self._pump_asked = trio.Event()
+        self._started_since_pump = 0
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -141,11 +148,16 @@ class ClientDriver:
     def start_with_callback(self, start: Callable[[int, int], None], on_completed: Callable[[Completed], None]) -> None:
         """Like start() but `on_completed(Completed)` runs instead of waking a waiter (used for
         pipelined adds, where a task per add would cost more than the add). The effects wait
-        for the caller to yield, so that the adds it starts in a row travel together."""
+        for the caller to yield, so that the adds it starts in a row travel together, up to
+        PIPELINED_ADDS_PER_PUMP_MAX of them."""
         op_id = next(self._op_ids)
         self._on_completed[op_id] = on_completed
         start(op_id, now_ns())
-        self._pump_asked.set()
+        self._started_since_pump += 1
+        if self._started_since_pump >= PIPELINED_ADDS_PER_PUMP_MAX:
+            self.pump()
+        else:
+            self._pump_asked.set()
 
     async def _pump_when_asked(self) -> None:
         while True:
@@ -156,6 +168,7 @@ class ClientDriver:
     # -- effects ----------------------------------------------------------------------------
 
     def pump(self) -> None:
+        self._started_since_pump = 0
         client = self.client
         sent_on = set()
         while effects := client.take_effects():

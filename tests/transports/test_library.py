@@ -123,3 +123,34 @@ async def test_a_bookie_whose_session_expired_registers_again(cluster):
             while bookie.bookie_id not in await bk.list_bookies():
                 await trio.sleep(0.01)                # ...and came back on a new session
         assert not bookie.server.store.session_lost
+
+
+async def test_a_long_burst_of_pipelined_adds_leaves_in_batches_of_the_pump_limit(cluster):
+    """Adds started in a row travel together once the caller yields, but a burst longer than
+    PIPELINED_ADDS_PER_PUMP_MAX leaves a batch each time that many wait, so the bookies start
+    on it while the caller goes on."""
+    from transports.client_driver import PIPELINED_ADDS_PER_PUMP_MAX as limit
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=b"pw")
+        (bookie,) = [b for b in cluster.bookies if b.bookie_id in ledger.metadata.last_ensemble]
+        before = bookie.server.add_latency.count
+        done = trio.Event()
+        acked: list[int] = []
+
+        def on_done(entry_id, error):
+            assert error is None
+            acked.append(entry_id)
+            if len(acked) == count:
+                done.set()
+
+        for count in (limit // 2, 2 * limit + 10):      # a short burst, then a long one
+            acked.clear()
+            done = trio.Event()
+            for _ in range(count):
+                ledger.start_add(b"x", on_done)       # no yield in between
+            with trio.fail_after(10):
+                await done.wait()
+            assert acked == sorted(acked) and len(acked) == count
+            requests = bookie.server.add_latency.count - before
+            before += requests
+            assert requests == (1 if count < limit else 3), (count, requests)
