@@ -17,6 +17,7 @@ from typing import NamedTuple
 import crc32c
 
 from bkcore.bookie.fs import FileSystem, FileSystemError
+from bkcore.bookie.index import pack_location, unpack_location
 from bkcore.bookie.storage import StorageIOError
 
 ENTRY_LOG_MAGIC = b"BKLO"
@@ -32,14 +33,11 @@ class Location(NamedTuple):
     offset: int
 
 
-# A location packed (u64 log id, u64 offset), as the index stores it, and a record's key as the
-# log holds it (i64 ledger, i64 entry: for the non-negative ids stored, the same bytes as u64s).
-PACKED_LOCATION = struct.Struct(">QQ")
-
-
 class Appended(NamedTuple):
     """What append_many() wrote, in the forms a checkpoint indexes: per record its key as the
-    log holds it and its packed location; per (log id, ledger id) the bytes its records took."""
+    log holds it (i64 ledger, i64 entry: for the non-negative ids stored, the bytes of the
+    index's u64 pair) and its location packed as the index stores it (index.pack_location);
+    per (log id, ledger id) the bytes its records took."""
     keys: list[bytes]
     locations: list[bytes]
     sizes: dict[tuple[int, int], int]
@@ -108,7 +106,7 @@ class EntryLogger:
         self._needs_roll = False
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        return Location(*PACKED_LOCATION.unpack(self.append_many([((ledger_id, entry_id), body)]).locations[0]))
+        return Location(*unpack_location(self.append_many([((ledger_id, entry_id), body)]).locations[0]))
 
     def append_many(self, items) -> Appended:
         """append() for many ((ledger id, entry id), body) items (a write cache's own items),
@@ -126,8 +124,7 @@ class EntryLogger:
         chunks: list[bytes] = []
         pending_size = 0
         offset = self.current_size
-        pack_key, pack_header, pack_location = ENTRY_KEY.pack, RECORD_HEADER.pack, PACKED_LOCATION.pack
-        checksum = crc32c.crc32c
+        pack_key, pack_header, checksum = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
         fixed_size = RECORD_HEADER.size + ENTRY_KEY.size
         key_size, log_header_size, size_max = ENTRY_KEY.size, ENTRY_LOG_HEADER.size, self.entry_log_size_max
         log_id = self.current_id
@@ -137,11 +134,12 @@ class EntryLogger:
             # header | key | body without copying the body: the checksum runs over key then body.
             key = pack_key(ledger_id, entry_id)
             record_size = fixed_size + len(body)
-            if ledger_id != run_ledger_id or (offset > log_header_size and offset + record_size > size_max):
+            rolls = offset > log_header_size and offset + record_size > size_max
+            if rolls or ledger_id != run_ledger_id:
                 if run_size:
                     sizes[log_id, run_ledger_id] = sizes.get((log_id, run_ledger_id), 0) + run_size
                 run_ledger_id, run_size = ledger_id, 0
-                if offset > log_header_size and offset + record_size > size_max:
+                if rolls:
                     self._write_out(chunks, offset)
                     chunks, pending_size = [], 0
                     self._roll()
