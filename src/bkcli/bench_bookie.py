@@ -32,7 +32,8 @@ import time
 import trio
 
 from bkcli.bench_journal import (
-    FRAME_PAYLOAD_BYTES, MIB, device_written_bytes, percentile, preallocation_rounds, raw_fdatasync, raw_sequential, summarize_preallocation,
+    FRAME_PAYLOAD_BYTES, MIB, device_write_rate, device_written_bytes, percentile, preallocation_rounds,
+    raw_fdatasync, raw_sequential, summarize_preallocation,
 )
 from bkcli.local_processes import spawn_bookie
 from bkcore.digest import Digester, DigestType, master_key
@@ -125,15 +126,13 @@ async def _pipelined(port: int, ledger_id: int, entry_size: int, seconds: float,
         nursery.start_soon(send)
         nursery.start_soon(receive, nursery)
     elapsed = time.perf_counter() - started
-    device_written = device_written_bytes(device_dir) if device_written_before is not None else None
+    device = device_write_rate(device_dir, device_written_before, elapsed)
     await stream.aclose()
     return {"entry_size": entry_size, "entries_per_frame": per_frame, "window": window,
             "entries_per_second": round(acked[0] / elapsed), "mib_per_second": round(acked[0] * entry_size / MIB / elapsed, 1),
             "add_latency_p50_ms": round(percentile(latencies, 0.5) * 1e3, 3) if latencies else None,
             "add_latency_p99_ms": round(percentile(latencies, 0.99) * 1e3, 3) if latencies else None,
-            "errors": {Code(code).name: n for code, n in errors.items()},
-            **({"device_write_mib_per_second": round((device_written - device_written_before) / MIB / elapsed, 1)}
-               if device_written is not None else {})}
+            "errors": {Code(code).name: n for code, n in errors.items()}, **device}
 
 
 async def _one_at_a_time(port: int, ledger_id: int, entry_size: int, seconds: float) -> dict:

@@ -144,6 +144,15 @@ def device_written_bytes(directory: str) -> int | None:
         return None
 
 
+def device_write_rate(directory: str | None, written_before: int | None, elapsed_s: float) -> dict:
+    """{"device_write_mib_per_second": ...} since device_written_bytes(directory) gave
+    written_before, elapsed_s ago; {} when either reading is missing."""
+    written_after = device_written_bytes(directory) if directory and written_before is not None else None
+    if written_after is None:
+        return {}
+    return {"device_write_mib_per_second": round((written_after - written_before) / MIB / elapsed_s, 1)}
+
+
 def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: int, *, batched: bool = False,
                 prealloc_size: int = JournalConfig().journal_prealloc_size) -> dict:
     """Adds of `entry_size` handed to a bookie core `batch_bytes` at a time, each group written and

@@ -30,7 +30,9 @@ import time
 
 import trio
 
-from bkcli.bench_journal import MIB, device_written_bytes, percentile, raw_fdatasync_quorum, raw_sequential
+from bkcli.bench_journal import (
+    MIB, device_write_rate, device_written_bytes, percentile, raw_fdatasync_quorum, raw_sequential,
+)
 
 
 PACE_TICK_S = 0.001
@@ -115,11 +117,9 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None)
         await load.until_some_complete()
     await load.drain()
     elapsed = time.perf_counter() - started
-    written_after = device_written_bytes(device_dir) if written_before is not None else None
-    await ledger.close()
     # Every entry reaches the disk 2 x Qw times: each bookie's journal, then its entry log.
-    device = ({"device_write_mib_per_second": round((written_after - written_before) / MIB / elapsed, 1)}
-              if written_before is not None and written_after is not None else {})
+    device = device_write_rate(device_dir, written_before, elapsed)
+    await ledger.close()
     return {"in_flight": args.in_flight, **adds_summary(load.latencies, elapsed),
             "mib_per_second": round(len(load.latencies) * len(payload) / MIB / elapsed, 2),
             **device, "errors": load.errors[:3]}

@@ -10,10 +10,10 @@ breaks, every request it carried fails at once (Client.on_connection_lost), and 
 not dialled again until a backoff (doubling up to RECONNECT_BACKOFF_MAX_S) has passed: requests
 meanwhile fail immediately, which the core turns into ensemble changes or other replicas.
 Everything queued for a bookie between two writes leaves in one frame; at the end of each
-pump the connections it sent on are flushed, so a lone add leaves without a hop to a task. The core sends the adds
-of one pump to a bookie as AddBatchRequests itself; adds that left it in separate pumps but
-wait for the same write are joined into AddBatchRequests here (bkcore.client.batching) and
-expanded back for the core on return. Adds started with start_with_callback (pipelined) are
+pump the connections it sent on are flushed, so a lone add leaves without a hop to a task.
+The core sends the adds of one pump to a bookie as AddBatchRequests itself; adds that left it
+in separate pumps but wait for the same write are joined into AddBatchRequests here
+(bkcore.client.batching) and expanded back for the core on return. Adds started with start_with_callback (pipelined) are
 pumped together once the caller yields, so a burst of them makes one batch per bookie (a long
 burst, one per PIPELINED_ADDS_PER_PUMP_MAX adds).
 """
