@@ -70,11 +70,11 @@ async def _one_at_a_time(bk, args, payload: bytes) -> dict:
 
 
 class _AddLoad:
-    """Adds started straight on the client driver with a completion callback (a task per add
-    would cost more than the add): what pipelined and paced measurements share."""
+    """Adds started without waiting (WriteHandle.start_add, a completion callback each): what
+    pipelined and paced measurements share."""
 
     def __init__(self, ledger, payload: bytes) -> None:
-        self._driver, self._writer, self._payload = ledger._driver, ledger._writer, payload
+        self._ledger, self._payload = ledger, payload
         self.latencies: list[float] = []
         self.errors: list[str] = []
         self.in_flight = 0
@@ -83,13 +83,11 @@ class _AddLoad:
     def start_add(self) -> None:
         self.in_flight += 1
         sent_at = time.perf_counter()
-        writer, payload = self._writer, self._payload
-        self._driver.start_with_callback(lambda op_id, now_ns: writer.add(op_id, payload, now_ns=now_ns),
-                                         lambda completed: self._on_completed(sent_at, completed))
+        self._ledger.start_add(self._payload, lambda entry_id, error: self._on_done(sent_at, error))
 
-    def _on_completed(self, sent_at: float, completed) -> None:
-        if completed.error is not None:
-            self.errors.append(repr(completed.error))
+    def _on_done(self, sent_at: float, error) -> None:
+        if error is not None:
+            self.errors.append(repr(error))
         else:
             self.latencies.append(time.perf_counter() - sent_at)
         self.in_flight -= 1

@@ -79,7 +79,7 @@ class Digester:
 
     def pack_entry(self, *, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
         header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
-        return header + self._digest(header, payload) + payload
+        return b"".join((header, self._digest(header, payload), payload))     # one copy of payload
 
     def unpack_entry(self, body: bytes, *, expected_entry_id: int | None = None) -> UnpackedEntry:
         """Verify and split a packed entry. Raises DigestMismatch naming what was wrong."""

@@ -13,7 +13,7 @@ Everything queued for a bookie between two writes leaves in one frame; at the en
 pump the connections it sent on are flushed, so a lone add leaves without a hop to a task.
 The core sends the adds of one pump to a bookie as AddBatchRequests itself; adds that left it
 in separate pumps but wait for the same write are joined into AddBatchRequests here
-(bkcore.client.batching) and expanded back for the core on return. Adds started with start_with_callback (pipelined) are
+(bkcore.client.batching) and expanded back for the core on return. Adds started with start_add (pipelined) are
 pumped together once the caller yields, so a burst of them makes one batch per bookie (a long
 burst, one per PIPELINED_ADDS_PER_PUMP_MAX adds).
 """
@@ -34,7 +34,7 @@ from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, MetaCode, MetaResult
-from bkcore.errors import Code
+from bkcore.errors import BKException, Code
 from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
@@ -102,13 +102,14 @@ class ClientDriver:
         self._links: dict[str, _BookieLink] = {}
         self._nursery: trio.Nursery | None = None
         self._timer = CoreTimer(self._on_timer_due)
-        self._on_completed: dict[int, Callable[[Completed], None]] = {}
+        self._on_completed: dict[int, Callable[[object, BKException | None], None]] = {}
         # Driver-level requests (bookie info) use ids far above the core's.
         self._info_ids = itertools.count(1 << 62)
         self._info_waiters: dict[int, _Call] = {}
-        # A pump asked for by start_with_callback, run by _pump_when_asked once the caller yields.
+        # A pump asked for by start_add, run by _pump_when_asked once the caller yields.
         self._pump_asked = trio.Event()
         self._started_since_pump = 0
+        self._burst_started_ns = 0
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -145,19 +146,23 @@ class ClientDriver:
         self.pump()
         return call
 
-    def start_with_callback(self, start: Callable[[int, int], None], on_completed: Callable[[Completed], None]) -> None:
-        """Like start() but `on_completed(Completed)` runs instead of waking a waiter (used for
-        pipelined adds, where a task per add would cost more than the add). The effects wait
-        for the caller to yield, so that the adds it starts in a row travel together, up to
-        PIPELINED_ADDS_PER_PUMP_MAX of them."""
+    def start_add(self, writer, payload: bytes, on_done: Callable[[object, BKException | None], None]) -> None:
+        """A pipelined add to `writer`: `on_done(entry_id, None)` or `on_done(None, error)` runs
+        once it resolves, instead of waking a waiter (a task per add would cost more than the
+        add). The effects wait for the caller to yield, so that the adds it starts in a row
+        travel together, up to PIPELINED_ADDS_PER_PUMP_MAX of them. Every add of such a burst is
+        stamped with the burst's start time: they leave together, timed from the first one."""
         op_id = next(self._op_ids)
-        self._on_completed[op_id] = on_completed
-        start(op_id, now_ns())
-        self._started_since_pump += 1
-        if self._started_since_pump >= PIPELINED_ADDS_PER_PUMP_MAX:
+        self._on_completed[op_id] = on_done
+        started_count = self._started_since_pump
+        if not started_count:
+            self._burst_started_ns = now_ns()
+            self._pump_asked.set()
+        writer.add(op_id, payload, now_ns=self._burst_started_ns)
+        if started_count + 1 >= PIPELINED_ADDS_PER_PUMP_MAX:
             self.pump()
         else:
-            self._pump_asked.set()
+            self._started_since_pump = started_count + 1
 
     async def _pump_when_asked(self) -> None:
         while True:
@@ -189,9 +194,9 @@ class ClientDriver:
         self._timer.set(deadline_ns)
 
     def _complete(self, effect: Completed) -> None:
-        callback = self._on_completed.pop(effect.op_id, None)
-        if callback is not None:
-            callback(effect)
+        on_done = self._on_completed.pop(effect.op_id, None)
+        if on_done is not None:
+            on_done(effect.result, effect.error)
             return
         call = self._calls.pop(effect.op_id, None)
         if call is not None:

@@ -96,11 +96,7 @@ class WriteHandle:
     def start_add(self, payload: bytes, on_done: Callable[[int | None, BKException | None], None]) -> None:
         """Start one add without waiting for it: `on_done(entry_id, None)` or
         `on_done(None, error)` runs in the trio loop once it resolves (adds resolve in order)."""
-        payload = _as_bytes(payload)
-        writer = self._writer
-        self._driver.start_with_callback(lambda op_id, now_ns: writer.add(op_id, payload, now_ns=now_ns),
-                                         lambda completed: on_done(completed.result, None) if completed.error is None
-                                         else on_done(None, completed.error))
+        self._driver.start_add(self._writer, _as_bytes(payload), on_done)
 
     async def force(self) -> int:
         """Make every acknowledged entry durable (deferred-sync ledgers); returns the LAC."""

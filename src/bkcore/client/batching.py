@@ -23,10 +23,15 @@ BATCH_SIZE_MAX = 2 * 1024 * 1024
 DRIVER_BATCH_ID_BASE = 1 << 61
 
 
+def batch_fits(count: int, size: int) -> bool:
+    """Whether `count` consecutive entries of one ledger, `size` bytes of bodies, make one batch."""
+    return count <= BATCH_ENTRY_COUNT_MAX and size <= BATCH_SIZE_MAX
+
+
 def batch_may_grow(count: int, size: int, last_entry_id: int, entry_id: int, body_size: int) -> bool:
     """Whether a run of `count` entries (`size` bytes of bodies, the last `last_entry_id`) of
     one ledger may take entry `entry_id` of `body_size` bytes into the same batch."""
-    return entry_id == last_entry_id + 1 and count < BATCH_ENTRY_COUNT_MAX and size + body_size <= BATCH_SIZE_MAX
+    return entry_id == last_entry_id + 1 and batch_fits(count + 1, size + body_size)
 
 
 def _continues(run: list[AddRequest], message: AddRequest, run_size: int) -> bool:

@@ -24,7 +24,7 @@ from collections import deque
 from itertools import islice
 from enum import Enum
 
-from bkcore.client.batching import batch_may_grow
+from bkcore.client.batching import batch_fits, batch_may_grow
 from bkcore.client.context import ClientContext
 from bkcore.client.metadata_update import update_ledger_metadata
 from bkcore.digest import Digester, master_key
@@ -79,6 +79,12 @@ class _PendingAdd:
 def _runs(adds: list[_PendingAdd]) -> list[tuple[int, list[bytes]]]:
     """Adds for one bookie (entry ids rising) cut where a batch may not grow (batch_may_grow):
     (first entry id, bodies) of each run."""
+    first_entry_id = adds[0].entry_id
+    if adds[-1].entry_id - first_entry_id == len(adds) - 1:
+        # Consecutive (the usual case): one run, unless it is too long or too large for a batch.
+        bodies = [add.body for add in adds]
+        if batch_fits(len(bodies), sum(map(len, bodies))):
+            return [(first_entry_id, bodies)]
     runs = []
     start = size = 0
     previous_entry_id = adds[0].entry_id - 1
@@ -132,6 +138,11 @@ class LedgerWriter:
         # context's effects are next taken (_send_held), timed from the first one's push.
         self._held: dict[int, list[_PendingAdd]] = {}
         self._held_since_ns = 0
+        # The common case kept apart: adds held for every position of an unstriped ledger
+        # (E == Qw) while no bookie has failed, one list for all. Whenever _held is used it has
+        # them spilled into it first (_spill_held_for_all), so the two never hold adds at once.
+        self._held_for_all: list[_PendingAdd] = []
+        self._is_unstriped = metadata.ensemble_size == metadata.write_quorum_size
         # Read for every add: a ledger's E and Qw never change, nor the client's limits.
         self._write_sets = write_sets(metadata.ensemble_size, metadata.write_quorum_size)
         self._pending_adds_count_max = ctx.config.pending_adds_count_max
@@ -183,9 +194,16 @@ class LedgerWriter:
             self._idle_since_ns = None
         add = _PendingAdd(entry_id, op_id, body, length)
         pending.append(add)
+        failed = self._failed
+        if self._is_unstriped and not failed and not self._held:
+            held_for_all = self._held_for_all
+            if not held_for_all:
+                self._held_since_ns = now_ns
+                self.ctx.before_take(self._send_held)
+            held_for_all.append(add)
+            return True
         write_sets_ = self._write_sets
         positions = write_sets_[entry_id % len(write_sets_)]
-        failed = self._failed
         self._hold(add, [p for p in positions if p not in failed] if failed else positions, now_ns)
         return True
 
@@ -193,7 +211,9 @@ class LedgerWriter:
         """Send `add` to these positions with the next batches. Each position must get its
         adds in entry id order."""
         held = self._held
-        if not held:
+        if self._held_for_all:
+            self._spill_held_for_all()
+        elif not held:
             self._held_since_ns = now_ns
             self.ctx.before_take(self._send_held)
         for position in positions:
@@ -203,6 +223,14 @@ class LedgerWriter:
             else:
                 adds.append(add)
 
+    def _spill_held_for_all(self) -> None:
+        """Move the adds held for every position into each position's own list (_held)."""
+        held_for_all, self._held_for_all = self._held_for_all, []
+        if not held_for_all:
+            return
+        for position in range(self.metadata.ensemble_size):
+            self._held[position] = held_for_all.copy()
+
     def _refusal(self) -> BKException:
         if self.state is WriterState.ERRORED:
             return self.error
@@ -211,7 +239,10 @@ class LedgerWriter:
     def _send_held(self) -> None:
         """Send what _push and ensemble changes held back: per bookie, a request per run."""
         held, self._held = self._held, {}
+        held_for_all, self._held_for_all = self._held_for_all, []
         ensemble = self.metadata.ensembles[-1][1]
+        if held_for_all:            # then nothing is in `held` (see _spill_held_for_all)
+            held = dict.fromkeys(range(len(ensemble)), held_for_all)
         now_ns = self._held_since_ns
         # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
         runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
@@ -409,6 +440,7 @@ class LedgerWriter:
         for position in replaced:
             if self._failed.get(position) == replaced[position]:
                 del self._failed[position]
+        self._spill_held_for_all()
         for position in replaced:
             self._held.pop(position, None)     # held for the old bookie: all go again, in order
         for add in self._pending:
@@ -435,6 +467,7 @@ class LedgerWriter:
         self.error = error
         self._is_changing_ensemble = False
         self._held.clear()
+        self._held_for_all = []
         while self._pending:
             add = self._pending.popleft()
             self._complete(add.op_id, error=error)
