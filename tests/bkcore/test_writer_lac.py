@@ -1,6 +1,6 @@
 """When an idle writer pushes its LAC, stepped by hand: with the effects of the input that
 completed its adds, unless its application adds again right after going idle (then on a timer
-due at once, skipped if an add came first), and never twice within explicit_lac_interval_ns."""
+one interval later, cancelled by its next add), and never twice within explicit_lac_interval_ns."""
 
 import random
 
@@ -64,13 +64,18 @@ def test_a_writer_that_adds_right_after_going_idle_leaves_the_lac_to_its_next_ad
     add_and_ack(w, 1, at_ns=0, acked_at_ns=10)                       # pushed: its first idle
     # Added 100 ns after going idle (within the interval): the application adds at once.
     effects = add_and_ack(w, 2, at_ns=110, acked_at_ns=2_000)
-    assert lac_pushes(effects) == [] and w.ctx.next_deadline_ns() == 2_000     # a timer due at once
-    w.add(3, b"y", now_ns=2_000)                                     # the add came first: it carries LAC 1
-    w.ctx.on_timer(2_000)
+    assert lac_pushes(effects) == [] and w.ctx.next_deadline_ns() == 2_000 + INTERVAL_NS
+    w.add(3, b"y", now_ns=2_050)                                     # came first: it carries LAC 1
+    assert [e.message.body for e in w.ctx.take_effects() if type(e.message) is AddRequest][0][16:24] \
+        == (1).to_bytes(8, "big", signed=True)
+    assert w.ctx.next_deadline_ns() > 1_000_000                      # the timer is gone
+    w.ctx.on_timer(2_000 + INTERVAL_NS)
     assert lac_pushes(w.ctx.take_effects()) == []
-    # Without an add before the timer, the timer pushes.
+    # Without an add before the timer, the timer pushes, one interval after going idle.
     w2 = writer()
     add_and_ack(w2, 1, at_ns=0, acked_at_ns=10)
     add_and_ack(w2, 2, at_ns=110, acked_at_ns=2_000)
-    w2.ctx.on_timer(2_000)
+    w2.ctx.on_timer(2_000 + INTERVAL_NS - 1)
+    assert lac_pushes(w2.ctx.take_effects()) == []
+    w2.ctx.on_timer(2_000 + INTERVAL_NS)
     assert lac_pushes(w2.ctx.take_effects()) == [1, 1, 1]

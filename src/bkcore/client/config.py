@@ -21,9 +21,11 @@ class ClientConfig:
     # waiting for the next one to carry the LAC. BookKeeper's default is off; here it is on:
     # bookies take an explicit LAC without an fdatasync of its own, and a writer with adds in
     # flight never sends it (they carry the LAC). Its application's habit also counts: one that
-    # added again within the interval after going idle last time gets the push on a timer due
-    # at once, so that an add made right away carries the LAC instead.
-    explicit_lac_interval_ns: int = MS // 5
+    # added again within the interval after going idle last time gets the push one interval
+    # later, unless it adds before then (that add carries the LAC instead). Half a millisecond:
+    # a loaded two-core machine often takes longer than 0.2 ms to get an application from one
+    # acknowledgement to its next add, and each push is a message to every bookie.
+    explicit_lac_interval_ns: int = MS // 2
     # How many ensemble changes one writer may make before it gives up.
     ensemble_change_count_max: int = 20
     # Metadata compare-and-set retries and the pause between retries after a lost connection.
