@@ -1,7 +1,7 @@
 """CoreTimer: one trio task that calls a core's on_timer() when its next deadline comes.
 
 A pure core says when it next wants the clock (next_deadline_ns()); the driver passes that to
-set() after every pump, and run() sleeps until the deadline or until it moves. Deadlines are
+set() after every pump, and run() sleeps until the deadline or until an earlier one comes. Deadlines are
 trio clock nanoseconds (see now_ns()).
 """
 
@@ -23,7 +23,13 @@ class CoreTimer:
         self._changed = trio.Event()
 
     def set(self, deadline_ns: int | None) -> None:
-        if deadline_ns != self._at_ns:
+        """Be due no later than deadline_ns (None: the core has no deadline). Only an earlier
+        deadline re-arms the timer: a later one, or none, leaves the armed time, and the core
+        is then called once with nothing due (every core checks its own times) and says its
+        next deadline afterwards. Re-arming costs a task switch, and a client's next deadline
+        moves with nearly every answer (2.5 times per add, one add at a time, 3 bookies)."""
+        at_ns = self._at_ns
+        if deadline_ns is not None and (at_ns is None or deadline_ns < at_ns):
             self._at_ns = deadline_ns
             self._changed.set()
 
