@@ -96,7 +96,7 @@ class WriteHandle:
     def start_add(self, payload: bytes, on_done: Callable[[int | None, BKException | None], None]) -> None:
         """Start one add without waiting for it: `on_done(entry_id, None)` or
         `on_done(None, error)` runs in the trio loop once it resolves (adds resolve in order)."""
-        self._driver.start_add(self._writer, _as_bytes(payload), on_done)
+        self._driver.start_add(self._writer, payload if type(payload) is bytes else _as_bytes(payload), on_done)
 
     async def force(self) -> int:
         """Make every acknowledged entry durable (deferred-sync ledgers); returns the LAC."""

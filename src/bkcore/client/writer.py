@@ -146,6 +146,7 @@ class LedgerWriter:
         # Read for every add: a ledger's E and Qw never change, nor the client's limits.
         self._write_sets = write_sets(metadata.ensemble_size, metadata.write_quorum_size)
         self._pending_adds_count_max = ctx.config.pending_adds_count_max
+        self._entry_size_max = ctx.config.entry_size_max
         self._explicit_lac_interval_ns = ctx.config.explicit_lac_interval_ns
         if not is_recovery:
             ctx.open_writers[metadata.ledger_id] = self
@@ -162,7 +163,7 @@ class LedgerWriter:
 
     def add(self, op_id: int, payload: bytes, *, now_ns: int) -> int | None:
         """Push one entry; returns its entry id, or None if it failed at once (Completed says why)."""
-        if len(payload) > self.ctx.config.entry_size_max:
+        if len(payload) > self._entry_size_max:
             self._complete(op_id, error=BadRequest(
                 f"ledger {self.ledger_id}: entry of {len(payload)} bytes exceeds entry_size_max "
                 f"{self.ctx.config.entry_size_max}"))
@@ -308,17 +309,17 @@ class LedgerWriter:
         if self._is_changing_ensemble:
             return
         completed_any = False
-        pending = self._pending
+        pending, complete = self._pending, self._complete
         is_deferred_sync = self.metadata.is_deferred_sync
         ack_quorum_size = self.metadata.ack_quorum_size
         while pending and pending[0].ack_count >= ack_quorum_size:
             add = pending.popleft()
-            self.last_add_completed = add.entry_id
+            entry_id = self.last_add_completed = add.entry_id
             self._completed_length = add.length
             if not is_deferred_sync:
-                self.last_add_confirmed = add.entry_id
+                self.last_add_confirmed = entry_id
                 self.confirmed_length = add.length
-            self._complete(add.op_id, add.entry_id)
+            complete(add.op_id, entry_id)
             completed_any = True
         if completed_any:
             self._schedule_explicit_lac(now_ns)
