@@ -86,6 +86,9 @@ OPTIONS: tuple[Option, ...] = (
            help="adds waiting for the journal before TOO_MANY_REQUESTS (10000)"),
     Option("nettyMaxFrameSizeBytes", "", "frame_size_max", int, help="largest frame accepted (8388608)"),
     Option("logSizeLimit", "storage", "entry_log_size_max", int, help="roll entry logs at this size (1073741824)"),
+    Option("flushEntrylogBytes", "storage", "entry_log_flush_size", int,
+           help="a checkpoint syncs the entry log every this many bytes it writes, so journal syncs "
+                "meanwhile wait behind a slice, not the whole checkpoint (1048576; 0: once, at its end)"),
     Option("readCacheMaxEntries", "storage", "read_cache_count_max", int, help="entries kept after reads (4096)"),
     Option("dbStorage_readAheadCacheBatchSize", "storage", "read_ahead_count_max", int,
            help="entries read ahead after a read from an entry log (100; 0 turns it off)"),

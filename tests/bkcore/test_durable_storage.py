@@ -367,3 +367,24 @@ def test_get_entries_of_a_deleted_ledger_finds_nothing(stack):
     storage.checkpoint()
     storage.delete_ledger(1)
     assert storage.get_entries(1, 0, 4, 1 << 20) == []
+
+
+@pytest.mark.parametrize("flush_size", [0, 1])
+def test_a_checkpoint_syncs_its_entry_log_a_slice_at_a_time(flush_size):
+    """flushEntrylogBytes: with a flush size, every write-out that brings the unsynced bytes to
+    it syncs the log at once; without, the log is synced once, when the checkpoint flushes."""
+    from bkcore.bookie.entrylog import APPEND_WRITE_SIZE
+    fs = SimFileSystem(rng=random.Random(1), options=DiskOptions.none())
+    storage = DurableLedgerStorage(fs=fs, index=MemoryIndexStore(), config=StorageConfig(entry_log_flush_size=flush_size))
+    synced: list[str] = []
+    sync = fs.sync
+    fs.sync = lambda path: (synced.append(path), sync(path))[1]
+    storage.set_master_key(1, b"key")
+    body = bytes(64 * 1024)
+    count = 3 * APPEND_WRITE_SIZE // len(body) + 2           # three write-outs and a remainder
+    for entry_id in range(count):
+        storage.add_entry(1, entry_id, body)
+    storage.checkpoint()
+    log_syncs = [path for path in synced if path.endswith(".log")]
+    assert len(log_syncs) == (1 if flush_size == 0 else 4 + 1)     # (+ the checkpoint's own)
+    assert storage.get_entry(1, count - 1) == body

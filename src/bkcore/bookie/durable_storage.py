@@ -42,6 +42,7 @@ _item_key = itemgetter(0)       # a (key, value) item's key
 class StorageConfig:
     ledger_dir: str = "ledgers"
     entry_log_size_max: int = 1024 * 1024 * 1024       # logSizeLimit
+    entry_log_flush_size: int = 1024 * 1024            # flushEntrylogBytes: sync every this much
     read_cache_count_max: int = 4096                   # entries kept after a read
     read_ahead_count_max: int = 100                    # entries read ahead on a miss (0: off)
     read_ahead_size_max: int = 1024 * 1024             # bytes read ahead on a miss
@@ -86,7 +87,8 @@ class DurableLedgerStorage:
         self.index = index
         self.config = config
         self.entry_logger = EntryLogger(fs=fs, ledger_dir=config.ledger_dir,
-                                        entry_log_size_max=config.entry_log_size_max)
+                                        entry_log_size_max=config.entry_log_size_max,
+                                        flush_size=config.entry_log_flush_size)
         self.entry_logger.open()
         # Entries not yet in an entry log: (ledger, entry) -> body. Its size is bounded by the
         # checkpoint interval times the add rate; the bookie checkpoints when it grows too big.

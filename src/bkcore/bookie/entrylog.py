@@ -52,10 +52,15 @@ APPEND_WRITE_SIZE = 4 * 1024 * 1024
 
 
 class EntryLogger:
-    def __init__(self, *, fs: FileSystem, ledger_dir: str, entry_log_size_max: int) -> None:
+    def __init__(self, *, fs: FileSystem, ledger_dir: str, entry_log_size_max: int, flush_size: int = 0) -> None:
         self.fs = fs
         self.ledger_dir = ledger_dir
         self.entry_log_size_max = entry_log_size_max
+        # Sync the log being written every flush_size bytes (0: only in flush()), so that a
+        # checkpoint's writes reach the disk a slice at a time: one fdatasync of all of them at
+        # the end would make every journal fdatasync meanwhile wait behind the whole checkpoint.
+        self.flush_size = flush_size
+        self._unsynced_size = 0
         self.current_id: int | None = None
         self.current_size = 0
         self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
@@ -103,6 +108,7 @@ class EntryLogger:
         self._unflushed_ids.append(log_id)
         self.current_id = log_id
         self.current_size = ENTRY_LOG_HEADER.size
+        self._unsynced_size = 0           # the old log's rest is synced by flush()
         self._needs_roll = False
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
@@ -162,12 +168,17 @@ class EntryLogger:
     def _write_out(self, chunks: list[bytes], end_offset: int) -> None:
         if not chunks:
             return
+        path = self._path(self.current_id)
         try:
-            self.fs.append(self._path(self.current_id), b"".join(chunks))
+            self.fs.append(path, data := b"".join(chunks))
         except BaseException:
             self._needs_roll = True
             raise
         self.current_size = end_offset
+        self._unsynced_size += len(data)
+        if self.flush_size and self._unsynced_size >= self.flush_size:
+            self.fs.sync(path)
+            self._unsynced_size = 0
 
     def is_finished(self, log_id: int) -> bool:
         """Flushed and no longer written to: only such logs may be compacted or deleted."""
