@@ -246,7 +246,10 @@ class LedgerWriter:
         held_for_all, self._held_for_all = self._held_for_all, []
         ensemble = self.metadata.ensembles[-1][1]
         if held_for_all:            # then nothing is in `held` (see _spill_held_for_all)
-            held = dict.fromkeys(range(len(ensemble)), held_for_all)
+            # Bookies in the order of the first add's write set, as if held one by one: which
+            # bookie hears first rotates with the entries.
+            write_sets_ = self._write_sets
+            held = dict.fromkeys(write_sets_[held_for_all[0].entry_id % len(write_sets_)], held_for_all)
         now_ns = self._held_since_ns
         # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
         runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
