@@ -311,7 +311,9 @@ class BookieServer:
                 if kind is Send:
                     connection = self.connections.get(effect.destination)
                     if connection is not None:
-                        connection.send(effect.message)   # a client that left just misses its answer
+                        # (Flushed below, before the loop moves on: no writer task woken.) A client
+                        # that left just misses its answer.
+                        connection.send(effect.message, wake_writer=False)
                         answered.add(connection)
                         self._observe_latency(effect.destination, effect.message)
                 elif kind is JournalWrite:

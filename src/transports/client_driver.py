@@ -180,7 +180,7 @@ class ClientDriver:
             for effect in effects:
                 kind = type(effect)
                 if kind is Send:
-                    sent_on.add(self._send(effect.destination, effect.message))
+                    sent_on.add(self._send(effect.destination, effect.message, wake_writer=False))
                 elif kind is Completed:
                     self._complete(effect)
                 elif kind is MetadataCall:
@@ -248,15 +248,16 @@ class ClientDriver:
 
     # -- bookie connections -----------------------------------------------------------------
 
-    def _send(self, bookie_id: str, message: object) -> FramedConnection | None:
+    def _send(self, bookie_id: str, message: object, *, wake_writer: bool = True) -> FramedConnection | None:
         """Queue the message on the bookie's connection and return that connection, or None
-        if it waits for one (or failed at once)."""
+        if it waits for one (or failed at once). wake_writer=False: the caller flushes the
+        connection before it yields (FramedConnection.send)."""
         link = self._links.get(bookie_id)
         if link is None:
             link = self._links[bookie_id] = _BookieLink(bookie_id)
         connection = link.connection
         if connection is not None and not connection.is_closed:
-            if not connection.send(message):
+            if not connection.send(message, wake_writer=wake_writer):
                 self.client.on_send_failed(message, destination=bookie_id, now_ns=now_ns())
             return connection
         if link.is_connecting:

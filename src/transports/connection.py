@@ -78,17 +78,22 @@ class FramedConnection:
 
     # -- sending ----------------------------------------------------------------------------
 
-    def send(self, message: object) -> bool:
+    def send(self, message: object, *, wake_writer: bool = True) -> bool:
         """Queue a message; False (and nothing queued) if the connection is closed. The queue
         may pass send_queue_size_max: reading stops until it drains below it again, so a peer
-        that sends faster than it reads its answers is slowed by TCP itself."""
+        that sends faster than it reads its answers is slowed by TCP itself.
+
+        wake_writer=False is for a caller that calls flush() before it yields (the drivers'
+        pumps do): flush() writes the queue itself, or wakes the writer task when it cannot,
+        so the writer task is not woken only to find the queue empty (a task switch each)."""
         if self.is_closed:
             return False
         self._send_queue.append(message)
         self._send_queue_size += message_size(message)
         if self._send_queue_size > self.send_queue_size_peak:
             self.send_queue_size_peak = self._send_queue_size
-        self._send_wakeup.set()
+        if wake_writer:
+            self._send_wakeup.set()
         return True
 
     @property
@@ -103,7 +108,10 @@ class FramedConnection:
     def flush(self) -> None:
         """Write what is queued now, if the writer task is idle and this is a plain TCP socket;
         the socket's refusal (full, broken) leaves the rest to the writer task."""
-        if self._is_writing or self._unsent or not self._send_queue or self._fd < 0 or self.is_closed:
+        if not self._send_queue:
+            return
+        if self._is_writing or self._unsent or self._fd < 0 or self.is_closed:
+            self._send_wakeup.set()           # the writer task's turn, however it was queued
             return
         data = b"".join(self._take_frames())
         try:

@@ -80,3 +80,37 @@ async def test_flush_is_a_no_op_for_streams_that_are_not_tcp_sockets():
                 decoder.feed(await far.receive_some(1 << 16))
         assert frame == [answer(1)]
         connection.close()
+
+
+async def test_queued_without_waking_the_writer_still_leaves_when_flush_cannot_write_it():
+    """send(wake_writer=False) then flush(): written by flush() when it can; when it cannot (a
+    stream that is not a TCP socket, or earlier bytes still unsent) flush() wakes the writer."""
+    near, far = trio.testing.memory_stream_pair()
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await trio.sleep(0.05)
+        connection.send(answer(1), wake_writer=False)
+        await trio.sleep(0.05)
+        assert connection.send_queue_size > 0      # not woken: still queued
+        connection.flush()                         # cannot write a memory stream: wakes the writer
+        decoder = FrameDecoder()
+        with trio.fail_after(10):
+            while (frame := decoder.next_frame()) is None:
+                decoder.feed(await far.receive_some(1 << 16))
+        assert frame == [answer(1)]
+        connection.close()
+
+
+async def test_queued_without_waking_the_writer_is_written_by_flush_over_tcp():
+    near, far = await connected_pair()
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await trio.sleep(0)
+        connection.send(answer(1), wake_writer=False)
+        connection.send(answer(2), wake_writer=False)
+        connection.flush()
+        assert connection.send_queue_size == 0
+        assert await receive_messages(far, 2) == [answer(1), answer(2)]
+        connection.close()
