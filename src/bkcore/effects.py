@@ -14,22 +14,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bkcore.errors import BKException
-from bkcore.wire import store_fields_directly
 
 
-# Every effect stores its fields through the slot descriptors (store_fields_directly): effects
-# are built for nearly every event, and the frozen dataclass __init__ costs half as much again.
+# Effects are plain slotted dataclasses, not frozen ones: they are built for nearly every event,
+# and a frozen class's __setattr__ keeps CPython from storing fields straight into their slots
+# (a frozen Send costs about twice as much to build). They are not shared or kept: a state
+# machine builds one, its driver performs it once and drops it. Nobody changes one after
+# building it; equality and repr are as before, and they are unhashable (nobody hashes them).
 
 
-@store_fields_directly
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Send:
     destination: str
     message: object
 
 
-@store_fields_directly
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class JournalWrite:
     """Append `data` to the journal and make it durable (write + fdatasync), then report."""
 
@@ -37,15 +37,13 @@ class JournalWrite:
     data: bytes
 
 
-@store_fields_directly
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MetadataCall:
     token: int
     op: object
 
 
-@store_fields_directly
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Completed:
     """An application operation finished: `error` is None on success, else the typed error."""
 

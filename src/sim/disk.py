@@ -143,7 +143,16 @@ class SimDisk:
             replaced = bytes(stored[offset:end]) if offset < stored_size else b""
             self._unsynced.append(_new_change((offset, size, data, replaced, stored_size, self._size)))
             self._unsynced_size += size
-            self._store(offset, data)
+            if offset == stored_size:
+                # _store of a write right after the stored bytes (a journal group, an entry log
+                # append), spelled out: extend the bytearray in place and grow the file (_grow).
+                stored += data
+                if end > self._size:
+                    self._size = end
+                    if end > self._size_peak:
+                        self._size_peak = end
+            else:
+                self._store(offset, data)
             self._written += size
         return options.write_latency_ns
 

@@ -68,6 +68,10 @@ class SimNetwork:
         self.options = options
         self.partition_count_max = partition_count_max
         self._partitions: list[Partition] = []
+        # The directed links those partitions cut: source -> destinations it cannot reach.
+        # Invariant: always derived from _partitions (_set_partitions keeps them in step), so a
+        # message's check is two lookups however many partitions are in force.
+        self._cut_links: dict[str, frozenset[str]] = {}
         # Earliest until_ns among _partitions (None if none expires): pruning waits for it.
         self._next_expiry_at_ns: int | None = None
         # Each link gets its own latency scale, drawn from the rng when the link is first used
@@ -107,9 +111,14 @@ class SimNetwork:
         """delays_ns for the world's send loop, without a list in the common case: the delay
         of the one copy that arrives (an int), None if none does, or the list of delays of a
         duplicated message. The same draws as delays_ns, in the same order."""
-        if self._partitions and self.is_blocked(source, destination, now_ns):
-            self._blocked += 1
-            return None
+        if self._partitions:
+            # is_blocked(), spelled out: while partitions are in force every message asks.
+            if self._next_expiry_at_ns is not None and now_ns >= self._next_expiry_at_ns:
+                self._prune(now_ns)
+            cut = self._cut_links.get(source)
+            if cut is not None and destination in cut:
+                self._blocked += 1
+                return None
         rng = self.rng
         loss_probability = self._loss_probability
         if loss_probability and rng.random() < loss_probability:
@@ -162,12 +171,24 @@ class SimNetwork:
             return False
         if self._next_expiry_at_ns is not None and now_ns >= self._next_expiry_at_ns:
             self._prune(now_ns)
-        return any(partition.blocks(source, destination) for partition in self._partitions)
+        cut = self._cut_links.get(source)
+        return cut is not None and destination in cut
 
     def _prune(self, now_ns: int) -> None:
-        self._partitions = [p for p in self._partitions if p.until_ns is None or p.until_ns > now_ns]
-        self._next_expiry_at_ns = min((p.until_ns for p in self._partitions if p.until_ns is not None),
-                                      default=None)
+        self._set_partitions([p for p in self._partitions if p.until_ns is None or p.until_ns > now_ns])
+
+    def _set_partitions(self, partitions: list[Partition]) -> None:
+        """Put exactly these partitions in force (the only way _partitions changes)."""
+        self._partitions = partitions
+        self._next_expiry_at_ns = min((p.until_ns for p in partitions if p.until_ns is not None), default=None)
+        cut: dict[str, set[str]] = {}
+        for partition in partitions:
+            for source in partition.side_a:
+                cut.setdefault(source, set()).update(partition.side_b)
+            if not partition.is_one_way:
+                for source in partition.side_b:
+                    cut.setdefault(source, set()).update(partition.side_a)
+        self._cut_links = {source: frozenset(destinations) for source, destinations in cut.items()}
 
     def partition(self, side_a: set[str] | frozenset[str], side_b: set[str] | frozenset[str], *,
                   is_one_way: bool = False, until_ns: int | None = None) -> None:
@@ -177,17 +198,15 @@ class SimNetwork:
         if len(self._partitions) >= self.partition_count_max:
             raise TooManyPartitions(f"{len(self._partitions)} partitions in force "
                                     f"(partition_count_max={self.partition_count_max})")
-        self._partitions.append(Partition(frozenset(side_a), frozenset(side_b), is_one_way, until_ns))
-        if until_ns is not None and (self._next_expiry_at_ns is None or until_ns < self._next_expiry_at_ns):
-            self._next_expiry_at_ns = until_ns
+        added = Partition(frozenset(side_a), frozenset(side_b), is_one_way, until_ns)
+        self._set_partitions([*self._partitions, added])
         self._partition_count += 1
         self._partitions_active_peak = max(self._partitions_active_peak, len(self._partitions))
 
     def heal(self, *, end_random_faults: bool = False) -> None:
         """End every partition; with end_random_faults also stop losing, duplicating and
         reordering messages and starting new partitions (latency stays)."""
-        self._partitions.clear()
-        self._next_expiry_at_ns = None
+        self._set_partitions([])
         if end_random_faults:
             self.options = dataclasses.replace(self.options, loss_probability=0.0, duplicate_probability=0.0,
                                                reorder_probability=0.0, partition_probability_per_second=0.0)

@@ -130,6 +130,7 @@ class _Writer:
         # What a tick reads, looked up once: the mean interval's reciprocal as the draw divides
         # by it (the same float every time), the workload's uniform draw and the clock.
         self._add_rate = 1 / workload.scenario.add_interval_mean_ns
+        self._adds_in_flight_max = workload.scenario.adds_in_flight_max
         self._random = workload.rng.random
         self._loop = workload.world.loop
 
@@ -169,7 +170,7 @@ class _Writer:
         if not w.is_writing or writer.state is not _WRITER_OPEN or self.added_count >= self.entries_max:
             self._finish()
             return
-        if self.in_flight_count < w.scenario.adds_in_flight_max:
+        if self.in_flight_count < self._adds_in_flight_max:
             self._add_now(writer)
         # _schedule_add, spelled out: most ticks of a writer find as many adds in flight as
         # allowed and do only this.

@@ -391,16 +391,16 @@ class SimWorld:
         pump = node.pump
         pump(node)
 
-    def _on_persisted(self, bookie_id: str, token: int, incarnation: int) -> None:
-        node = self.bookies[bookie_id]
+    def _on_persisted(self, node: _BookieNode, token: int, incarnation: int) -> None:
+        """The journal write `token` of `node` (the node itself: no lookup) is durable."""
         if not node.is_up or node.incarnation != incarnation:
             return
         now_ns = self.loop.now_ns
         if node.paused_until_ns > now_ns:
-            self.loop.call_at(node.paused_until_ns, self._on_persisted, bookie_id, token, incarnation)
+            self.loop.call_at(node.paused_until_ns, self._on_persisted, node, token, incarnation)
             return
         node.stack.sync_journal(token)
-        self.trace.record_plain((now_ns, "synced", bookie_id, token))
+        self.trace.record_plain((now_ns, "synced", node.name, token))
         node.core.on_persisted(token, now_ns)
         pump = node.pump
         pump(node)
@@ -526,7 +526,7 @@ class SimWorld:
                 return
             write_ns = self.scenario.disk.write_latency_ns
             self.loop.post_at(now_ns + write_ns + node.fs.sync_latency_ns(), self._on_persisted,
-                              node.name, effect.token, node.incarnation)
+                              node, effect.token, node.incarnation)
         elif kind is MetadataCall:
             self._call_metastore(node.name, effect)
         elif kind is Completed:

@@ -176,3 +176,29 @@ def test_options_are_validated():
         NetworkOptions(latency_min_ns=10, latency_mean_ns=5)
     with pytest.raises(ValueError):
         NetworkOptions(latency_min_ns=-1)
+
+
+def test_cut_links_agree_with_the_partitions_in_force_as_they_come_and_go():
+    # The per-message check reads a map derived from the partitions: it must answer exactly as
+    # asking every partition would, through overlaps, one-way cuts, expiry and healing.
+    nodes = ["a", "b", "c", "d", "e"]
+    rng = random.Random(7)
+    network = SimNetwork(rng=random.Random(8), options=NetworkOptions.none())
+    for step in range(200):
+        now_ns = step * 10
+        if rng.random() < 0.3:
+            shuffled = rng.sample(nodes, len(nodes))
+            cut = rng.randrange(1, len(nodes))
+            try:
+                network.partition(set(shuffled[:cut]), set(shuffled[cut:]), is_one_way=rng.random() < 0.5,
+                                   until_ns=now_ns + rng.randrange(1, 100) if rng.random() < 0.8 else None)
+            except TooManyPartitions:
+                network.heal()
+        if rng.random() < 0.02:
+            network.heal()
+        in_force = network.partitions_in_force(now_ns)
+        for source in nodes:
+            for destination in nodes:
+                expected = any(p.blocks(source, destination) for p in in_force)
+                assert network.is_blocked(source, destination, now_ns) == expected
+                assert (network.fate_ns(source, destination, now_ns) is None) == expected

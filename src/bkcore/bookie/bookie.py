@@ -139,6 +139,9 @@ class _Group:
 # Looked up once: reading an enum member off its class costs five times a plain attribute in
 # CPython 3.11, and every add and read is answered with this one.
 _OK = Code.OK
+# What take_effects returns when there is nothing to do: shared, so asking allocates nothing.
+# Drivers only iterate what they take.
+_NO_EFFECTS: tuple = ()
 
 # Ints the wire can carry (msgpack int64), tested with chained comparisons: a third of the
 # cost of membership in a range.
@@ -265,8 +268,11 @@ class Bookie:
         """Requests waiting for the journal (a graceful shutdown waits for this to reach 0)."""
         return self._pending_adds_count + self._pending_syncs_count
 
-    def take_effects(self) -> list:
-        effects, self._effects = self._effects, []
+    def take_effects(self) -> list | tuple:
+        effects = self._effects
+        if not effects:
+            return _NO_EFFECTS      # most inputs (adds waiting for their group) leave none
+        self._effects = []
         return effects
 
     def next_deadline_ns(self) -> int | None:

@@ -26,6 +26,9 @@ from bkcore.rng import Rng
 
 # Dead deadline entries a FIFO may hold beyond twice the pending requests before it is rebuilt.
 DEADLINE_SLACK_COUNT = 1024
+# What take_effects returns when there is nothing to do (most inputs): shared, so that asking
+# costs no allocation. Drivers only iterate what they take.
+_NO_EFFECTS: tuple = ()
 
 ResponseCallback = Callable[[object | None, int], None]  # (response or None on timeout, now_ns)
 MetadataCallback = Callable[[object, int], None]          # (MetaResult, now_ns)
@@ -85,12 +88,15 @@ class ClientContext:
 
     # -- outbox ---------------------------------------------------------------------------
 
-    def take_effects(self) -> list:
+    def take_effects(self) -> list | tuple:
         if self._before_take:
             before_take, self._before_take = self._before_take, []
             for send_held in before_take:
                 send_held()
-        effects, self._effects = self._effects, []
+        effects = self._effects
+        if not effects:
+            return _NO_EFFECTS
+        self._effects = []
         return effects
 
     def before_take(self, send_held: Callable[[], None]) -> None:
