@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
+from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig, memory_key
 from bkcore.bookie.index import MemoryIndexStore, entry_key, unpack_location
 from bkcore.bookie.storage import StorageIOError
 from sim.filesystem import SimFileSystem
@@ -247,7 +247,7 @@ def test_a_sequential_reader_finds_the_next_entries_read_ahead(stack):
     # Misses at 0, 11 and 22 read their entry (header, then body) and the next ten at once.
     assert counter.log_read_count == 3 * 3
     assert restarted.read_ahead_entries_count == 10 + 10 + 7
-    assert (2, 0) not in restarted._read_cache
+    assert memory_key(2, 0) not in restarted._read_cache
     assert restarted.get_entry(2, 0) == b"L2-E0"
 
 
@@ -295,7 +295,7 @@ def test_read_ahead_keeps_only_what_the_index_places_there():
     entry ids."""
     restarted = restarted_over_unindexed_copies()
     assert restarted.get_entry(1, 2) == b"L1-E2"
-    assert (1, 3) not in restarted._read_cache
+    assert memory_key(1, 3) not in restarted._read_cache
     assert [restarted.get_entry(1, e) for e in (3, 4)] == [b"L1-E3", b"L1-E4"]
 
 
@@ -388,3 +388,17 @@ def test_a_checkpoint_syncs_its_entry_log_a_slice_at_a_time(flush_size):
     log_syncs = [path for path in synced if path.endswith(".log")]
     assert len(log_syncs) == (1 if flush_size == 0 else 4 + 1)     # (+ the checkpoint's own)
     assert storage.get_entry(1, count - 1) == body
+
+
+def test_entries_in_memory_are_keyed_by_ints_that_sort_as_ledger_then_entry():
+    """Memory keys order like (ledger, entry) and are invisible to the cyclic collector, so the
+    tens of thousands a bookie holds until a checkpoint never fill a young collection."""
+    import gc
+    pairs = [(2, 0), (1, 5), (1, 2**63 - 1), (0, 7), (2**62, 3), (1, 0)]
+    assert [p for _, p in sorted((memory_key(*p), p) for p in pairs)] == sorted(pairs)
+    storage = DurableLedgerStorage(fs=SimFileSystem(rng=random.Random(1), options=DiskOptions.none()),
+                                   index=MemoryIndexStore())
+    fill(storage, 1, 100)
+    storage.add_entries(1, 100, [b"x"] * 50)
+    assert len(storage._write_cache) == 150
+    assert not any(gc.is_tracked(key) for key in storage._write_cache)
