@@ -414,8 +414,9 @@ class FrameDecoder:
     a frame is decoded where it was received.
 
     The buffer holds what was received and not yet decoded, and room for RECEIVE_ROOM_FACTOR
-    receives or one whole frame (a length above frame_size_max raises MalformedFrame at once,
-    before the body arrives). It is never resized while a memoryview of it may be alive: when
+    receives or the rest of one frame, whichever is more: at most about frame_size_max plus a
+    receive (a length above frame_size_max raises MalformedFrame at once, before the body
+    arrives). It is never resized while a memoryview of it may be alive: when
     the room runs out, the unfinished frame moves to the front (once per buffer's worth), or
     to a new, larger buffer when a frame needs more room than the buffer has.
     """
@@ -444,7 +445,7 @@ class FrameDecoder:
         pending = self._end - self._start
         needed = max(size_min, self._frame_size() - pending)
         if len(self._buffer) - self._end < needed:
-            self._make_room(pending, needed)
+            self._make_room(pending, needed, size_min)
         return memoryview(self._buffer)[self._end:]
 
     def _frame_size(self) -> int:
@@ -455,14 +456,14 @@ class FrameDecoder:
         length = FRAME_HEADER.unpack_from(self._buffer, self._start)[0]
         return 4 + length if length <= self._frame_size_max else 0
 
-    def _make_room(self, pending: int, needed: int) -> None:
+    def _make_room(self, pending: int, needed: int, size_min: int) -> None:
         if pending + needed <= len(self._buffer):
             # Same length, so no resize: a memoryview a caller still holds stays valid.
             self._buffer[:pending] = self._buffer[self._start:self._end]
         else:
             # Room for several receives: the unfinished frame moves to the front once per
             # buffer's worth, not after every receive.
-            buffer = bytearray(max(pending + needed, RECEIVE_ROOM_FACTOR * needed))
+            buffer = bytearray(max(pending + needed, RECEIVE_ROOM_FACTOR * size_min))
             buffer[:pending] = memoryview(self._buffer)[self._start:self._end]
             self._buffer = buffer
         self._start, self._end = 0, pending
