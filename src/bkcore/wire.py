@@ -38,6 +38,8 @@ FRAME_SIZE_MAX = 8 * 1024 * 1024
 # entries are smaller than a frame).
 READ_BATCH_SIZE_MAX = FRAME_SIZE_MAX // 2
 MESSAGES_PER_FRAME_MAX = 100_000
+# A FrameDecoder's buffer holds this many receives of the size asked for (or one whole frame).
+RECEIVE_ROOM_FACTOR = 4
 
 
 class MalformedFrame(Exception):
@@ -404,40 +406,93 @@ def frame_body(body: bytes) -> bytes:
 
 
 class FrameDecoder:
-    """Incremental frame parser for a byte stream: feed() bytes, then next_frame() until None.
+    """Incremental frame parser for a byte stream: bytes in, then next_frame() until None.
 
-    Buffers at most one frame (FRAME_SIZE_MAX plus a header); a length above the limit raises
-    MalformedFrame at once, before the body arrives.
+    Bytes come in by feed(data), or are received straight into the decoder's own buffer:
+    receive_buffer() gives the free room at its end (a memoryview, e.g. for socket.recv_into)
+    and received(count) says how much of it was filled. That spares a copy of every byte, and
+    a frame is decoded where it was received.
+
+    The buffer holds what was received and not yet decoded, and room for RECEIVE_ROOM_FACTOR
+    receives or the rest of one frame, whichever is more: at most about frame_size_max plus a
+    receive (a length above frame_size_max raises MalformedFrame at once, before the body
+    arrives). It is never resized while a memoryview of it may be alive: when
+    the room runs out, the unfinished frame moves to the front (once per buffer's worth), or
+    to a new, larger buffer when a frame needs more room than the buffer has.
     """
 
     def __init__(self, *, frame_size_max: int = FRAME_SIZE_MAX, decode=None) -> None:
-        self._buffer = bytearray()
         self._frame_size_max = frame_size_max
+        # Invariant: _buffer[_start:_end] are the bytes received and not yet decoded;
+        # _buffer[_end:] is room for more.
+        self._buffer = bytearray()
+        self._start = 0
+        self._end = 0
         # What a frame's body becomes: bookie messages by default; other protocols that share
         # this framing (raft-lite) pass their own decoder.
         self._decode = decode or decode_messages
 
     def feed(self, data: bytes) -> None:
-        self._buffer += data
+        size = len(data)
+        room = self.receive_buffer(size)
+        room[:size] = data
+        room.release()
+        self.received(size)
+
+    def receive_buffer(self, size_min: int) -> memoryview:
+        """Room for at least size_min more bytes, and for the rest of the frame whose header
+        has arrived (so a large frame is received into place, not copied along in pieces)."""
+        pending = self._end - self._start
+        needed = max(size_min, self._frame_size() - pending)
+        if len(self._buffer) - self._end < needed:
+            self._make_room(pending, needed, size_min)
+        return memoryview(self._buffer)[self._end:]
+
+    def _frame_size(self) -> int:
+        """Bytes of the frame at _start, header included, once its header is in (else 0).
+        Lengths above the limit count as 0 here: next_frame() refuses them."""
+        if self._end - self._start < FRAME_HEADER.size:
+            return 0
+        length = FRAME_HEADER.unpack_from(self._buffer, self._start)[0]
+        return 4 + length if length <= self._frame_size_max else 0
+
+    def _make_room(self, pending: int, needed: int, size_min: int) -> None:
+        if pending + needed <= len(self._buffer):
+            # Same length, so no resize: a memoryview a caller still holds stays valid.
+            self._buffer[:pending] = self._buffer[self._start:self._end]
+        else:
+            # Room for several receives: the unfinished frame moves to the front once per
+            # buffer's worth, not after every receive.
+            buffer = bytearray(max(pending + needed, RECEIVE_ROOM_FACTOR * size_min))
+            buffer[:pending] = memoryview(self._buffer)[self._start:self._end]
+            self._buffer = buffer
+        self._start, self._end = 0, pending
+
+    def received(self, count: int) -> None:
+        """`count` bytes were written at the start of the last receive_buffer()."""
+        assert 0 <= count <= len(self._buffer) - self._end
+        self._end += count
 
     def next_frame(self) -> list[Message] | None:
-        if len(self._buffer) < FRAME_HEADER.size:
+        start = self._start
+        if self._end - start < FRAME_HEADER.size:
             return None
-        length, checksum = FRAME_HEADER.unpack_from(self._buffer)
+        length, checksum = FRAME_HEADER.unpack_from(self._buffer, start)
         if length < 4 or length > self._frame_size_max:
             raise MalformedFrame(f"frame length {length} outside 4..{self._frame_size_max}")
-        end = 4 + length
-        if len(self._buffer) < end:
+        end = start + 4 + length
+        if self._end < end:
             return None
-        # Checked and decoded in place (a frame can be megabytes: no copy of it is made), then
-        # dropped from the buffer once the view of it is released.
+        # Checked and decoded in place (a frame can be megabytes: no copy of it is made).
         with memoryview(self._buffer) as view:
-            body = view[FRAME_HEADER.size:end]
+            body = view[start + FRAME_HEADER.size:end]
             try:
                 if crc32c.crc32c(body) != checksum:
                     raise MalformedFrame("frame checksum mismatch")
                 return self._decode(body)
             finally:
                 body.release()
-                view.release()
-                del self._buffer[:end]
+                if end == self._end:
+                    self._start = self._end = 0     # all decoded: the room starts at the front
+                else:
+                    self._start = end

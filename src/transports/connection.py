@@ -1,8 +1,10 @@
 """FramedConnection: bkcore.wire frames over one trio stream, both directions batched.
 
-Receiving: every read takes what the socket has (up to RECEIVE_SIZE bytes), decodes every
-complete frame in it and hands the whole batch of messages to the owner in one call, so a
-bookie or client handles a receive buffer at a time, not a message at a time.
+Receiving: every read takes what the socket has (up to RECEIVE_SIZE bytes, or the rest of a
+larger frame), decodes every complete frame in it and hands the whole batch of messages to the
+owner in one call, so a bookie or client handles a receive buffer at a time, not a message at
+a time. Over plain TCP the socket receives straight into the FrameDecoder's buffer (recv_into),
+where frames are decoded in place: no copy of the received bytes is made.
 
 Sending: send() only queues (it never blocks the caller); one writer task drains the queue and
 packs everything queued since its last write into as few frames as FRAME_SIZE_MAX allows, so
@@ -21,6 +23,7 @@ naming the problem, then the connection closes; the process carries on.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 from typing import Callable
@@ -173,11 +176,9 @@ class FramedConnection:
             while self.is_backed_up and not self.is_closed:
                 self.backpressure_wait_count += 1
                 await self._drained.wait()
-            data = await self.stream.receive_some(RECEIVE_SIZE)
-            if not data:
+            if not await self._receive_into(decoder):
                 self.close_reason = "closed by peer"
                 return
-            decoder.feed(data)
             batch: list = []
             try:
                 while (messages := decoder.next_frame()) is not None:
@@ -196,6 +197,25 @@ class FramedConnection:
                     self.backpressure_wait_count += 1
                     await self._drained.wait()
                 self._on_messages(batch[start:start + DELIVERY_SLICE_COUNT], self)
+
+    async def _receive_into(self, decoder: FrameDecoder) -> int:
+        """Receive what the stream has into the decoder; 0 when the peer has closed. A plain
+        TCP socket receives straight into the decoder's buffer (recv_into: no copy)."""
+        if self._fd < 0:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+            decoder.feed(data)
+            return len(data)
+        room = decoder.receive_buffer(RECEIVE_SIZE)
+        try:
+            count = await self.stream.socket.recv_into(room)
+        except OSError as exc:   # the errors trio.SocketStream.receive_some translates
+            if exc.errno == errno.EBADF:
+                raise trio.ClosedResourceError("this socket was already closed") from None
+            raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
+        finally:
+            room.release()
+        decoder.received(count)
+        return count
 
     async def _refuse(self, reason: str) -> None:
         """Answer a malformed frame with one ErrorResponse and stop reading."""

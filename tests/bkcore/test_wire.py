@@ -33,6 +33,36 @@ def test_messages_round_trip_through_frames():
     assert decoder.next_frame() is None
 
 
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=5000), max_size=40),
+       size_min=st.integers(min_value=1, max_value=3000), decode_every=st.integers(min_value=1, max_value=4))
+def test_frames_received_in_place_in_any_pieces_come_out_whole(cuts, size_min, decode_every):
+    """receive_buffer()/received() as a socket's recv_into uses them: pieces of any size, a
+    frame larger than the buffer, decoding after every few receives (the unfinished frame is
+    moved, or the buffer grown, in between) and a caller holding on to an old room."""
+    messages = [AddRequest(request_id=n, ledger_id=7, entry_id=n, master_key=b"k", body=bytes([n]) * (n * 97))
+                for n in range(30)]
+    stream = b"".join(encode_frame(messages[n:n + step]) for n, step in ((0, 1), (1, 20), (21, 3), (24, 6)))
+    decoder = FrameDecoder()
+    decoded, position, old_rooms = [], 0, []
+    for index, cut in enumerate(cuts + [len(stream)] * (len(stream) // size_min + 1)):
+        if position == len(stream):
+            break
+        room = decoder.receive_buffer(size_min)
+        assert len(room) >= size_min
+        count = min(cut, len(room), len(stream) - position)
+        room[:count] = stream[position:position + count]
+        old_rooms.append(room)                  # never released: the buffer must not resize
+        decoder.received(count)
+        position += count
+        if index % decode_every == 0:
+            while (frame := decoder.next_frame()) is not None:
+                decoded.extend(frame)
+    while (frame := decoder.next_frame()) is not None:
+        decoded.extend(frame)
+    assert decoded == messages
+
+
 def test_checksum_mismatch_is_rejected():
     frame = bytearray(encode_frame(SAMPLES[:1]))
     frame[-1] ^= 0x01

@@ -1,0 +1,59 @@
+"""EntryLogger.append_many: where records land when writes and rolls fall inside a batch."""
+
+import random
+
+import pytest
+
+import bkcore.bookie.entrylog as entrylog
+from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
+from bkcore.bookie.index import unpack_location
+from sim.filesystem import SimFileSystem
+from sim.options import DiskOptions
+
+RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
+
+
+def logger(entry_log_size_max: int) -> EntryLogger:
+    fs = SimFileSystem(rng=random.Random(1), options=DiskOptions.none())
+    entry_logger = EntryLogger(fs=fs, ledger_dir="ledgers", entry_log_size_max=entry_log_size_max)
+    entry_logger.open()
+    return entry_logger
+
+
+@pytest.mark.parametrize("write_size", [1, 100, 300, 1 << 20])
+def test_every_record_is_where_its_location_says_and_the_usage_adds_up(monkeypatch, write_size):
+    """Bodies from empty to larger than a whole log, two ledgers, writes every few records (or
+    after every one) and rolls inside a ledger's run: each location reads back its own record,
+    every log holds exactly the records placed in it, and the usage per (log, ledger) is the sum
+    of their sizes."""
+    monkeypatch.setattr(entrylog, "APPEND_WRITE_SIZE", write_size)
+    entry_logger = logger(entry_log_size_max=250)
+    sizes = [0, 5, 40, 300, 1, 90, 90, 90, 500, 7, 60]
+    items = [((ledger_id, entry_id), bytes([entry_id]) * size)
+             for ledger_id in (2, 5) for entry_id, size in enumerate(sizes)]
+    appended = entry_logger.append_many(items)
+    expected_usage: dict[tuple[int, int], int] = {}
+    placed: dict[int, list[tuple[int, int, int, int]]] = {}
+    for ((ledger_id, entry_id), body), key, location in zip(items, appended.keys, appended.locations):
+        assert key == ENTRY_KEY.pack(ledger_id, entry_id)
+        log_id, offset = unpack_location(location)
+        assert entry_logger.read((log_id, offset), ledger_id=ledger_id, entry_id=entry_id) == body
+        placed.setdefault(log_id, []).append((offset, ledger_id, entry_id, len(body)))
+        usage_key = (log_id, ledger_id)
+        expected_usage[usage_key] = expected_usage.get(usage_key, 0) + RECORD_OVERHEAD_SIZE + len(body)
+    assert appended.sizes == expected_usage
+    assert len(placed) > 3                      # it rolled, several times
+    for log_id, records in placed.items():
+        assert list(entry_logger.scan(log_id)) == records
+        # A log passes its limit only when its one record is larger than the limit.
+        end = records[-1][0] + RECORD_OVERHEAD_SIZE + records[-1][3]
+        assert end <= 250 or len(records) == 1
+
+
+def test_appends_continue_the_current_log_where_the_last_ended():
+    entry_logger = logger(entry_log_size_max=1 << 20)
+    first = entry_logger.append_many([((1, 0), b"a" * 10)])
+    second = entry_logger.append_many([((1, 1), b"b" * 20), ((1, 2), b"c")])
+    offsets = [unpack_location(location)[1] for location in first.locations + second.locations]
+    assert offsets == [16, 16 + RECORD_OVERHEAD_SIZE + 10, 16 + 2 * RECORD_OVERHEAD_SIZE + 30]
+    assert entry_logger.current_size == 16 + 3 * RECORD_OVERHEAD_SIZE + 31
