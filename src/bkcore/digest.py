@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
+from itertools import repeat
 from dataclasses import dataclass
 from enum import Enum
 
@@ -30,6 +31,7 @@ from bkcore.wire import store_fields_directly
 
 ENTRY_HEADER = struct.Struct(">qqqq")
 _ENTRY_HEADER_IDS = struct.Struct(">qqq")      # the header's first three fields: ledger, entry, lac
+_ENTRY_IDS = struct.Struct(">qq")              # ... and its first two
 _ENTRY_HEADER_SIZE = ENTRY_HEADER.size
 _ENTRY_HEADER_AND_CRC = struct.Struct(">qqqqI")     # a CRC32C entry's header and digest
 LAC_HEADER = struct.Struct(">qq")
@@ -143,6 +145,15 @@ class Digester:
         if ledger_id != self.ledger_id:
             raise DigestMismatch(f"LAC belongs to ledger {ledger_id}, expected {self.ledger_id}")
         return lac
+
+
+def entries_are_of(bodies, ledger_id: int, first_entry_id: int) -> bool:
+    """Whether packed entries are entries first_entry_id, first_entry_id + 1, ... of ledger_id,
+    each with its whole header (unverified, as peek_entry_header). A bookie asks this of every
+    batch it is sent: one pass of C loops over the batch rather than a Python step per entry."""
+    return (min(map(len, bodies)) >= _ENTRY_HEADER_SIZE
+            and list(map(_ENTRY_IDS.unpack_from, bodies))
+            == list(zip(repeat(ledger_id), range(first_entry_id, first_entry_id + len(bodies)))))
 
 
 def peek_entry_header(body: bytes) -> tuple[int, int, int] | None:

@@ -53,3 +53,17 @@ def test_short_bodies_are_mismatches_not_crashes():
 
 def test_master_key_depends_on_password_only():
     assert master_key(b"a") == master_key(b"a") != master_key(b"b")
+
+
+def test_entries_are_of_checks_every_header_of_a_batch():
+    from bkcore.digest import Digester, DigestType, entries_are_of
+    digester = Digester(ledger_id=9, digest_type=DigestType.CRC32C, password=b"pw")
+    bodies = [digester.pack_entry(entry_id=e, lac=e - 1, length=e + 1, payload=b"p") for e in range(5, 9)]
+    assert entries_are_of(bodies, 9, 5)
+    assert entries_are_of(bodies[:1], 9, 5)
+    assert not entries_are_of(bodies, 9, 6)                       # ids start elsewhere
+    assert not entries_are_of(bodies, 8, 5)                       # another ledger's
+    assert not entries_are_of([bodies[0], bodies[2]], 9, 5)       # a gap
+    assert not entries_are_of([bodies[0], bodies[1][:20]], 9, 5)  # a header cut short
+    other = Digester(ledger_id=8, digest_type=DigestType.CRC32C, password=b"pw")
+    assert not entries_are_of([bodies[0], other.pack_entry(entry_id=6, lac=5, length=7, payload=b"p")], 9, 5)

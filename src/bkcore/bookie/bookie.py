@@ -41,7 +41,7 @@ from bkcore.bookie.journal import (
 )
 from bkcore.bookie.longpoll import LongPollWaiters
 from bkcore.bookie.storage import LedgerStorage, StorageIOError
-from bkcore.digest import peek_entry_header
+from bkcore.digest import entries_are_of, peek_entry_header
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import (
@@ -158,11 +158,14 @@ def _is_add_request(m: AddRequest) -> bool:
             and _INT64_MIN <= m.entry_id <= _INT64_MAX)
 
 
+_BYTES_ONLY = frozenset({bytes})
+
+
 def _is_add_batch_request(m: AddBatchRequest) -> bool:
     return (type(m.request_id) is int and type(m.ledger_id) is int and type(m.first_entry_id) is int
             and type(m.master_key) is bytes and type(m.bodies) is list and type(m.is_recovery) is bool
             and type(m.is_deferred_sync) is bool and 0 < len(m.bodies) <= BATCH_ENTRY_COUNT_MAX
-            and all(type(body) is bytes for body in m.bodies)
+            and _BYTES_ONLY.issuperset(map(type, m.bodies))
             and _INT64_MIN <= m.request_id <= _INT64_MAX and _INT64_MIN <= m.ledger_id <= _INT64_MAX
             and _INT64_MIN <= m.first_entry_id <= _INT64_MAX
             and _INT64_MIN <= m.first_entry_id + len(m.bodies) - 1 <= _INT64_MAX)
@@ -630,15 +633,9 @@ class Bookie:
         ledger this bookie has not seen), which the caller journals if it is new.
         (Runs for every add: _known_key, _is_fenced and _has_room are spelled out here.)"""
         config = self.config
-        size = 0
-        entry_size_max = config.entry_size_max
-        for offset, body in enumerate(bodies):
-            body_size = len(body)
-            header = peek_entry_header(body)
-            if (body_size > entry_size_max or header is None
-                    or header[0] != ledger_id or header[1] != first_entry_id + offset):
-                return self._reject(Code.BAD_REQUEST), None
-            size += body_size + RECORD_OVERHEAD_SIZE_MAX
+        if max(map(len, bodies)) > config.entry_size_max or not entries_are_of(bodies, ledger_id, first_entry_id):
+            return self._reject(Code.BAD_REQUEST), None
+        size = sum(map(len, bodies)) + len(bodies) * RECORD_OVERHEAD_SIZE_MAX
         master_key_size = len(master_key)
         if master_key_size > config.master_key_size_max or first_entry_id < 0:
             return self._reject(Code.BAD_REQUEST), None
