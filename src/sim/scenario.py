@@ -79,7 +79,7 @@ class Scenario:
         return ClientConfig(add_entry_timeout_ns=self.request_timeout_ns,
                             read_entry_timeout_ns=self.request_timeout_ns,
                             speculative_read_timeout_ns=max(self.request_timeout_ns // 4, 1 * MS),
-                            explicit_lac_interval_ns=200 * MS)
+                            explicit_lac_interval_ns=200 * MS, explicit_lac_hold_ns=200 * MS)
 
     @classmethod
     def standard(cls, *, seed: int, duration_ns: int = 10 * S, faults=FAULT_KINDS,

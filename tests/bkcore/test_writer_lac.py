@@ -1,6 +1,6 @@
 """When an idle writer pushes its LAC, stepped by hand: with the effects of the input that
 completed its adds, unless its application adds again right after going idle (then on a timer
-one interval later, cancelled by its next add), and never twice within explicit_lac_interval_ns."""
+explicit_lac_hold_ns later, cancelled by its next add), and never twice within explicit_lac_interval_ns."""
 
 import random
 
@@ -15,10 +15,12 @@ from bkcore.ledger.metadata import LedgerMetadata, password_hash
 from bkcore.wire import AddRequest, AddResponse, WriteLacRequest
 
 INTERVAL_NS = 1_000
+HOLD_NS = 7_000
 
 
 def writer() -> LedgerWriter:
-    ctx = ClientContext(client_id="c", config=ClientConfig(explicit_lac_interval_ns=INTERVAL_NS),
+    ctx = ClientContext(client_id="c", config=ClientConfig(explicit_lac_interval_ns=INTERVAL_NS,
+                                                                   explicit_lac_hold_ns=HOLD_NS),
                         rng=random.Random(1), layout=LedgerLayout())
     metadata = LedgerMetadata(ledger_id=7, ensemble_size=3, write_quorum_size=3, ack_quorum_size=2,
                               ensembles=((0, ("b0", "b1", "b2")),), digest_type=DigestType.CRC32C,
@@ -64,18 +66,18 @@ def test_a_writer_that_adds_right_after_going_idle_leaves_the_lac_to_its_next_ad
     add_and_ack(w, 1, at_ns=0, acked_at_ns=10)                       # pushed: its first idle
     # Added 100 ns after going idle (within the interval): the application adds at once.
     effects = add_and_ack(w, 2, at_ns=110, acked_at_ns=2_000)
-    assert lac_pushes(effects) == [] and w.ctx.next_deadline_ns() == 2_000 + INTERVAL_NS
+    assert lac_pushes(effects) == [] and w.ctx.next_deadline_ns() == 2_000 + HOLD_NS
     w.add(3, b"y", now_ns=2_050)                                     # came first: it carries LAC 1
     assert [e.message.body for e in w.ctx.take_effects() if type(e.message) is AddRequest][0][16:24] \
         == (1).to_bytes(8, "big", signed=True)
     assert w.ctx.next_deadline_ns() > 1_000_000                      # the timer is gone
-    w.ctx.on_timer(2_000 + INTERVAL_NS)
+    w.ctx.on_timer(2_000 + HOLD_NS)
     assert lac_pushes(w.ctx.take_effects()) == []
-    # Without an add before the timer, the timer pushes, one interval after going idle.
+    # Without an add before the timer, the timer pushes, explicit_lac_hold_ns after going idle.
     w2 = writer()
     add_and_ack(w2, 1, at_ns=0, acked_at_ns=10)
     add_and_ack(w2, 2, at_ns=110, acked_at_ns=2_000)
-    w2.ctx.on_timer(2_000 + INTERVAL_NS - 1)
+    w2.ctx.on_timer(2_000 + HOLD_NS - 1)
     assert lac_pushes(w2.ctx.take_effects()) == []
-    w2.ctx.on_timer(2_000 + INTERVAL_NS)
+    w2.ctx.on_timer(2_000 + HOLD_NS)
     assert lac_pushes(w2.ctx.take_effects()) == [1, 1, 1]

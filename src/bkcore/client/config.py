@@ -21,11 +21,16 @@ class ClientConfig:
     # waiting for the next one to carry the LAC. BookKeeper's default is off; here it is on:
     # bookies take an explicit LAC without an fdatasync of its own, and a writer with adds in
     # flight never sends it (they carry the LAC). Its application's habit also counts: one that
-    # added again within the interval after going idle last time gets the push one interval
-    # later, unless it adds before then (that add carries the LAC instead). Half a millisecond:
-    # a loaded two-core machine often takes longer than 0.2 ms to get an application from one
-    # acknowledgement to its next add, and each push is a message to every bookie.
+    # added again within the interval after going idle last time gets the push
+    # explicit_lac_hold_ns later, unless it adds before then (that add carries the LAC
+    # instead). Half a millisecond: a loaded two-core machine often takes longer than 0.2 ms
+    # to get an application from one acknowledgement to its next add, and each push is a
+    # message to every bookie.
     explicit_lac_interval_ns: int = MS // 2
+    # How long such a writer, one that adds again at once, waits before pushing: a few adds'
+    # time, so that its timer rarely fires (each firing wakes the client) while its adds keep
+    # coming; readers of its last add wait at most this long once it stops.
+    explicit_lac_hold_ns: int = 5 * MS
     # How many ensemble changes one writer may make before it gives up.
     ensemble_change_count_max: int = 20
     # Metadata compare-and-set retries and the pause between retries after a lost connection.

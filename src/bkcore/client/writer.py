@@ -540,9 +540,10 @@ class LedgerWriter:
         entries carry it. An idle one pushes its LAC at most once per explicit_lac_interval_ns:
         with the effects of the input that completed its adds, or, if its application added
         again within the interval the last time it went idle (one add at a time, say), on a
-        timer due one interval later, which the next add cancels (that entry carries the LAC).
-        A timer due at once would race the application's next add (in trio the two wake
-        together) and cost every add of a one-at-a-time writer a WriteLac to each bookie."""
+        timer due explicit_lac_hold_ns later, which the next add cancels (that entry carries
+        the LAC). A timer due at once would race the application's next add (in trio the two
+        wake together) and cost every add of a one-at-a-time writer a WriteLac to each bookie;
+        one due an interval later would still wake the client once per add or so."""
         interval_ns = self.ctx.config.explicit_lac_interval_ns
         if interval_ns <= 0 or self.is_recovery or self._pending:
             return
@@ -553,7 +554,8 @@ class LedgerWriter:
         if sent_at_ns is not None and now_ns < sent_at_ns + interval_ns:
             self._explicit_lac_timer = self.ctx.call_at(sent_at_ns + interval_ns, self._on_explicit_lac_timeout)
         elif self._adds_follow_at_once:
-            self._explicit_lac_timer = self.ctx.call_at(now_ns + interval_ns, self._on_explicit_lac_timeout)
+            self._explicit_lac_timer = self.ctx.call_at(now_ns + self.ctx.config.explicit_lac_hold_ns,
+                                                        self._on_explicit_lac_timeout)
         else:
             self.ctx.before_take(lambda: self._push_lac(now_ns))
 
