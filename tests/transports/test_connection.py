@@ -29,6 +29,14 @@ async def receive_messages(stream: trio.SocketStream, count: int) -> list:
     return messages
 
 
+async def first_frame(stream) -> list:
+    decoder = FrameDecoder()
+    with trio.fail_after(10):
+        while (frame := decoder.next_frame()) is None:
+            decoder.feed(await stream.receive_some(1 << 16))
+    return frame
+
+
 def answer(request_id: int) -> AddResponse:
     return AddResponse(request_id=request_id, code=0, ledger_id=7, entry_id=request_id)
 
@@ -74,11 +82,7 @@ async def test_flush_is_a_no_op_for_streams_that_are_not_tcp_sockets():
     assert connection.send_queue_size > 0    # still queued for the writer task
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
-        decoder = FrameDecoder()
-        with trio.fail_after(10):
-            while (frame := decoder.next_frame()) is None:
-                decoder.feed(await far.receive_some(1 << 16))
-        assert frame == [answer(1)]
+        assert await first_frame(far) == [answer(1)]
         connection.close()
 
 
@@ -94,11 +98,7 @@ async def test_queued_without_waking_the_writer_still_leaves_when_flush_cannot_w
         await trio.sleep(0.05)
         assert connection.send_queue_size > 0      # not woken: still queued
         connection.flush()                         # cannot write a memory stream: wakes the writer
-        decoder = FrameDecoder()
-        with trio.fail_after(10):
-            while (frame := decoder.next_frame()) is None:
-                decoder.feed(await far.receive_some(1 << 16))
-        assert frame == [answer(1)]
+        assert await first_frame(far) == [answer(1)]
         connection.close()
 
 
