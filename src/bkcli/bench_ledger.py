@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import deque
 
 import trio
 
@@ -71,7 +72,10 @@ async def _one_at_a_time(bk, args, payload: bytes) -> dict:
 
 class _AddLoad:
     """Adds started without waiting (WriteHandle.start_add, a completion callback each): what
-    pipelined and paced measurements share."""
+    pipelined and paced measurements share. One writer's adds resolve in the order they were
+    started, so their start times wait in a FIFO and one bound method serves every add. (An
+    add refused at once, ahead of earlier ones, would shift the FIFO by one; the measurements
+    stop at the first error anyway.)"""
 
     def __init__(self, ledger, payload: bytes) -> None:
         self._ledger, self._payload = ledger, payload
@@ -79,17 +83,19 @@ class _AddLoad:
         self.errors: list[str] = []
         self.in_flight = 0
         self._changed = trio.Event()
+        self._started_at: deque[float] = deque()
 
     def start_add(self) -> None:
         self.in_flight += 1
-        sent_at = time.perf_counter()
-        self._ledger.start_add(self._payload, lambda entry_id, error: self._on_done(sent_at, error))
+        self._started_at.append(time.perf_counter())
+        self._ledger.start_add(self._payload, self._on_done)
 
-    def _on_done(self, sent_at: float, error) -> None:
+    def _on_done(self, entry_id, error) -> None:
+        started_at = self._started_at.popleft()
         if error is not None:
             self.errors.append(repr(error))
         else:
-            self.latencies.append(time.perf_counter() - sent_at)
+            self.latencies.append(time.perf_counter() - started_at)
         self.in_flight -= 1
         self._changed.set()
 
