@@ -20,9 +20,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from itertools import repeat
 from dataclasses import dataclass
 from enum import Enum
+from itertools import repeat
 
 import crc32c
 

@@ -633,9 +633,10 @@ class Bookie:
         ledger this bookie has not seen), which the caller journals if it is new.
         (Runs for every add: _known_key, _is_fenced and _has_room are spelled out here.)"""
         config = self.config
-        if max(map(len, bodies)) > config.entry_size_max or not entries_are_of(bodies, ledger_id, first_entry_id):
+        body_sizes = list(map(len, bodies))
+        if max(body_sizes) > config.entry_size_max or not entries_are_of(bodies, ledger_id, first_entry_id):
             return self._reject(Code.BAD_REQUEST), None
-        size = sum(map(len, bodies)) + len(bodies) * RECORD_OVERHEAD_SIZE_MAX
+        size = sum(body_sizes) + len(bodies) * RECORD_OVERHEAD_SIZE_MAX
         master_key_size = len(master_key)
         if master_key_size > config.master_key_size_max or first_entry_id < 0:
             return self._reject(Code.BAD_REQUEST), None

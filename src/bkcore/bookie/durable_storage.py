@@ -51,6 +51,10 @@ def _ids_of(key: int) -> tuple[int, int]:
     return key >> _ENTRY_ID_BITS, key & _ENTRY_ID_MASK
 
 
+def _ledger_of(key: int) -> int:
+    return key >> _ENTRY_ID_BITS
+
+
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     ledger_dir: str = "ledgers"
@@ -352,9 +356,9 @@ class DurableLedgerStorage:
         self._dirty_ledgers.discard(ledger_id)
         self._deleted_ledgers.add(ledger_id)
         self._last_cached_entry.pop(ledger_id, None)
-        for key in [k for k in self._write_cache if k >> _ENTRY_ID_BITS == ledger_id]:
+        for key in [k for k in self._write_cache if _ledger_of(k) == ledger_id]:
             self._write_cache_size -= len(self._write_cache.pop(key))
-        for key in [k for k in self._read_cache if k >> _ENTRY_ID_BITS == ledger_id]:
+        for key in [k for k in self._read_cache if _ledger_of(k) == ledger_id]:
             del self._read_cache[key]
 
     def ledger_ids(self) -> list[int]:
@@ -440,7 +444,7 @@ class DurableLedgerStorage:
         """The write failed (a full disk): everything goes back to memory for the next try.
         Entries added since begin are newer and win; the index never saw a partial batch."""
         for key, body in plan.cache.items():
-            if key not in self._write_cache and key >> _ENTRY_ID_BITS not in self._deleted_ledgers:
+            if key not in self._write_cache and _ledger_of(key) not in self._deleted_ledgers:
                 self._write_cache[key] = body
                 self._write_cache_size += len(body)
         self._dirty_ledgers.update(l for l in plan.dirty_ledger_ids if l in self._ledgers)
@@ -454,7 +458,7 @@ class DurableLedgerStorage:
         read_cache = self._read_cache
         read_cache_count_max = self.config.read_cache_count_max
         for key, body in reversed(list(keep)):     # the newest, oldest first
-            if key >> _ENTRY_ID_BITS not in deleted:
+            if _ledger_of(key) not in deleted:
                 read_cache[key] = body             # the newest end of the LRU order
                 read_cache.move_to_end(key)
                 if len(read_cache) > read_cache_count_max:
