@@ -5,7 +5,7 @@ import random
 import pytest
 
 import bkcore.bookie.entrylog as entrylog
-from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
+from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger, memory_key
 from bkcore.bookie.index import unpack_location
 from sim.filesystem import SimFileSystem
 from sim.options import DiskOptions
@@ -20,18 +20,20 @@ def logger(entry_log_size_max: int) -> EntryLogger:
     return entry_logger
 
 
+@pytest.mark.parametrize("batch_count", [1, 3, 1024])
 @pytest.mark.parametrize("write_size", [1, 100, 300, 1 << 20])
-def test_every_record_is_where_its_location_says_and_the_usage_adds_up(monkeypatch, write_size):
+def test_every_record_is_where_its_location_says_and_the_usage_adds_up(monkeypatch, write_size, batch_count):
     """Bodies from empty to larger than a whole log, two ledgers, writes every few records (or
-    after every one) and rolls inside a ledger's run: each location reads back its own record,
-    every log holds exactly the records placed in it, and the usage per (log, ledger) is the sum
-    of their sizes."""
+    after every one), rolls inside a ledger's run, batches of records that end anywhere: each
+    location reads back its own record, every log holds exactly the records placed in it, and
+    the usage per (log, ledger) is the sum of their sizes."""
     monkeypatch.setattr(entrylog, "APPEND_WRITE_SIZE", write_size)
+    monkeypatch.setattr(entrylog, "APPEND_BATCH_COUNT", batch_count)
     entry_logger = logger(entry_log_size_max=250)
     sizes = [0, 5, 40, 300, 1, 90, 90, 90, 500, 7, 60]
     items = [((ledger_id, entry_id), bytes([entry_id]) * size)
              for ledger_id in (2, 5) for entry_id, size in enumerate(sizes)]
-    appended = entry_logger.append_many(items)
+    appended = entry_logger.append_many([memory_key(*ids) for ids, _ in items], [body for _, body in items])
     expected_usage: dict[tuple[int, int], int] = {}
     placed: dict[int, list[tuple[int, int, int, int]]] = {}
     for ((ledger_id, entry_id), body), key, location in zip(items, appended.keys, appended.locations):
@@ -52,8 +54,8 @@ def test_every_record_is_where_its_location_says_and_the_usage_adds_up(monkeypat
 
 def test_appends_continue_the_current_log_where_the_last_ended():
     entry_logger = logger(entry_log_size_max=1 << 20)
-    first = entry_logger.append_many([((1, 0), b"a" * 10)])
-    second = entry_logger.append_many([((1, 1), b"b" * 20), ((1, 2), b"c")])
+    first = entry_logger.append_many([memory_key(1, 0)], [b"a" * 10])
+    second = entry_logger.append_many([memory_key(1, 1), memory_key(1, 2)], [b"b" * 20, b"c"])
     offsets = [unpack_location(location)[1] for location in first.locations + second.locations]
     assert offsets == [16, 16 + RECORD_OVERHEAD_SIZE + 10, 16 + 2 * RECORD_OVERHEAD_SIZE + 30]
     assert entry_logger.current_size == 16 + 3 * RECORD_OVERHEAD_SIZE + 31

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bkcore.bookie.durable_storage import DurableLedgerStorage
-from bkcore.bookie.entrylog import Location, entry_log_name
+from bkcore.bookie.entrylog import Location, entry_log_name, memory_key
 from bkcore.bookie.index import entry_id_of, entry_prefix, log_meta_key, unpack_location
 from bkcore.bookie.storage import StorageIOError
 
@@ -94,7 +94,7 @@ class Compactor:
 
     def _compact_log(self, log_id: int) -> int:
         storage = self.storage
-        records = []
+        keys, bodies = [], []
         for ledger_id in sorted(storage.log_usage(log_id)):
             if not storage.has_ledger(ledger_id):
                 continue
@@ -103,12 +103,13 @@ class Compactor:
                 if location.log_id == log_id:
                     entry_id = entry_id_of(key)
                     body = storage.entry_logger.read(location, ledger_id=ledger_id, entry_id=entry_id)
-                    records.append(((ledger_id, entry_id), body))
+                    keys.append(memory_key(ledger_id, entry_id))
+                    bodies.append(body)
         puts: dict[bytes, bytes] = {}
-        storage.append_to_logs(records, puts)
+        storage.append_to_logs(keys, bodies, puts)
         storage.entry_logger.flush()
         storage.index.write(puts, [log_meta_key(log_id)])
-        return len(records)
+        return len(keys)
 
     def _delete_log(self, log_id: int, size: int) -> int:
         storage = self.storage

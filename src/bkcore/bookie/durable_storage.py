@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
+from bkcore.bookie.entrylog import ENTRY_ID_BITS, ENTRY_KEY, RECORD_HEADER, EntryLogger, memory_key
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import (
     ENTRY_PREFIX, IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
@@ -33,26 +33,10 @@ from bkcore.wire import INVALID_ENTRY_ID
 
 ENTRY_READ_ATTEMPT_COUNT_MAX = 3
 RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
-# Entries held in memory (the write cache, a checkpoint's plan, the read cache) are keyed by
-# one int, memory_key(ledger, entry) = ledger << 64 | entry: it orders as (ledger, entry) does
-# and, unlike a tuple, is invisible to the cyclic garbage collector. A bookie keeps tens of
-# thousands of them until a checkpoint; as tuples they filled every young collection, which
-# then walked them all, pausing the loop 20-50 ms at a time under load on this VM.
-_ENTRY_ID_BITS = 64
-_ENTRY_ID_MASK = (1 << _ENTRY_ID_BITS) - 1
-
-
-def memory_key(ledger_id: int, entry_id: int) -> int:
-    """The in-memory key of an entry (entry ids are never negative in memory)."""
-    return ledger_id << _ENTRY_ID_BITS | entry_id
-
-
-def _ids_of(key: int) -> tuple[int, int]:
-    return key >> _ENTRY_ID_BITS, key & _ENTRY_ID_MASK
 
 
 def _ledger_of(key: int) -> int:
-    return key >> _ENTRY_ID_BITS
+    return key >> ENTRY_ID_BITS
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +166,7 @@ class DurableLedgerStorage:
         if ledger_id not in self._ledgers and self._state(ledger_id) is None:
             self.dropped_entries_count += 1             # the ledger is gone (see _change)
             return
-        key = ledger_id << _ENTRY_ID_BITS | entry_id              # memory_key, spelled out
+        key = ledger_id << ENTRY_ID_BITS | entry_id              # memory_key, spelled out
         write_cache = self._write_cache
         previous = write_cache.get(key)
         write_cache[key] = body
@@ -220,7 +204,7 @@ class DurableLedgerStorage:
         return self._write_cache_size
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
-        key = ledger_id << _ENTRY_ID_BITS | entry_id              # memory_key, spelled out
+        key = ledger_id << ENTRY_ID_BITS | entry_id              # memory_key, spelled out
         body = self._write_cache.get(key)
         if body is not None:
             return body
@@ -367,11 +351,11 @@ class DurableLedgerStorage:
 
     # -- checkpoint -----------------------------------------------------------------------
 
-    def append_to_logs(self, records, puts: dict[bytes, bytes]) -> None:
-        """Append ((ledger, entry), body) records, sorted by ledger, to the entry logs, adding
-        their index locations and the per-log usage they add (merged with what the index has)
-        to `puts`."""
-        appended = self.entry_logger.append_many(records)
+    def append_to_logs(self, keys: list[int], bodies: list[bytes], puts: dict[bytes, bytes]) -> None:
+        """Append entries (sorted memory keys, their bodies) to the entry logs, adding their
+        index locations and the per-log usage they add (merged with what the index has) to
+        `puts`."""
+        appended = self.entry_logger.append_many(keys, bodies)
         # The index's entry key is its prefix before the key the log holds (the same ids).
         puts.update(zip(map(ENTRY_PREFIX.__add__, appended.keys), appended.locations))
         usages: dict[int, dict[int, int]] = {}
@@ -428,10 +412,9 @@ class DurableLedgerStorage:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
         # Sorted by (ledger, entry), which is the keys' own order, so each ledger's entries sit
-        # together in the log. The items are made one at a time as the log takes them: a list
-        # of them all would be tens of thousands of tuples for the garbage collector to walk.
-        cache = plan.cache
-        self.append_to_logs(((_ids_of(key), cache[key]) for key in sorted(cache)), puts)
+        # together in the log.
+        keys = sorted(plan.cache)
+        self.append_to_logs(keys, list(map(plan.cache.__getitem__, keys)), puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []

@@ -12,7 +12,10 @@ which a bookie answers with IO_ERROR, never "no such entry".
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
+from bisect import bisect_left, bisect_right
+from itertools import accumulate, chain, repeat
+from operator import add, methodcaller
+from typing import NamedTuple, Sequence
 
 import crc32c
 
@@ -26,6 +29,21 @@ ENTRY_LOG_HEADER = struct.Struct(">4sIq")
 RECORD_HEADER = struct.Struct(">II")
 ENTRY_KEY = struct.Struct(">qq")
 ENTRY_LOG_SUFFIX = ".log"
+
+# Entries in memory (a bookie's write cache, a checkpoint, the read cache) and in append_many()
+# are keyed by one int, memory_key(ledger, entry) = ledger << 64 | entry. It orders as
+# (ledger, entry) does; unlike a tuple it is invisible to the cyclic garbage collector (a
+# bookie holds tens of thousands until a checkpoint; as tuples they filled every young
+# collection, which walked them all and paused the loop 20-50 ms at a time); and for the
+# non-negative ids kept in memory its 16 big-endian bytes are the record's key, ENTRY_KEY.
+ENTRY_ID_BITS = 64
+ENTRY_ID_MASK = (1 << ENTRY_ID_BITS) - 1
+_KEY_BYTES = methodcaller("to_bytes", ENTRY_KEY.size, "big")
+
+
+def memory_key(ledger_id: int, entry_id: int) -> int:
+    """The in-memory key of an entry (entry ids are never negative in memory)."""
+    return ledger_id << ENTRY_ID_BITS | entry_id
 
 
 class Location(NamedTuple):
@@ -52,6 +70,10 @@ def entry_log_name(log_id: int) -> str:
 # in malloc's heap: at 4 MiB each buffer came from a fresh mmap (page faults on the join, then
 # a cache-cold copy into the page cache), about 1.5 us of kernel time per 1 KiB record more.
 APPEND_WRITE_SIZE = 512 * 1024
+# append_many() works on this many records at a time: each of its C loops then takes tens of
+# microseconds, so a checkpoint thread holds the GIL about as long as the interpreter's switch
+# interval lets any thread hold it.
+APPEND_BATCH_COUNT = 1024
 
 
 class EntryLogger:
@@ -115,73 +137,67 @@ class EntryLogger:
         self._needs_roll = False
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        return Location(*unpack_location(self.append_many([((ledger_id, entry_id), body)]).locations[0]))
+        return Location(*unpack_location(self.append_many([memory_key(ledger_id, entry_id)], [body]).locations[0]))
 
-    def append_many(self, items) -> Appended:
-        """append() for many ((ledger id, entry id), body) items (a write cache's own items),
-        written in few large writes; what it returns is what the index needs, made in the same
-        pass (a Location, or even a tuple, per record would cost more than the write).
+    def append_many(self, keys: Sequence[int], bodies: Sequence[bytes]) -> Appended:
+        """append() for many entries: keys[i] (a memory_key, sorted) with bodies[i], written
+        in few large writes. What it returns is what the index needs, made in the same pass.
+
+        The work per record is done by C loops (map, accumulate, join) over a batch of records
+        at a time, not by Python steps per record: a checkpoint appends tens of thousands of
+        entries in a thread beside the bookie's event loop, and every Python step it takes is
+        time the loop may wait for the GIL. A batch keeps each C call short (the GIL changes
+        hands only between calls).
 
         current_size only ever counts bytes that were written: if a write fails (a full disk),
         the log's tail is uncertain, so the next append starts a new log rather than compute
         offsets in this one."""
+        appended = Appended([], [], {})
+        for first in range(0, len(keys), APPEND_BATCH_COUNT):
+            last = first + APPEND_BATCH_COUNT
+            self._append_batch(keys[first:last], bodies[first:last], appended)
+        return appended
+
+    def _append_batch(self, keys: Sequence[int], bodies: Sequence[bytes], appended: Appended) -> None:
         if self._needs_roll:
             self._roll()
-        keys: list[bytes] = []
-        locations: list[bytes] = []
-        sizes: dict[tuple[int, int], int] = {}
-        chunks: list[bytes] = []
-        # The loop runs once per entry: names bound once, and one comparison (`end > stop`)
-        # stands for both "write the buffer out" and "roll the log"; the rest is _make_room's.
-        add_key, add_location, add_chunks = keys.append, locations.append, chunks.extend
-        pack_key, pack_header, checksum = ENTRY_KEY.pack, RECORD_HEADER.pack, crc32c.crc32c
-        header_size, key_size = RECORD_HEADER.size, ENTRY_KEY.size
-        log_id, offset = self.current_id, self.current_size
-        stop = self._stop(offset)
-        # Bytes per (log, ledger), summed over runs of one ledger: items come sorted by ledger.
-        run_ledger_id, run_offset = None, offset
-        for (ledger_id, entry_id), body in items:
-            # header | key | body without copying the body: the checksum runs over key then body.
-            key = pack_key(ledger_id, entry_id)
-            length = key_size + len(body)
-            end = offset + header_size + length
-            if end > stop or ledger_id != run_ledger_id:
-                _add_size(sizes, log_id, run_ledger_id, offset - run_offset)
-                if end > stop:
-                    offset = self._make_room(chunks, offset, header_size + length)
-                    log_id, stop = self.current_id, self._stop(offset)
-                    end = offset + header_size + length
-                run_ledger_id, run_offset = ledger_id, offset
-            add_key(key)
-            add_location(pack_location(log_id, offset))
-            add_chunks((pack_header(length, checksum(body, checksum(key))), key, body))
-            offset = end
-        _add_size(sizes, log_id, run_ledger_id, offset - run_offset)
-        self._write_out(chunks, offset)
-        return Appended(keys, locations, sizes)
+        record_keys = list(map(_KEY_BYTES, keys))
+        lengths = list(map(add, map(len, bodies), repeat(ENTRY_KEY.size)))     # payload sizes
+        # starts[i]: where record i starts, counted from the batch's first record; starts[-1]
+        # is where the batch ends.
+        starts = list(accumulate(map(add, lengths, repeat(RECORD_HEADER.size)), initial=0))
+        # The checksum covers key then body, without joining them.
+        headers = list(map(RECORD_HEADER.pack, lengths, map(crc32c.crc32c, bodies, map(crc32c.crc32c, record_keys))))
+        first, count = 0, len(keys)
+        while first < count:
+            offset = self.current_size
+            shift = offset - starts[first]               # record i goes at starts[i] + shift
+            # The records that end by `stop` go in one write; a record that does not fit even
+            # alone starts a new log, unless the log is empty (a log holds at least one record,
+            # however large), and is otherwise written alone.
+            last = bisect_right(starts, self._stop(offset) - shift, first + 1) - 1
+            if last == first:
+                if offset > ENTRY_LOG_HEADER.size and starts[first + 1] + shift > self.entry_log_size_max:
+                    self._roll()
+                    continue
+                last = first + 1
+            log_id = self.current_id
+            appended.locations.extend(map(pack_location, repeat(log_id), map(add, starts[first:last], repeat(shift))))
+            _add_sizes(appended.sizes, log_id, keys, starts, first, last)
+            self._write_out(b"".join(chain.from_iterable(
+                zip(headers[first:last], record_keys[first:last], bodies[first:last]))), starts[last] + shift)
+            first = last
+        appended.keys.extend(record_keys)
 
     def _stop(self, offset: int) -> int:
-        """Where the record being added must end, at most, before append_many writes out what
-        it collected (APPEND_WRITE_SIZE after the last write) or rolls the log."""
+        """Where a write that starts at `offset` must end, at most: APPEND_WRITE_SIZE later, and
+        not past the log's size limit."""
         return min(offset + APPEND_WRITE_SIZE, self.entry_log_size_max)
 
-    def _make_room(self, chunks: list[bytes], offset: int, record_size: int) -> int:
-        """Write out the records collected (emptying `chunks`), and roll the log if a record of
-        record_size at `offset` would pass entry_log_size_max (a log holds at least one record,
-        however large). Returns the offset at which the record goes."""
-        self._write_out(chunks, offset)
-        chunks.clear()
-        if offset > ENTRY_LOG_HEADER.size and offset + record_size > self.entry_log_size_max:
-            self._roll()
-            return self.current_size
-        return offset
-
-    def _write_out(self, chunks: list[bytes], end_offset: int) -> None:
-        if not chunks:
-            return
+    def _write_out(self, data: bytes, end_offset: int) -> None:
         path = self._path(self.current_id)
         try:
-            self.fs.append(path, data := b"".join(chunks))
+            self.fs.append(path, data)
         except BaseException:
             self._needs_roll = True
             raise
@@ -275,10 +291,15 @@ class EntryLogger:
         return found
 
 
-def _add_size(sizes: dict[tuple[int, int], int], log_id: int, ledger_id: int | None, size: int) -> None:
-    """Count a run of one ledger's records (size bytes) in the log's usage."""
-    if size:
-        sizes[log_id, ledger_id] = sizes.get((log_id, ledger_id), 0) + size
+def _add_sizes(sizes: dict[tuple[int, int], int], log_id: int, keys: Sequence[int], starts: list[int],
+               first: int, last: int) -> None:
+    """Count records first..last-1 (sorted keys, so each ledger's records form one run) in
+    their log's usage per ledger."""
+    while first < last:
+        ledger_id = keys[first] >> ENTRY_ID_BITS
+        end = bisect_left(keys, (ledger_id + 1) << ENTRY_ID_BITS, first, last)
+        sizes[log_id, ledger_id] = sizes.get((log_id, ledger_id), 0) + starts[end] - starts[first]
+        first = end
 
 
 def _what(ledger_id: int, entry_id: int, path: str, offset: int) -> str:
