@@ -94,6 +94,9 @@ OPTIONS: tuple[Option, ...] = (
            help="entries read ahead after a read from an entry log (100; 0 turns it off)"),
     Option("flushInterval", "", "flush_interval_s", int, to_field=lambda v: v / 1000,
            help="checkpoint period in ms (1000)"),
+    Option("dbStorage_writeCacheMaxSizeMb", "", "write_cache_size_max", int, to_field=lambda v: v * MIB,
+           help="a checkpoint starts early when the write cache holds half of this; if it fills while the "
+                "other half is being flushed, the bookie stops reading requests until it is done (256)"),
     Option("gcWaitTime", "", "gc_wait_time_s", int, to_field=lambda v: v / 1000, help="GC period in ms (60000)"),
     Option("majorCompactionInterval", "", "major_compaction_interval_s", int,
            help="seconds between major compactions (3600)"),

@@ -11,7 +11,11 @@ The thin driver around bkcore's BookieStack. What runs where:
   because a thread handoff costs as much as the fdatasync itself on a virtual machine
   (0.25-0.4 ms there and back) and a hop to another task some 50 us more;
 - checkpoints (entry logs flushed, index committed, LastLogMark, old journals deleted) run every
-  flush_interval_s, their writes in worker threads (see BookieStack's checkpoint steps);
+  flush_interval_s, their writes in worker threads (see BookieStack's checkpoint steps), and at
+  once when the write cache holds half of write_cache_size_max (dbStorage_writeCacheMaxSizeMb);
+  if it fills while the other half is still being flushed, every connection stops reading
+  (a ReceiveGate) until that checkpoint is done, so memory stays bounded and the clients are
+  slowed by TCP (BookKeeper's DbLedgerStorage throttles its adding threads the same way);
 - GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
 - the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
@@ -54,7 +58,7 @@ from bkcore.wire import (
     ReadResponse,
 )
 from metastore.api import MetadataStore
-from transports.connection import FramedConnection
+from transports.connection import FramedConnection, ReceiveGate
 from transports.timer import CoreTimer, now_ns
 from transports.worker_thread import WorkerThread
 from transports.filesystem import OsFileSystem
@@ -87,6 +91,9 @@ class BookieServerConfig:
     disk_usage: DiskUsageConfig = field(default_factory=DiskUsageConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     flush_interval_s: float = 1.0                   # flushInterval: checkpoint period
+    # dbStorage_writeCacheMaxSizeMb: a checkpoint starts when the write cache holds half of it;
+    # the other half is the cache being flushed meanwhile.
+    write_cache_size_max: int = 256 * 1024 * 1024
     gc_wait_time_s: float = 60.0                    # gcWaitTime
     major_compaction_interval_s: float = 3600.0     # majorCompactionInterval
     disk_check_interval_s: float = 10.0             # diskCheckInterval
@@ -125,6 +132,11 @@ class BookieServer:
         self._journal_thread = WorkerThread("bookie-journal")   # large groups' write + fdatasync
         self._sync_inline_size_max = config.journal_sync_inline_size_max
         self._storage_lock = trio.Lock()        # checkpoints vs. compaction (entry logs, index)
+        self._write_cache_half_size = config.write_cache_size_max // 2
+        self._is_flushing_cache = False         # a checkpoint holds the other half of the cache
+        self._journal_writing_size = 0          # bytes of the group the journal thread writes
+        self._checkpoint_wanted = trio.Event()  # the write cache is half full: do not wait
+        self._receive_gate = ReceiveGate()      # shut: no connection reads (the cache is full)
         self._timer = CoreTimer(self._on_timer_due)
         self.is_readonly = False          # refusing normal adds, registered under readonly/
         self.is_registered_readonly: bool | None = None
@@ -247,7 +259,8 @@ class BookieServer:
             self._unauthenticated.add(name)
         connection = FramedConnection(stream, name=name, on_messages=self._on_messages,
                                       frame_size_max=self.config.frame_size_max,
-                                      send_queue_size_max=self.config.connection_send_queue_size_max)
+                                      send_queue_size_max=self.config.connection_send_queue_size_max,
+                                      receive_gate=self._receive_gate)
         self.connections[name] = connection
         self._request_started[name] = {}
         self.counts["connections"] += 1
@@ -328,6 +341,7 @@ class BookieServer:
                         self._write_and_sync(effect)
                         self._journaled(effect, started)   # its answers: the next round of this loop
                     else:
+                        self._journal_writing_size = len(effect.data)
                         self._journal_send.send_nowait(effect)
                 else:
                     raise AssertionError(f"bookie effect {effect!r}")
@@ -335,6 +349,21 @@ class BookieServer:
             connection.flush()
         deadline_ns = core.next_deadline_ns()
         self._timer.set(deadline_ns)
+        # What the write cache holds, and what the journal is about to add to it.
+        if (self.stack.storage.write_cache_size + core.journal_collected_size + self._journal_writing_size
+                >= self._write_cache_half_size):
+            self._on_write_cache_half_full()
+
+    def _on_write_cache_half_full(self) -> None:
+        """Checkpoint now; and if the other half is still being flushed, the cache is full:
+        stop reading from every connection until that checkpoint has taken this half. (The
+        adds already received still reach the cache once journaled: the journal's own limits
+        bound them, journal_queue_size_max and pending_adds_count_max.)"""
+        self._checkpoint_wanted.set()
+        if self._is_flushing_cache and not self._receive_gate.is_shut:
+            self._receive_gate.shut()
+            log.info("bookie %s: write cache full (%d bytes); reading paused until the checkpoint is done",
+                     self.config.bookie_id, self.stack.storage.write_cache_size)
 
     def _observe_latency(self, connection_name: str, message: object) -> None:
         kind = type(message)
@@ -356,6 +385,7 @@ class BookieServer:
                 async with self._journal_lock:
                     started = time.perf_counter()
                     await self._journal_thread.run(self._write_and_sync, effect)
+                self._journal_writing_size = 0
                 self._journaled(effect, started)
                 self._pump()
         finally:
@@ -388,16 +418,21 @@ class BookieServer:
             stack = self.stack
             started = time.perf_counter()
             mark, plan = stack.begin_checkpoint()
+            self._is_flushing_cache = True      # the cache taken is still in memory until freed
+            self._receive_gate.open()           # the cache new adds go to is empty
             try:
-                await trio.to_thread.run_sync(stack.write_checkpoint, plan)
-            except DiskFullError:
-                stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
-                await self._on_ledger_disk_full()
-                return
-            stack.finish_checkpoint(plan)
-            # The flushed entries are freed in the worker, a slice at a time (it yields the GIL
-            # every switch interval), not all at once on the loop: some ms per 20,000 entries.
-            await trio.to_thread.run_sync(_free_in_slices, plan.cache)
+                try:
+                    await trio.to_thread.run_sync(stack.write_checkpoint, plan)
+                except DiskFullError:
+                    stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
+                    await self._on_ledger_disk_full()
+                    return
+                stack.finish_checkpoint(plan)
+                # The flushed entries are freed in the worker, a slice at a time (it yields the
+                # GIL every switch interval), not all at once on the loop: ms per 20,000 entries.
+                await trio.to_thread.run_sync(_free_in_slices, plan.cache)
+            finally:
+                self._is_flushing_cache = False
             # The mark's fsyncs (temp file, directory) need no journal lock: only the deletion
             # of old journals must not run beside a journal write, which would wait meanwhile.
             await trio.to_thread.run_sync(stack.write_last_mark, mark)
@@ -420,6 +455,7 @@ class BookieServer:
                     if isinstance(value, int) and not name.endswith("_peak")}
         counters.update({f"server_{name}": value for name, value in self.counts.items()})
         counters["read_ahead_entries_count"] = self.stack.storage.read_ahead_entries_count
+        counters["write_cache_full_count"] = self._receive_gate.shut_count
         for code, count in statistics.rejected_by_code:
             counters[f"rejected_{code.lower()}_count"] = count
         gauges = {"journal_waiters": self.core.journal_waiter_count, "connections": len(self.connections),
@@ -432,7 +468,9 @@ class BookieServer:
 
     async def _checkpoint_loop(self) -> None:
         while True:
-            await trio.sleep(self.config.flush_interval_s)
+            with trio.move_on_after(self.config.flush_interval_s):
+                await self._checkpoint_wanted.wait()
+            self._checkpoint_wanted = trio.Event()     # a wish made during this one: the next
             await self.checkpoint()
 
     async def collect_garbage(self, *, is_major: bool = False) -> None:

@@ -17,6 +17,9 @@ Backpressure: while more than send_queue_size_max bytes wait to be sent, the con
 reading, so a peer that does not read its answers fills its own TCP window instead of this
 process's memory (the bookie core's own limits answer TOO_MANY_REQUESTS before that).
 
+A ReceiveGate shared by many connections stops them all reading while it is shut: a bookie
+shuts it while its write cache is full, until a checkpoint has made room.
+
 Malformed input (bad checksum, oversized length, undecodable message) gets one ErrorResponse
 naming the problem, then the connection closes; the process carries on.
 """
@@ -49,13 +52,38 @@ def message_size(message: object) -> int:
     return MESSAGE_OVERHEAD_SIZE + (sum(map(len, bodies)) if type(bodies) is list else 0)
 
 
+class ReceiveGate:
+    """Open, or shut for every connection that shares it: while shut they take nothing more
+    from their sockets (what they have already received is still handed over first)."""
+
+    def __init__(self) -> None:
+        self.is_shut = False
+        self.shut_count = 0
+        self._opened = trio.Event()
+
+    def shut(self) -> None:
+        if not self.is_shut:
+            self.is_shut = True
+            self.shut_count += 1
+            self._opened = trio.Event()
+
+    def open(self) -> None:
+        self.is_shut = False
+        self._opened.set()
+
+    async def wait_open(self) -> None:
+        await self._opened.wait()
+
+
 class FramedConnection:
     def __init__(self, stream: trio.abc.Stream, *, name: str,
                  on_messages: Callable[[list, "FramedConnection"], None],
                  frame_size_max: int = FRAME_SIZE_MAX,
                  send_queue_size_max: int = SEND_QUEUE_SIZE_MAX_DEFAULT,
-                 prepare: Callable[[list], list] | None = None) -> None:
+                 prepare: Callable[[list], list] | None = None,
+                 receive_gate: ReceiveGate | None = None) -> None:
         self.stream = stream
+        self._receive_gate = receive_gate or ReceiveGate()
         # Rewrites each batch of queued messages just before it is framed (a client coalesces
         # adds there, when it knows everything that is waiting).
         self._prepare = prepare
@@ -172,10 +200,13 @@ class FramedConnection:
 
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(frame_size_max=self._frame_size_max)
+        gate = self._receive_gate
         while True:
             while self.is_backed_up and not self.is_closed:
                 self.backpressure_wait_count += 1
                 await self._drained.wait()
+            while gate.is_shut and not self.is_closed:
+                await gate.wait_open()
             if not await self._receive_into(decoder):
                 self.close_reason = "closed by peer"
                 return

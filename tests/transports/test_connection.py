@@ -6,8 +6,8 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from bkcore.wire import AddResponse, FrameDecoder, ReadResponse
-from transports.connection import FramedConnection
+from bkcore.wire import AddResponse, FrameDecoder, ReadResponse, encode_frame
+from transports.connection import FramedConnection, ReceiveGate
 
 
 async def connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -114,3 +114,24 @@ async def test_queued_without_waking_the_writer_is_written_by_flush_over_tcp():
         assert connection.send_queue_size == 0
         assert await receive_messages(far, 2) == [answer(1), answer(2)]
         connection.close()
+
+
+async def test_a_shut_gate_stops_every_connection_sharing_it_from_reading():
+    gate = ReceiveGate()
+    gate.shut()
+    received: list = []
+    pairs = [await connected_pair() for _ in range(2)]
+    async with trio.open_nursery() as nursery:
+        for index, (near, far) in enumerate(pairs):
+            connection = FramedConnection(near, name=f"near-{index}", receive_gate=gate,
+                                          on_messages=lambda messages, connection: received.extend(messages))
+            nursery.start_soon(connection.run)
+            await far.send_all(encode_frame([answer(index)]))
+        await trio.sleep(0.2)
+        assert received == []                     # sent, and left in the sockets
+        gate.open()
+        with trio.fail_after(10):
+            while len(received) < 2:
+                await trio.sleep(0.01)
+        assert sorted(message.request_id for message in received) == [0, 1]
+        nursery.cancel_scope.cancel()

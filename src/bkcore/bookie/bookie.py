@@ -271,6 +271,11 @@ class Bookie:
         """Requests waiting for the journal (a graceful shutdown waits for this to reach 0)."""
         return self._pending_adds_count + self._pending_syncs_count
 
+    @property
+    def journal_collected_size(self) -> int:
+        """Bytes of records collected for the next journal write (not yet handed over)."""
+        return 0 if self._collecting is None else self._collecting.size
+
     def take_effects(self) -> list | tuple:
         effects = self._effects
         if not effects:
