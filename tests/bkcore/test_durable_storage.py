@@ -75,6 +75,18 @@ def test_a_run_of_entries_is_added_like_single_adds(stack):
     assert stack.storage().get_entries(1, 0, 10, 1 << 20) == [b"a" * 10, b"b" * 20, b"C" * 5, b"d" * 40]
 
 
+def test_a_run_written_again_replaces_what_the_read_cache_holds(stack):
+    storage = stack.storage(read_cache_count_max=4)
+    fill(storage, 1, 6)
+    storage.checkpoint()                                      # the tail (4, 5) stays in the read cache
+    assert memory_key(1, 4) in storage._read_cache
+    storage.add_entries(1, 4, [b"again-4", b"again-5"])       # a rewrite of cached entries
+    storage.add_entries(1, 6, [b"new-%d" % e for e in range(6, 10)])
+    storage.checkpoint()                                      # keeps 8 and 9; 4 and 5 come from the log
+    assert [storage.get_entry(1, e) for e in (4, 5, 6, 3)] == [b"again-4", b"again-5", b"new-6", b"L1-E3"]
+    assert stack.storage().get_entries(1, 4, 3, 1 << 20) == [b"again-4", b"again-5", b"new-6"]
+
+
 def test_entry_logs_roll_at_their_size_limit(stack):
     storage = stack.storage(entry_log_size_max=200)
     fill(storage, 1, 30)

@@ -192,7 +192,7 @@ class DurableLedgerStorage:
                 write_cache[key] = body
                 self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
         read_cache = self._read_cache
-        if read_cache:
+        if read_cache and not read_cache.keys().isdisjoint(keys):   # rare: a rewrite of read entries
             for key in keys:
                 read_cache.pop(key, None)
         last_entry_id = first_entry_id + len(bodies) - 1
