@@ -106,14 +106,6 @@ class BookieServerConfig:
         return self.advertised_address or f"{self.host}:{self.port}"
 
 
-def _free_in_slices(entries: dict) -> None:
-    """Empty a dict item by item: each step frees one entry, and the interpreter may switch
-    threads between steps (dict.clear() would free them all in one C call, holding the GIL)."""
-    popitem = entries.popitem
-    for _ in range(len(entries)):
-        popitem()
-
-
 class BookieServer:
     def __init__(self, config: BookieServerConfig, store: MetadataStore, layout: LedgerLayout, *,
                  reopen_store: Callable[[], Awaitable[MetadataStore]] | None = None) -> None:
@@ -430,7 +422,7 @@ class BookieServer:
                 stack.finish_checkpoint(plan)
                 # The flushed entries are freed in the worker, a slice at a time (it yields the
                 # GIL every switch interval), not all at once on the loop: ms per 20,000 entries.
-                await trio.to_thread.run_sync(_free_in_slices, plan.cache)
+                await trio.to_thread.run_sync(plan.cache.release_gradually)
             finally:
                 self._is_flushing_cache = False
             # The mark's fsyncs (temp file, directory) need no journal lock: only the deletion

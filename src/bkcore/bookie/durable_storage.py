@@ -16,7 +16,6 @@ index places it exactly where it was found (dbStorage_readAheadCacheBatchSize in
 
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -29,9 +28,11 @@ from bkcore.bookie.index import (
     log_meta_key, pack_location, unpack_location,
 )
 from bkcore.bookie.storage import StorageIOError
+from bkcore.bookie.write_cache import WriteCache
 from bkcore.wire import INVALID_ENTRY_ID
 
 ENTRY_READ_ATTEMPT_COUNT_MAX = 3
+_NOTHING = WriteCache()           # stands for "no checkpoint is flushing"; never added to
 RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
 
 
@@ -70,7 +71,7 @@ class _LedgerState:
 @dataclass(frozen=True, slots=True)
 class CheckpointPlan:
     """What one checkpoint writes, taken from memory at its start."""
-    cache: dict[int, bytes]                         # the write cache taken: memory_key -> body
+    cache: WriteCache                                # the write cache taken
     ledger_puts: dict[bytes, bytes]                  # packed state of changed ledgers
     deleted_ledger_ids: list[int]
     dirty_ledger_ids: list[int]
@@ -91,10 +92,9 @@ class DurableLedgerStorage:
                                         entry_log_size_max=config.entry_log_size_max,
                                         flush_size=config.entry_log_flush_size)
         self.entry_logger.open()
-        # Entries not yet in an entry log: (ledger, entry) -> body. Its size is bounded by the
-        # checkpoint interval times the add rate; the bookie checkpoints when it grows too big.
-        self._write_cache: dict[int, bytes] = {}           # memory_key -> body
-        self._write_cache_size = 0
+        # Entries not yet in an entry log. Its size is bounded by the checkpoint interval times
+        # the add rate; the bookie checkpoints when it grows too big.
+        self._write_cache = WriteCache()
         self._read_cache: OrderedDict[int, bytes] = OrderedDict()
         self._ledgers: dict[int, _LedgerState] = {}      # loaded or changed ledger state
         self._dirty_ledgers: set[int] = set()
@@ -103,7 +103,7 @@ class DurableLedgerStorage:
         # entry is known without asking the index while entries are still in memory.
         self._last_cached_entry: dict[int, int] = {}
         # The write cache a checkpoint is writing out (see begin_checkpoint), or None.
-        self._flushing: dict[int, bytes] | None = None
+        self._flushing: WriteCache | None = None
         self.dropped_entries_count = 0
         self.read_ahead_entries_count = 0     # entries brought into the read cache by read-ahead
 
@@ -162,58 +162,39 @@ class DurableLedgerStorage:
     # -- entries --------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
-        """add_entries of one entry, spelled out: a bookie stores nearly every entry alone."""
-        if ledger_id not in self._ledgers and self._state(ledger_id) is None:
-            self.dropped_entries_count += 1             # the ledger is gone (see _change)
-            return
-        key = ledger_id << ENTRY_ID_BITS | entry_id              # memory_key, spelled out
-        write_cache = self._write_cache
-        previous = write_cache.get(key)
-        write_cache[key] = body
-        self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
-        if self._read_cache:
-            self._read_cache.pop(key, None)
-        if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
-            self._last_cached_entry[ledger_id] = entry_id
+        self.add_entries(ledger_id, entry_id, [body])
 
-    def add_entries(self, ledger_id: int, first_entry_id: int, bodies) -> None:
+    def add_entries(self, ledger_id: int, first_entry_id: int, bodies: list[bytes]) -> None:
         if ledger_id not in self._ledgers and self._state(ledger_id) is None:
             self.dropped_entries_count += len(bodies)   # the ledger is gone (see _change)
             return
-        write_cache = self._write_cache
-        first_key = memory_key(ledger_id, first_entry_id)
-        keys = range(first_key, first_key + len(bodies))
-        if write_cache.keys().isdisjoint(keys):          # new entries: nearly always
-            write_cache.update(zip(keys, bodies))
-            self._write_cache_size += sum(map(len, bodies))
-        else:                                              # some written again (a recovery)
-            for key, body in zip(keys, bodies):
-                previous = write_cache.get(key)
-                write_cache[key] = body
-                self._write_cache_size += len(body) - (len(previous) if previous is not None else 0)
+        self._write_cache.add(ledger_id, first_entry_id, bodies)
         read_cache = self._read_cache
-        if read_cache and not read_cache.keys().isdisjoint(keys):   # rare: a rewrite of read entries
-            for key in keys:
-                read_cache.pop(key, None)
+        if read_cache:
+            first_key = memory_key(ledger_id, first_entry_id)
+            keys = range(first_key, first_key + len(bodies))
+            if not read_cache.keys().isdisjoint(keys):        # rare: a rewrite of read entries
+                for key in keys:
+                    read_cache.pop(key, None)
         last_entry_id = first_entry_id + len(bodies) - 1
         if last_entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
             self._last_cached_entry[ledger_id] = last_entry_id
 
     @property
     def write_cache_size(self) -> int:
-        return self._write_cache_size
+        return self._write_cache.size
 
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
-        key = ledger_id << ENTRY_ID_BITS | entry_id              # memory_key, spelled out
-        body = self._write_cache.get(key)
+        body = self._write_cache.get(ledger_id, entry_id)
         if body is not None:
             return body
         if ledger_id in self._deleted_ledgers:
             return None
         if self._flushing is not None:
-            body = self._flushing.get(key)
+            body = self._flushing.get(ledger_id, entry_id)
             if body is not None:
                 return body
+        key = ledger_id << ENTRY_ID_BITS | entry_id              # memory_key, spelled out
         body = self._read_cache.get(key)
         if body is not None:
             self._read_cache.move_to_end(key)
@@ -241,13 +222,12 @@ class DurableLedgerStorage:
         size = 0
         entry_id, end_entry_id = first_entry_id, first_entry_id + count_max
         write_cache, read_cache = self._write_cache, self._read_cache
-        flushing = self._flushing or {}
+        flushing = self._flushing or _NOTHING
         is_deleted = ledger_id in self._deleted_ledgers
         while entry_id < end_entry_id:
-            key = memory_key(ledger_id, entry_id)
-            body = write_cache.get(key)
+            body = write_cache.get(ledger_id, entry_id)
             if body is None and not is_deleted:
-                body = flushing.get(key) or read_cache.get(key)
+                body = flushing.get(ledger_id, entry_id) or read_cache.get(memory_key(ledger_id, entry_id))
                 if body is None:
                     run = self._logged_run(ledger_id, entry_id, end_entry_id - entry_id, size_max - size,
                                            is_first=not bodies)
@@ -281,14 +261,13 @@ class DurableLedgerStorage:
             size_max=max(size_max, 1) + len(items) * RECORD_OVERHEAD_SIZE)
         bodies = []
         size = 0
-        write_cache, flushing = self._write_cache, self._flushing or {}
+        write_cache, flushing = self._write_cache, self._flushing or _NOTHING
         for (key, value), (entry_id, found_offset, body) in zip(items, following):
             if key != entry_key(ledger_id, entry_id) or value != pack_location(log_id, found_offset):
                 break
             if (bodies or not is_first) and size + len(body) > size_max:
                 break
-            key = memory_key(ledger_id, entry_id)
-            bodies.append(write_cache.get(key) or flushing.get(key) or body)
+            bodies.append(write_cache.get(ledger_id, entry_id) or flushing.get(ledger_id, entry_id) or body)
             size += len(body)
         return bodies
 
@@ -305,13 +284,13 @@ class DurableLedgerStorage:
             count_max=min(config.read_ahead_count_max, config.read_cache_count_max // 2),
             size_max=config.read_ahead_size_max)
         index_get, read_cache, write_cache = self.index.get, self._read_cache, self._write_cache
-        flushing = self._flushing or {}
+        flushing = self._flushing or _NOTHING
         for entry_id, offset, body in following:
             if index_get(entry_key(ledger_id, entry_id)) != pack_location(log_id, offset):
                 break
-            key = memory_key(ledger_id, entry_id)
-            if key in write_cache or key in flushing:
+            if write_cache.holds(ledger_id, entry_id) or flushing.holds(ledger_id, entry_id):
                 continue                               # served from memory already
+            key = memory_key(ledger_id, entry_id)
             read_cache[key] = body
             read_cache.move_to_end(key)
             if len(read_cache) > config.read_cache_count_max:
@@ -340,8 +319,7 @@ class DurableLedgerStorage:
         self._dirty_ledgers.discard(ledger_id)
         self._deleted_ledgers.add(ledger_id)
         self._last_cached_entry.pop(ledger_id, None)
-        for key in [k for k in self._write_cache if _ledger_of(k) == ledger_id]:
-            self._write_cache_size -= len(self._write_cache.pop(key))
+        self._write_cache.drop_ledger(ledger_id)
         for key in [k for k in self._read_cache if _ledger_of(k) == ledger_id]:
             del self._read_cache[key]
 
@@ -403,18 +381,21 @@ class DurableLedgerStorage:
             dirty_ledger_ids=sorted(self._dirty_ledgers),
             deleted_ledger_ids=sorted(self._deleted_ledgers))
         self._flushing = self._write_cache
-        self._write_cache = {}
-        self._write_cache_size = 0
+        self._write_cache = WriteCache()
         self._dirty_ledgers.clear()
         return plan
 
     def write_checkpoint(self, plan: CheckpointPlan) -> None:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
-        # Sorted by (ledger, entry), which is the keys' own order, so each ledger's entries sit
-        # together in the log.
-        keys = sorted(plan.cache)
-        self.append_to_logs(keys, list(map(plan.cache.__getitem__, keys)), puts)
+        # In (ledger, entry) order, so each ledger's entries sit together in the log.
+        keys: list[int] = []
+        bodies: list[bytes] = []
+        for ledger_id, first_entry_id, run in plan.cache.runs():
+            first_key = memory_key(ledger_id, first_entry_id)
+            keys.extend(range(first_key, first_key + len(run)))
+            bodies.extend(run)
+        self.append_to_logs(keys, bodies, puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []
@@ -426,22 +407,19 @@ class DurableLedgerStorage:
     def abort_checkpoint(self, plan: CheckpointPlan) -> None:
         """The write failed (a full disk): everything goes back to memory for the next try.
         Entries added since begin are newer and win; the index never saw a partial batch."""
-        for key, body in plan.cache.items():
-            if key not in self._write_cache and _ledger_of(key) not in self._deleted_ledgers:
-                self._write_cache[key] = body
-                self._write_cache_size += len(body)
+        self._write_cache.add_missing(plan.cache, skip_ledgers=self._deleted_ledgers)
         self._dirty_ledgers.update(l for l in plan.dirty_ledger_ids if l in self._ledgers)
         self._flushing = None
 
     def finish_checkpoint(self, plan: CheckpointPlan) -> CheckpointReport:
         # The newest entries are the ones tailing readers ask for next: keep the tail of what was
         # flushed readable from memory (bounded by the read cache) instead of going to disk.
-        keep = itertools.islice(reversed(plan.cache.items()), self.config.read_cache_count_max // 2)
         deleted = self._deleted_ledgers
         read_cache = self._read_cache
         read_cache_count_max = self.config.read_cache_count_max
-        for key, body in reversed(list(keep)):     # the newest, oldest first
-            if _ledger_of(key) not in deleted:
+        for ledger_id, entry_id, body in plan.cache.newest(read_cache_count_max // 2):
+            if ledger_id not in deleted:
+                key = memory_key(ledger_id, entry_id)
                 read_cache[key] = body             # the newest end of the LRU order
                 read_cache.move_to_end(key)
                 if len(read_cache) > read_cache_count_max:
