@@ -7,7 +7,7 @@ worker thread in async code.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterable, Iterator, Mapping
 
 import lmdb
 
@@ -62,11 +62,11 @@ class LmdbIndexStore:
                         break
         return items
 
-    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def write(self, puts: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
         with self.env.begin(write=True) as txn:
             for key in deletes:
                 txn.delete(key)
-            txn.cursor().putmulti(puts.items())
+            txn.cursor().putmulti(puts.items() if isinstance(puts, Mapping) else puts)
 
     def close(self) -> None:
         self.env.close()

@@ -295,7 +295,7 @@ def restarted_over_unindexed_copies() -> DurableLedgerStorage:
     storage = DurableLedgerStorage(fs=fs, index=index)
     fill(storage, 1, 3)
     storage.checkpoint()
-    storage.entry_logger.append_many([memory_key(1, 3), memory_key(1, 4)], [b"never-indexed-3", b"never-indexed-4"])
+    storage.entry_logger.append_many([(1, 3, [b"never-indexed-3", b"never-indexed-4"])])
     storage.entry_logger.flush()
     fill(storage, 1, 2, first=3)         # the journal's replay writes them again, elsewhere
     storage.checkpoint()

@@ -5,7 +5,7 @@ import random
 import pytest
 
 import bkcore.bookie.entrylog as entrylog
-from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger, memory_key
+from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
 from bkcore.bookie.index import unpack_location
 from sim.filesystem import SimFileSystem
 from sim.options import DiskOptions
@@ -31,18 +31,20 @@ def test_every_record_is_where_its_location_says_and_the_usage_adds_up(monkeypat
     monkeypatch.setattr(entrylog, "APPEND_BATCH_COUNT", batch_count)
     entry_logger = logger(entry_log_size_max=250)
     sizes = [0, 5, 40, 300, 1, 90, 90, 90, 500, 7, 60]
-    items = [((ledger_id, entry_id), bytes([entry_id]) * size)
-             for ledger_id in (2, 5) for entry_id, size in enumerate(sizes)]
-    appended = entry_logger.append_many([memory_key(*ids) for ids, _ in items], [body for _, body in items])
+    runs = [(ledger_id, 0, [bytes([entry_id]) * size for entry_id, size in enumerate(sizes)]) for ledger_id in (2, 5)]
+    runs += [(ledger_id, 7, [b"one"]) for ledger_id in (6, 7, 8)]            # runs of one entry
+    appended = entry_logger.append_many(runs)
+    assert [(ledger_id, first) for ledger_id, first, _ in appended.runs] == [(ledger_id, first) for ledger_id, first, _ in runs]
     expected_usage: dict[tuple[int, int], int] = {}
     placed: dict[int, list[tuple[int, int, int, int]]] = {}
-    for ((ledger_id, entry_id), body), key, location in zip(items, appended.keys, appended.locations):
-        assert key == ENTRY_KEY.pack(ledger_id, entry_id)
-        log_id, offset = unpack_location(location)
-        assert entry_logger.read((log_id, offset), ledger_id=ledger_id, entry_id=entry_id) == body
-        placed.setdefault(log_id, []).append((offset, ledger_id, entry_id, len(body)))
-        usage_key = (log_id, ledger_id)
-        expected_usage[usage_key] = expected_usage.get(usage_key, 0) + RECORD_OVERHEAD_SIZE + len(body)
+    for (ledger_id, first, bodies), (_, _, locations) in zip(runs, appended.runs):
+        assert len(locations) == len(bodies)
+        for entry_id, body, location in zip(range(first, first + len(bodies)), bodies, locations):
+            log_id, offset = unpack_location(location)
+            assert entry_logger.read((log_id, offset), ledger_id=ledger_id, entry_id=entry_id) == body
+            placed.setdefault(log_id, []).append((offset, ledger_id, entry_id, len(body)))
+            usage_key = (log_id, ledger_id)
+            expected_usage[usage_key] = expected_usage.get(usage_key, 0) + RECORD_OVERHEAD_SIZE + len(body)
     assert appended.sizes == expected_usage
     assert len(placed) > 3                      # it rolled, several times
     for log_id, records in placed.items():
@@ -54,8 +56,18 @@ def test_every_record_is_where_its_location_says_and_the_usage_adds_up(monkeypat
 
 def test_appends_continue_the_current_log_where_the_last_ended():
     entry_logger = logger(entry_log_size_max=1 << 20)
-    first = entry_logger.append_many([memory_key(1, 0)], [b"a" * 10])
-    second = entry_logger.append_many([memory_key(1, 1), memory_key(1, 2)], [b"b" * 20, b"c"])
-    offsets = [unpack_location(location)[1] for location in first.locations + second.locations]
+    first = entry_logger.append_many([(1, 0, [b"a" * 10])])
+    second = entry_logger.append_many([(1, 1, [b"b" * 20, b"c"])])
+    offsets = [unpack_location(location)[1] for location in first.runs[0][2] + second.runs[0][2]]
     assert offsets == [16, 16 + RECORD_OVERHEAD_SIZE + 10, 16 + 2 * RECORD_OVERHEAD_SIZE + 30]
     assert entry_logger.current_size == 16 + 3 * RECORD_OVERHEAD_SIZE + 31
+
+
+def test_small_runs_of_many_ledgers_share_one_write(monkeypatch):
+    entry_logger = logger(entry_log_size_max=1 << 20)
+    writes = []
+    append = entry_logger.fs.append
+    monkeypatch.setattr(entry_logger.fs, "append", lambda path, data: (writes.append(len(data)), append(path, data)))
+    appended = entry_logger.append_many([(ledger_id, 0, [b"x" * 10]) for ledger_id in range(1, 101)])
+    assert writes == [100 * (RECORD_OVERHEAD_SIZE + 10)]
+    assert len(appended.runs) == 100

@@ -17,9 +17,10 @@ checkpoints: both move entries between logs and the index.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 from bkcore.bookie.durable_storage import DurableLedgerStorage
-from bkcore.bookie.entrylog import Location, entry_log_name, memory_key
+from bkcore.bookie.entrylog import Location, entry_log_name
 from bkcore.bookie.index import entry_id_of, entry_prefix, log_meta_key, unpack_location
 from bkcore.bookie.storage import StorageIOError
 
@@ -94,7 +95,8 @@ class Compactor:
 
     def _compact_log(self, log_id: int) -> int:
         storage = self.storage
-        keys, bodies = [], []
+        runs: list[tuple[int, int, list[bytes]]] = []      # consecutive live entries of a ledger
+        moved = 0
         for ledger_id in sorted(storage.log_usage(log_id)):
             if not storage.has_ledger(ledger_id):
                 continue
@@ -103,13 +105,16 @@ class Compactor:
                 if location.log_id == log_id:
                     entry_id = entry_id_of(key)
                     body = storage.entry_logger.read(location, ledger_id=ledger_id, entry_id=entry_id)
-                    keys.append(memory_key(ledger_id, entry_id))
-                    bodies.append(body)
+                    if runs and runs[-1][0] == ledger_id and runs[-1][1] + len(runs[-1][2]) == entry_id:
+                        runs[-1][2].append(body)
+                    else:
+                        runs.append((ledger_id, entry_id, [body]))
+                    moved += 1
         puts: dict[bytes, bytes] = {}
-        storage.append_to_logs(keys, bodies, puts)
+        located = storage.append_to_logs(runs, puts)
         storage.entry_logger.flush()
-        storage.index.write(puts, [log_meta_key(log_id)])
-        return len(keys)
+        storage.index.write(chain(located, puts.items()), [log_meta_key(log_id)])
+        return moved
 
     def _delete_log(self, log_id: int, size: int) -> int:
         storage = self.storage

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import chain, repeat
+from typing import Iterator
 
 import msgpack
 
@@ -329,13 +331,15 @@ class DurableLedgerStorage:
 
     # -- checkpoint -----------------------------------------------------------------------
 
-    def append_to_logs(self, keys: list[int], bodies: list[bytes], puts: dict[bytes, bytes]) -> None:
-        """Append entries (sorted memory keys, their bodies) to the entry logs, adding their
-        index locations and the per-log usage they add (merged with what the index has) to
-        `puts`."""
-        appended = self.entry_logger.append_many(keys, bodies)
-        # The index's entry key is its prefix before the key the log holds (the same ids).
-        puts.update(zip(map(ENTRY_PREFIX.__add__, appended.keys), appended.locations))
+    def append_to_logs(self, runs, puts: dict[bytes, bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """Append runs of entries, (ledger id, first entry id, bodies) sorted by ledger, to the
+        entry logs; add the per-log usage they add (merged with what the index has) to `puts`,
+        and return their index locations as (key, value) pairs for the index's write."""
+        appended = self.entry_logger.append_many(runs)
+        located = chain.from_iterable(
+            zip(map(entry_key, repeat(ledger_id, len(locations)), range(first_entry_id, first_entry_id + len(locations))),
+                locations)
+            for ledger_id, first_entry_id, locations in appended.runs)
         usages: dict[int, dict[int, int]] = {}
         for (log_id, ledger_id), size in appended.sizes.items():
             usage = usages.get(log_id)
@@ -345,6 +349,7 @@ class DurableLedgerStorage:
         for log_id, usage in usages.items():
             # packb(usage), with a Packer sized for it instead of packb's 1 MiB buffer.
             puts[log_meta_key(log_id)] = msgpack.Packer(buf_size=16 * len(usage) + 16).pack(usage)
+        return located
 
     def forget_log(self, log_id: int) -> None:
         """A log was deleted: drop cached reads that may have come from it."""
@@ -388,21 +393,15 @@ class DurableLedgerStorage:
     def write_checkpoint(self, plan: CheckpointPlan) -> None:
         """The I/O of a checkpoint; touches only the entry logs and the index."""
         puts: dict[bytes, bytes] = {}
-        # In (ledger, entry) order, so each ledger's entries sit together in the log.
-        keys: list[int] = []
-        bodies: list[bytes] = []
-        for ledger_id, first_entry_id, run in plan.cache.runs():
-            first_key = memory_key(ledger_id, first_entry_id)
-            keys.extend(range(first_key, first_key + len(run)))
-            bodies.extend(run)
-        self.append_to_logs(keys, bodies, puts)
+        # Runs in (ledger, entry) order, so each ledger's entries sit together in the log.
+        located = self.append_to_logs(plan.cache.runs(), puts)
         self.entry_logger.flush()
         puts.update(plan.ledger_puts)
         deletes = []
         for ledger_id in plan.deleted_ledger_ids:
             deletes.append(ledger_key(ledger_id))
             deletes.extend(self.index.keys_with_prefix(entry_prefix(ledger_id)))
-        self.index.write(puts, deletes)
+        self.index.write(chain(located, puts.items()), deletes)
 
     def abort_checkpoint(self, plan: CheckpointPlan) -> None:
         """The write failed (a full disk): everything goes back to memory for the next try.

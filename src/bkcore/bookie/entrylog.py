@@ -12,10 +12,10 @@ which a bookie answers with IO_ERROR, never "no such entry".
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from itertools import accumulate, chain, repeat
-from operator import add, methodcaller
-from typing import NamedTuple, Sequence
+from operator import add
+from typing import NamedTuple
 
 import crc32c
 
@@ -30,15 +30,10 @@ RECORD_HEADER = struct.Struct(">II")
 ENTRY_KEY = struct.Struct(">qq")
 ENTRY_LOG_SUFFIX = ".log"
 
-# Entries in memory (a bookie's write cache, a checkpoint, the read cache) and in append_many()
-# are keyed by one int, memory_key(ledger, entry) = ledger << 64 | entry. It orders as
-# (ledger, entry) does; unlike a tuple it is invisible to the cyclic garbage collector (a
-# bookie holds tens of thousands until a checkpoint; as tuples they filled every young
-# collection, which walked them all and paused the loop 20-50 ms at a time); and for the
-# non-negative ids kept in memory its 16 big-endian bytes are the record's key, ENTRY_KEY.
+# Entries in a bookie's read cache are keyed by one int, memory_key(ledger, entry) =
+# ledger << 64 | entry. It orders as (ledger, entry) does and, unlike a tuple, is invisible to
+# the cyclic garbage collector.
 ENTRY_ID_BITS = 64
-ENTRY_ID_MASK = (1 << ENTRY_ID_BITS) - 1
-_KEY_BYTES = methodcaller("to_bytes", ENTRY_KEY.size, "big")
 
 
 def memory_key(ledger_id: int, entry_id: int) -> int:
@@ -52,12 +47,10 @@ class Location(NamedTuple):
 
 
 class Appended(NamedTuple):
-    """What append_many() wrote, in the forms a checkpoint indexes: per record its key as the
-    log holds it (i64 ledger, i64 entry: for the non-negative ids stored, the bytes of the
-    index's u64 pair) and its location packed as the index stores it (index.pack_location);
-    per (log id, ledger id) the bytes its records took."""
-    keys: list[bytes]
-    locations: list[bytes]
+    """What append_many() wrote, in the forms a checkpoint indexes: per run appended, (ledger
+    id, first entry id, its records' locations packed as the index stores them,
+    index.pack_location); per (log id, ledger id) the bytes its records took."""
+    runs: list[tuple[int, int, list[bytes]]]
     sizes: dict[tuple[int, int], int]
 
 
@@ -89,6 +82,7 @@ class EntryLogger:
         self.current_id: int | None = None
         self.current_size = 0
         self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
+        self._pieces_size = 0       # bytes append_many has placed but not written yet
         self._unflushed_ids: list[int] = []
         # The highest log id on disk or ever tried: listed by open(), then kept up to date by
         # _roll() (only this logger creates logs in its directory), so a roll needs no listing.
@@ -137,71 +131,88 @@ class EntryLogger:
         self._needs_roll = False
 
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
-        return Location(*unpack_location(self.append_many([memory_key(ledger_id, entry_id)], [body]).locations[0]))
+        return Location(*unpack_location(self.append_many([(ledger_id, entry_id, [body])]).runs[0][2][0]))
 
-    def append_many(self, keys: Sequence[int], bodies: Sequence[bytes]) -> Appended:
-        """append() for many entries: keys[i] (a memory_key, sorted) with bodies[i], written
-        in few large writes. What it returns is what the index needs, made in the same pass.
+    def append_many(self, runs) -> Appended:
+        """append() for runs of entries, (ledger id, first entry id, bodies) (a write cache's
+        own runs, sorted by ledger), written in few large writes. What it returns is what the
+        index needs, made in the same pass.
 
-        The work per record is done by C loops (map, accumulate, join) over a batch of records
-        at a time, not by Python steps per record: a checkpoint appends tens of thousands of
-        entries in a thread beside the bookie's event loop, and every Python step it takes is
-        time the loop may wait for the GIL. A batch keeps each C call short (the GIL changes
-        hands only between calls).
+        The work per record is done by C loops (map, accumulate, join) over up to
+        APPEND_BATCH_COUNT records of a run at a time, not by Python steps per record: a
+        checkpoint appends tens of thousands of entries in a thread beside the bookie's event
+        loop, and every Python step it takes is time the loop may wait for the GIL. A batch
+        keeps each C call short (the GIL changes hands only between calls).
 
         current_size only ever counts bytes that were written: if a write fails (a full disk),
         the log's tail is uncertain, so the next append starts a new log rather than compute
         offsets in this one."""
-        appended = Appended([], [], {})
-        for first in range(0, len(keys), APPEND_BATCH_COUNT):
-            last = first + APPEND_BATCH_COUNT
-            self._append_batch(keys[first:last], bodies[first:last], appended)
+        appended = Appended([], {})
+        pieces: list[bytes] = []            # records not written yet: header, key, body, ...
+        try:
+            for ledger_id, first_entry_id, bodies in runs:
+                locations: list[bytes] = []
+                for first in range(0, len(bodies), APPEND_BATCH_COUNT):
+                    self._append_batch(ledger_id, first_entry_id + first, bodies[first:first + APPEND_BATCH_COUNT],
+                                       pieces, locations, appended.sizes)
+                appended.runs.append((ledger_id, first_entry_id, locations))
+            self._write_pieces(pieces)
+        except BaseException:
+            self._needs_roll = True           # what was written of the pieces is uncertain
+            self._pieces_size = 0
+            raise
         return appended
 
-    def _append_batch(self, keys: Sequence[int], bodies: Sequence[bytes], appended: Appended) -> None:
+    def _append_batch(self, ledger_id: int, first_entry_id: int, bodies: list[bytes], pieces: list[bytes],
+                      locations: list[bytes], sizes: dict[tuple[int, int], int]) -> None:
         if self._needs_roll:
             self._roll()
-        record_keys = list(map(_KEY_BYTES, keys))
+        count = len(bodies)
+        record_keys = list(map(ENTRY_KEY.pack, repeat(ledger_id, count), range(first_entry_id, first_entry_id + count)))
         lengths = list(map(add, map(len, bodies), repeat(ENTRY_KEY.size)))     # payload sizes
         # starts[i]: where record i starts, counted from the batch's first record; starts[-1]
         # is where the batch ends.
         starts = list(accumulate(map(add, lengths, repeat(RECORD_HEADER.size)), initial=0))
         # The checksum covers key then body, without joining them.
         headers = list(map(RECORD_HEADER.pack, lengths, map(crc32c.crc32c, bodies, map(crc32c.crc32c, record_keys))))
-        first, count = 0, len(keys)
+        first = 0
         while first < count:
-            offset = self.current_size
-            shift = offset - starts[first]               # record i goes at starts[i] + shift
-            # The records that end by `stop` go in one write; a record that does not fit even
-            # alone starts a new log, unless the log is empty (a log holds at least one record,
-            # however large), and is otherwise written alone.
-            last = bisect_right(starts, self._stop(offset) - shift, first + 1) - 1
+            offset = self.current_size + self._pieces_size    # where record `first` goes
+            shift = offset - starts[first]                     # record i goes at starts[i] + shift
+            # The records that end by `stop` join the pieces of the next write. One that does not
+            # fit even alone is written after what is pending; in an empty write it starts a
+            # new log, unless the log is empty (a log holds at least one record, however
+            # large), and is otherwise written alone.
+            last = bisect_right(starts, self._stop() - shift, first + 1) - 1
             if last == first:
+                if pieces:
+                    self._write_pieces(pieces)
+                    continue
                 if offset > ENTRY_LOG_HEADER.size and starts[first + 1] + shift > self.entry_log_size_max:
                     self._roll()
                     continue
                 last = first + 1
             log_id = self.current_id
-            appended.locations.extend(map(pack_location, repeat(log_id), map(add, starts[first:last], repeat(shift))))
-            _add_sizes(appended.sizes, log_id, keys, starts, first, last)
-            self._write_out(b"".join(chain.from_iterable(
-                zip(headers[first:last], record_keys[first:last], bodies[first:last]))), starts[last] + shift)
+            locations.extend(map(pack_location, repeat(log_id), map(add, starts[first:last], repeat(shift))))
+            sizes[log_id, ledger_id] = sizes.get((log_id, ledger_id), 0) + starts[last] - starts[first]
+            pieces.extend(chain.from_iterable(zip(headers[first:last], record_keys[first:last], bodies[first:last])))
+            self._pieces_size += starts[last] - starts[first]
             first = last
-        appended.keys.extend(record_keys)
 
-    def _stop(self, offset: int) -> int:
-        """Where a write that starts at `offset` must end, at most: APPEND_WRITE_SIZE later, and
-        not past the log's size limit."""
-        return min(offset + APPEND_WRITE_SIZE, self.entry_log_size_max)
+    def _stop(self) -> int:
+        """Where the pending write, which starts at current_size, must end at most:
+        APPEND_WRITE_SIZE later, and not past the log's size limit."""
+        return min(self.current_size + APPEND_WRITE_SIZE, self.entry_log_size_max)
 
-    def _write_out(self, data: bytes, end_offset: int) -> None:
+    def _write_pieces(self, pieces: list[bytes]) -> None:
+        if not pieces:
+            return
         path = self._path(self.current_id)
-        try:
-            self.fs.append(path, data)
-        except BaseException:
-            self._needs_roll = True
-            raise
-        self.current_size = end_offset
+        data = b"".join(pieces)
+        pieces.clear()
+        self._pieces_size = 0
+        self.fs.append(path, data)
+        self.current_size += len(data)
         self._unsynced_size += len(data)
         if self.flush_size and self._unsynced_size >= self.flush_size:
             self.fs.sync(path)
@@ -289,17 +300,6 @@ class EntryLogger:
             entry_id += 1
             position = end
         return found
-
-
-def _add_sizes(sizes: dict[tuple[int, int], int], log_id: int, keys: Sequence[int], starts: list[int],
-               first: int, last: int) -> None:
-    """Count records first..last-1 (sorted keys, so each ledger's records form one run) in
-    their log's usage per ledger."""
-    while first < last:
-        ledger_id = keys[first] >> ENTRY_ID_BITS
-        end = bisect_left(keys, (ledger_id + 1) << ENTRY_ID_BITS, first, last)
-        sizes[log_id, ledger_id] = sizes.get((log_id, ledger_id), 0) + starts[end] - starts[first]
-        first = end
 
 
 def _what(ledger_id: int, entry_id: int, path: str, offset: int) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import struct
 from bisect import bisect_left, insort
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Mapping, Protocol
 
 ENTRY_PREFIX = b"E"
 LEDGER_PREFIX = b"L"
@@ -62,7 +62,8 @@ class IndexStore(Protocol):
     # Up to count_max (key, value) pairs in key order from the first key >= `first`: a batch
     # read's locations in one pass, not a lookup each.
     def items_from(self, first: bytes, count_max: int) -> list[tuple[bytes, bytes]]: ...
-    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None: ...
+    # puts: a mapping, or (key, value) pairs (an iterator is consumed once). Deletes go first.
+    def write(self, puts: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], deletes: list[bytes]) -> None: ...
 
 
 class MemoryIndexStore:
@@ -101,7 +102,9 @@ class MemoryIndexStore:
         start = bisect_left(self._keys, first)
         return [(key, data[key]) for key in self._keys[start:start + count_max]]
 
-    def write(self, puts: dict[bytes, bytes], deletes: list[bytes]) -> None:
+    def write(self, puts: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        if not isinstance(puts, dict):
+            puts = dict(puts)
         data, keys = self._data, self._keys
         for key in deletes:
             if data.pop(key, None) is not None:
