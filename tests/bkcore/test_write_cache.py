@@ -14,7 +14,10 @@ def body(ledger_id: int, entry_id: int, version: int) -> bytes:
 
 def apply(cache: WriteCache, model: dict, ledger_id: int, first: int, count: int, version: int) -> None:
     bodies = [body(ledger_id, entry_id, version) for entry_id in range(first, first + count)]
-    cache.add(ledger_id, first, bodies)
+    if count == 1 and version % 2:
+        cache.add_one(ledger_id, first, bodies[0])          # the single-add path
+    else:
+        cache.add(ledger_id, first, bodies)
     for entry_id, entry_body in enumerate(bodies, first):
         model[ledger_id, entry_id] = entry_body
 

@@ -164,7 +164,15 @@ class DurableLedgerStorage:
     # -- entries --------------------------------------------------------------------------
 
     def add_entry(self, ledger_id: int, entry_id: int, body: bytes) -> None:
-        self.add_entries(ledger_id, entry_id, [body])
+        """add_entries of one entry, spelled out: single adds are common (one at a time)."""
+        if ledger_id not in self._ledgers and self._state(ledger_id) is None:
+            self.dropped_entries_count += 1             # the ledger is gone (see _change)
+            return
+        self._write_cache.add_one(ledger_id, entry_id, body)
+        if self._read_cache:
+            self._read_cache.pop(ledger_id << ENTRY_ID_BITS | entry_id, None)     # memory_key
+        if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
+            self._last_cached_entry[ledger_id] = entry_id
 
     def add_entries(self, ledger_id: int, first_entry_id: int, bodies: list[bytes]) -> None:
         if ledger_id not in self._ledgers and self._state(ledger_id) is None:

@@ -60,6 +60,16 @@ class WriteCache:
         self.size += sum(map(len, bodies))
         self.count += len(bodies)
 
+    def add_one(self, ledger_id: int, entry_id: int, body: bytes) -> None:
+        """add() of one entry, spelled out for the usual case: it continues the last run."""
+        runs = self._ledgers.get(ledger_id)
+        if runs is not None and runs.starts and entry_id == runs.starts[-1] + len(runs.bodies[-1]):
+            runs.bodies[-1].append(body)
+            self.size += len(body)
+            self.count += 1
+        else:
+            self.add(ledger_id, entry_id, [body])
+
     def _put_each(self, runs: _LedgerRuns, first_entry_id: int, bodies: list[bytes]) -> None:
         """add() of entries that overlap or precede what is held: one at a time (rare)."""
         for entry_id, body in enumerate(bodies, first_entry_id):
@@ -112,10 +122,14 @@ class WriteCache:
         runs = self._ledgers.get(ledger_id)
         if runs is None:
             return None
-        index = bisect_right(runs.starts, entry_id) - 1
-        if index < 0:
-            return None
-        offset = entry_id - runs.starts[index]
+        starts = runs.starts
+        if starts and entry_id >= starts[-1]:          # the last run: what readers tail
+            index = len(starts) - 1
+        else:
+            index = bisect_right(starts, entry_id) - 1
+            if index < 0:
+                return None
+        offset = entry_id - starts[index]
         run = runs.bodies[index]
         return run[offset] if offset < len(run) else None
 
