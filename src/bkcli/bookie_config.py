@@ -90,6 +90,8 @@ OPTIONS: tuple[Option, ...] = (
            help="a checkpoint syncs the entry log every this many bytes it writes, so journal syncs "
                 "meanwhile wait behind a slice, not the whole checkpoint (1048576; 0: once, at its end)"),
     Option("readCacheMaxEntries", "storage", "read_cache_count_max", int, help="entries kept after reads (4096)"),
+    Option("dbStorage_readAheadCacheMaxSizeMb", "storage", "read_cache_size_max", int, to_field=lambda v: v * MIB,
+           help="bytes of the entries kept after reads, at most (64)"),
     Option("dbStorage_readAheadCacheBatchSize", "storage", "read_ahead_count_max", int,
            help="entries read ahead after a read from an entry log (100; 0 turns it off)"),
     Option("flushInterval", "", "flush_interval_s", int, to_field=lambda v: v / 1000,

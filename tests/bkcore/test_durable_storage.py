@@ -159,6 +159,19 @@ def test_read_cache_is_bounded(stack):
     assert len(storage._read_cache) == 4
 
 
+def test_read_cache_is_bounded_by_bytes_too(stack):
+    storage = stack.storage(read_cache_count_max=100, read_cache_size_max=3000, read_ahead_count_max=0)
+    storage.set_master_key(1, b"k")
+    bodies = [bytes([entry_id]) * 1000 for entry_id in range(10)] + [b"big" * 2000]
+    storage.add_entries(1, 0, bodies)
+    storage.checkpoint()
+    storage._read_cache.clear()
+    assert [storage.get_entry(1, entry_id) for entry_id in range(11)] == bodies
+    # Each read kept, the least recently used out past 3000 bytes; the 6000-byte one not kept.
+    assert len(storage._read_cache) == 3 and storage._read_cache.size == 3000
+    assert [memory_key(1, entry_id) in storage._read_cache for entry_id in (7, 8, 9, 10)] == [True, True, True, False]
+
+
 def test_crash_before_a_checkpoint_loses_only_the_write_cache():
     fs = SimFileSystem(rng=random.Random(2), options=DiskOptions.none())
     index = MemoryIndexStore()

@@ -16,7 +16,6 @@ index places it exactly where it was found (dbStorage_readAheadCacheBatchSize in
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import chain, repeat
 from typing import Iterator
@@ -29,6 +28,7 @@ from bkcore.bookie.index import (
     ENTRY_PREFIX, IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
     log_meta_key, pack_location, unpack_location,
 )
+from bkcore.bookie.read_cache import ReadCache
 from bkcore.bookie.storage import StorageIOError
 from bkcore.bookie.write_cache import WriteCache
 from bkcore.wire import INVALID_ENTRY_ID
@@ -38,16 +38,13 @@ _NOTHING = WriteCache()           # stands for "no checkpoint is flushing"; neve
 RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
 
 
-def _ledger_of(key: int) -> int:
-    return key >> ENTRY_ID_BITS
-
-
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     ledger_dir: str = "ledgers"
     entry_log_size_max: int = 1024 * 1024 * 1024       # logSizeLimit
     entry_log_flush_size: int = 1024 * 1024            # flushEntrylogBytes: sync every this much
     read_cache_count_max: int = 4096                   # entries kept after a read
+    read_cache_size_max: int = 64 * 1024 * 1024        # ... and their bytes at most
     read_ahead_count_max: int = 100                    # entries read ahead on a miss (0: off)
     read_ahead_size_max: int = 1024 * 1024             # bytes read ahead on a miss
 
@@ -97,7 +94,7 @@ class DurableLedgerStorage:
         # Entries not yet in an entry log. Its size is bounded by the checkpoint interval times
         # the add rate; the bookie checkpoints when it grows too big.
         self._write_cache = WriteCache()
-        self._read_cache: OrderedDict[int, bytes] = OrderedDict()
+        self._read_cache = ReadCache(count_max=config.read_cache_count_max, size_max=config.read_cache_size_max)
         self._ledgers: dict[int, _LedgerState] = {}      # loaded or changed ledger state
         self._dirty_ledgers: set[int] = set()
         self._deleted_ledgers: set[int] = set()
@@ -170,7 +167,7 @@ class DurableLedgerStorage:
             return
         self._write_cache.add_one(ledger_id, entry_id, body)
         if self._read_cache:
-            self._read_cache.pop(ledger_id << ENTRY_ID_BITS | entry_id, None)     # memory_key
+            self._read_cache.discard(ledger_id << ENTRY_ID_BITS | entry_id)     # memory_key
         if entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
             self._last_cached_entry[ledger_id] = entry_id
 
@@ -179,13 +176,9 @@ class DurableLedgerStorage:
             self.dropped_entries_count += len(bodies)   # the ledger is gone (see _change)
             return
         self._write_cache.add(ledger_id, first_entry_id, bodies)
-        read_cache = self._read_cache
-        if read_cache:
+        if self._read_cache:                       # a rewrite of entries read: rare
             first_key = memory_key(ledger_id, first_entry_id)
-            keys = range(first_key, first_key + len(bodies))
-            if not read_cache.keys().isdisjoint(keys):        # rare: a rewrite of read entries
-                for key in keys:
-                    read_cache.pop(key, None)
+            self._read_cache.discard_all(range(first_key, first_key + len(bodies)))
         last_entry_id = first_entry_id + len(bodies) - 1
         if last_entry_id > self._last_cached_entry.get(ledger_id, INVALID_ENTRY_ID):
             self._last_cached_entry[ledger_id] = last_entry_id
@@ -205,19 +198,15 @@ class DurableLedgerStorage:
             if body is not None:
                 return body
         key = ledger_id << ENTRY_ID_BITS | entry_id              # memory_key, spelled out
-        body = self._read_cache.get(key)
+        body = self._read_cache.use(key)
         if body is not None:
-            self._read_cache.move_to_end(key)
             return body
         value = self.index.get(entry_key(ledger_id, entry_id))
         if value is None:
             return None
         location = unpack_location(value)
         body = self._read_from_log(location, ledger_id, entry_id)
-        read_cache = self._read_cache                  # a new key goes in last
-        read_cache[key] = body
-        if len(read_cache) > self.config.read_cache_count_max:
-            read_cache.popitem(last=False)             # evict the least recently used
+        self._read_cache.put(key, body)
         if self.config.read_ahead_count_max:
             self._read_ahead(location, ledger_id, entry_id + 1,
                              next_offset=location[1] + RECORD_OVERHEAD_SIZE + len(body))
@@ -237,7 +226,7 @@ class DurableLedgerStorage:
         while entry_id < end_entry_id:
             body = write_cache.get(ledger_id, entry_id)
             if body is None and not is_deleted:
-                body = flushing.get(ledger_id, entry_id) or read_cache.get(memory_key(ledger_id, entry_id))
+                body = flushing.get(ledger_id, entry_id) or read_cache.peek(memory_key(ledger_id, entry_id))
                 if body is None:
                     run = self._logged_run(ledger_id, entry_id, end_entry_id - entry_id, size_max - size,
                                            is_first=not bodies)
@@ -292,7 +281,7 @@ class DurableLedgerStorage:
         following = self.entry_logger.read_following(
             log_id, next_offset, ledger_id=ledger_id, first_entry_id=first_entry_id,
             count_max=min(config.read_ahead_count_max, config.read_cache_count_max // 2),
-            size_max=config.read_ahead_size_max)
+            size_max=min(config.read_ahead_size_max, config.read_cache_size_max // 2))
         index_get, read_cache, write_cache = self.index.get, self._read_cache, self._write_cache
         flushing = self._flushing or _NOTHING
         for entry_id, offset, body in following:
@@ -301,10 +290,7 @@ class DurableLedgerStorage:
             if write_cache.holds(ledger_id, entry_id) or flushing.holds(ledger_id, entry_id):
                 continue                               # served from memory already
             key = memory_key(ledger_id, entry_id)
-            read_cache[key] = body
-            read_cache.move_to_end(key)
-            if len(read_cache) > config.read_cache_count_max:
-                read_cache.popitem(last=False)
+            read_cache.put(key, body)
             self.read_ahead_entries_count += 1
 
     def _read_from_log(self, location: tuple[int, int], ledger_id: int, entry_id: int) -> bytes:
@@ -330,8 +316,7 @@ class DurableLedgerStorage:
         self._deleted_ledgers.add(ledger_id)
         self._last_cached_entry.pop(ledger_id, None)
         self._write_cache.drop_ledger(ledger_id)
-        for key in [k for k in self._read_cache if _ledger_of(k) == ledger_id]:
-            del self._read_cache[key]
+        self._read_cache.discard_ledger(ledger_id)
 
     def ledger_ids(self) -> list[int]:
         stored = {ledger_id_of(k) for k in self.index.keys_with_prefix(LEDGER_PREFIX)}
@@ -422,15 +407,10 @@ class DurableLedgerStorage:
         # The newest entries are the ones tailing readers ask for next: keep the tail of what was
         # flushed readable from memory (bounded by the read cache) instead of going to disk.
         deleted = self._deleted_ledgers
-        read_cache = self._read_cache
-        read_cache_count_max = self.config.read_cache_count_max
-        for ledger_id, entry_id, body in plan.cache.newest(read_cache_count_max // 2):
+        put = self._read_cache.put                 # the newest end of the LRU order
+        for ledger_id, entry_id, body in plan.cache.newest(self.config.read_cache_count_max // 2):
             if ledger_id not in deleted:
-                key = memory_key(ledger_id, entry_id)
-                read_cache[key] = body             # the newest end of the LRU order
-                read_cache.move_to_end(key)
-                if len(read_cache) > read_cache_count_max:
-                    read_cache.popitem(last=False)
+                put(memory_key(ledger_id, entry_id), body)
         self._flushing = None
         # Deletions the index now holds; ledgers deleted after begin wait for the next round.
         self._deleted_ledgers.difference_update(plan.deleted_ledger_ids)
