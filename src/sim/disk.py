@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import random
 from dataclasses import dataclass
-from math import log as _log
+from math import log1p as _log1p
 from typing import NamedTuple
 
 from sim.options import DiskOptions
@@ -56,8 +56,10 @@ def draw_sync_latency_ns(rng: random.Random, options: DiskOptions) -> int:
     extra_ns = options.fsync_latency_mean_ns - options.fsync_latency_min_ns
     if extra_ns <= 0:
         return options.fsync_latency_min_ns
-    # rng.expovariate(1 / extra_ns), computed as it does (one uniform draw) without the call.
-    return options.fsync_latency_min_ns + int(-_log(1.0 - rng.random()) / (1 / extra_ns))
+    # rng.expovariate(1 / extra_ns) from the same one uniform draw u, without the call, and as
+    # -log1p(-u) rather than its -log(1 - u): equal but for rounding in the last bit, and
+    # log1p takes its one argument directly where log parses an argument tuple.
+    return options.fsync_latency_min_ns + int(-_log1p(-rng.random()) / (1 / extra_ns))
 
 
 class _Change(NamedTuple):

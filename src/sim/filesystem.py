@@ -17,6 +17,23 @@ from sim.disk import DiskFull, SimDisk, draw_sync_latency_ns
 from sim.options import DiskOptions
 
 
+# Paths split into (directory, name) as _split does, kept: splitting is pure, and every read,
+# write and sync splits its path (rpartition makes a tuple and two strs each time, a lookup
+# nothing). At most _SPLITS_COUNT_MAX paths are kept; past that the cache is emptied and refills.
+_SPLITS_COUNT_MAX = 4096
+_splits: dict[str, tuple[str, str]] = {}
+
+
+def _split_new(path: str) -> tuple[str, str]:
+    """_split of a path not in _splits, which keeps it."""
+    directory, _, name = path.rpartition("/")
+    split = (directory or ".", name)
+    if len(_splits) >= _SPLITS_COUNT_MAX:
+        _splits.clear()
+    _splits[path] = split
+    return split
+
+
 class SimulatedCrash(Exception):
     """Raised by a SimFileSystem armed with crash_at_operation_index, at that operation."""
 
@@ -49,10 +66,10 @@ class SimFileSystem:
         return listing
 
     def _file(self, path: str) -> SimDisk:
-        directory, _, name = path.rpartition("/")       # _split and _dir, inlined: every read
-        listing = self._dirs.get(directory or ".")      # and sync comes through here
+        directory, name = _splits.get(path) or _split_new(path)     # _split and _dir, inlined: every
+        listing = self._dirs.get(directory)                         # read and sync comes through here
         if listing is None:
-            raise FileSystemError(f"{directory or '.'}: no such directory")
+            raise FileSystemError(f"{directory}: no such directory")
         disk = listing.get(name)
         if disk is None:
             raise FileSystemError(f"{path}: no such file")
@@ -79,8 +96,8 @@ class SimFileSystem:
         return self._file(path).size
 
     def read(self, path: str, offset: int = 0, size: int = -1) -> bytes:
-        directory, _, name = path.rpartition("/")       # _file, inlined: entry reads come here
-        listing = self._dirs.get(directory or ".")
+        directory, name = _splits.get(path) or _split_new(path)     # _file, inlined: entry reads come here
+        listing = self._dirs.get(directory)
         disk = None if listing is None else listing.get(name)
         if disk is None:
             self._file(path)                            # raises the error that fits
@@ -120,15 +137,17 @@ class SimFileSystem:
         crash_at_operation_index = self.crash_at_operation_index
         strikes = crash_at_operation_index is not None and self.operation_count == crash_at_operation_index
         self.operation_count += 1
-        directory, _, name = path.rpartition("/")       # _disk_for_write, its common case inlined
-        listing = self._dirs.get(directory or ".")
+        directory, name = _splits.get(path) or _split_new(path)     # _disk_for_write, its common case inlined
+        listing = self._dirs.get(directory)
         disk = None if listing is None else listing.get(name)
         if disk is None:
             disk = self._disk_for_write(path)
         size_before = disk.size
         if offset is None:
             offset = size_before
-        grown_size = max(0, offset + len(data) - size_before)
+        grown_size = offset + len(data) - size_before     # max(0, ...) without the builtin's call
+        if grown_size < 0:
+            grown_size = 0
         used_size = self._used_size                     # _check_room, its common case inlined
         if used_size is None or self.is_full or used_size + grown_size > self.capacity_size:
             self._check_room(path, grown_size)

@@ -72,17 +72,28 @@ class History:
     replicas: list[ReplicaRecord] = field(default_factory=list)
     # Ledgers someone asked to delete: their entries may vanish at any later time (GC).
     deletions: set[int] = field(default_factory=set)
+    # Adds whose outcome is still "pending" (the run asks after every step while it settles).
+    # Invariant: kept in step by add_invoked, add_ok and add_unknown, the only writers of outcomes.
+    pending_add_count: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.pending_add_count = sum(1 for a in self.adds if a.outcome == "pending")
 
     def add_invoked(self, *, process: str, ledger_id: int, entry_id: int, payload: bytes, now_ns: int) -> int:
         self.adds.append(AddRecord(process, ledger_id, entry_id, payload, now_ns))
+        self.pending_add_count += 1
         return len(self.adds) - 1
 
     def add_ok(self, index: int, *, now_ns: int) -> None:
         record = self.adds[index]
+        if record.outcome == "pending":
+            self.pending_add_count -= 1
         record.outcome, record.completed_at_ns = "ok", now_ns
 
     def add_unknown(self, index: int, *, now_ns: int) -> None:
         record = self.adds[index]
+        if record.outcome == "pending":
+            self.pending_add_count -= 1
         record.outcome, record.completed_at_ns = "unknown", now_ns
 
     def read_ok(self, *, process: str, ledger_id: int, entry_id: int, payload: bytes, now_ns: int) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from math import log as _log
+from math import log1p as _log1p
 
 from sim.options import NetworkOptions
 
@@ -139,7 +139,7 @@ class SimNetwork:
         latency_ns = self._latency_min_ns
         latency_rate = self._latency_rate
         if latency_rate:
-            latency_ns += int(-_log(1.0 - rng.random()) / latency_rate * scale)
+            latency_ns += int(-_log1p(-rng.random()) / latency_rate * scale)
         reorder_probability = self._reorder_probability
         if reorder_probability and rng.random() < reorder_probability:
             latency_ns += rng.randrange(self.options.reorder_delay_max_ns + 1)
@@ -155,9 +155,10 @@ class SimNetwork:
             scale = scales[destination] = rng.choice(LINK_LATENCY_SCALES)
         latency_ns = options.latency_min_ns
         if self._latency_rate:
-            # An exponential draw with rate _latency_rate, computed as Random.expovariate does
-            # (one uniform draw) without the cost of calling it: this runs for every message.
-            latency_ns += int(-_log(1.0 - rng.random()) / self._latency_rate * scale)
+            # An exponential draw with rate _latency_rate from one uniform draw, as
+            # Random.expovariate makes it, without the cost of calling it: this runs for every
+            # message (-log1p(-u) for its -log(1 - u): see sim.disk.draw_sync_latency_ns).
+            latency_ns += int(-_log1p(-rng.random()) / self._latency_rate * scale)
         if options.reorder_probability and rng.random() < options.reorder_probability:
             latency_ns += rng.randrange(options.reorder_delay_max_ns + 1)
             self._reordered += 1

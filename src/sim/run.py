@@ -63,7 +63,7 @@ def replay_command(scenario: Scenario) -> str:
 
 
 def _has_pending_adds(history: History) -> bool:
-    return any(a.outcome == "pending" for a in history.adds)
+    return history.pending_add_count > 0
 
 
 def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History) -> None:
@@ -140,6 +140,7 @@ def _run_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:
         _record_replicas(world, workload, history)
     result.violations = check(history)
     pending = [a for a in history.adds if a.outcome == "pending"]
+    assert len(pending) == history.pending_add_count
     if scenario.is_liveness:
         if pending:
             result.liveness_failures.append(f"{len(pending)} adds unresolved {scenario.settle_ns / S:g}s after healing")

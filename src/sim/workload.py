@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from math import log as _log
+from math import log1p as _log1p
 from typing import Callable
 
 from bkcore.client.client import Client, LedgerSpec
@@ -156,10 +156,11 @@ class _Writer:
         self._schedule_add()
 
     def _schedule_add(self) -> None:
-        # An exponential draw with mean add_interval_mean_ns, computed as Random.expovariate
-        # does (the same single uniform draw) without the call: this runs for every add.
+        # An exponential draw with mean add_interval_mean_ns from one uniform draw, as
+        # Random.expovariate makes it, without the call: this runs for every add (-log1p(-u)
+        # for its -log(1 - u): see sim.disk.draw_sync_latency_ns).
         w = self.w
-        delay_ns = int(-_log(1.0 - w.rng.random()) / (1 / w.scenario.add_interval_mean_ns))
+        delay_ns = int(-_log1p(-w.rng.random()) / (1 / w.scenario.add_interval_mean_ns))
         loop = w.world.loop
         loop.post_at(loop.now_ns + delay_ns, self._add_tick, self.writer)     # later(), spelled out
 
@@ -176,7 +177,7 @@ class _Writer:
         # allowed and do only this.
         loop = self._loop
         random = self._random       # (read, then called: a method lookup would not specialize)
-        loop.post_at(loop.now_ns + int(-_log(1.0 - random()) / self._add_rate), self._add_tick, self.writer)
+        loop.post_at(loop.now_ns + int(-_log1p(-random()) / self._add_rate), self._add_tick, self.writer)
 
     def _add_now(self, writer) -> None:
         w = self.w

@@ -386,7 +386,11 @@ class SimWorld:
         if node.paused_until_ns > now_ns:
             self.loop.call_at(node.paused_until_ns, node.deliver, node, source, message, incarnation)
             return
-        self.trace.record_plain((now_ns, "recv", node.name, source, message.TAG, getattr(message, "request_id", 0)))
+        try:
+            request_id = message.request_id
+        except AttributeError:              # (an ErrorResponse has none; getattr would cost a call)
+            request_id = 0
+        self.trace.record_plain((now_ns, "recv", node.name, source, message.TAG, request_id))
         node.core.receive(message, source=source, now_ns=now_ns)
         pump = node.pump
         pump(node)

@@ -809,3 +809,37 @@ def test_batch_read_stops_before_a_corrupt_entry_which_is_an_io_error_when_first
     d.send(read_batch(2, 2, 2))
     (answer,) = d.answers()
     assert answer.code == Code.IO_ERROR and answer.bodies == [], "corruption is never 'no such entry'"
+
+
+def test_a_single_add_is_checked_as_a_batch_of_one():
+    """_on_add checks its one body itself (one header peek); every refusal matches the batch path's."""
+    other_ledger = Digester(ledger_id=2, digest_type=DigestType.CRC32C, password=b"pw")
+    cases = [
+        dict(entry_id=0, body=body(0)),                                  # accepted
+        dict(entry_id=0, body=b"short"),
+        dict(entry_id=0, body=body(0)[:-len(b"p0")][:20]),                # a header cut short
+        dict(entry_id=3, body=body(0)),                                  # claims another entry
+        dict(entry_id=0, body=body(0, ledger_digester=other_ledger)),    # of another ledger
+        dict(entry_id=0, body=body(0) + b"x" * 100),                     # over entry_size_max
+        dict(entry_id=0, body=body(0), master_key=b"k" * 300),           # key too long
+        dict(entry_id=0, body=body(0), master_key=b"other"),             # wrong key (ledger known)
+        dict(entry_id=0, body=body(0), is_recovery=True),
+    ]
+    for case in cases:
+        codes = []
+        for is_batch in (False, True):
+            d = Driver(entry_size_max=96, pending_adds_count_max=3)
+            d.send(add(5))                                               # the ledger's key is known
+            d.answers()
+            master_key = case.get("master_key", KEY)
+            is_recovery = case.get("is_recovery", False)
+            if is_batch:
+                d.send(AddBatchRequest(request_id=1, ledger_id=1, first_entry_id=case["entry_id"], master_key=master_key,
+                                       bodies=[case["body"]], is_recovery=is_recovery))
+            else:
+                d.send(AddRequest(request_id=1, ledger_id=1, entry_id=case["entry_id"], master_key=master_key,
+                                  body=case["body"], is_recovery=is_recovery))
+            d.tick()
+            d.persist()
+            codes.append(([a.code for a in d.answers()], d.bookie.statistics().rejected_by_code))
+        assert codes[0] == codes[1], case

@@ -428,9 +428,11 @@ class Bookie:
         self._next_token += 1
         self._collecting = None
         self._in_flight = (token, group)
-        self._counts.journal_writes += 1
-        self._counts.journal_written_size += group.size
-        self._counts.journal_group_size_peak = max(self._counts.journal_group_size_peak, group.size)
+        counts = self._counts
+        counts.journal_writes += 1
+        counts.journal_written_size += group.size
+        if group.size > counts.journal_group_size_peak:     # (max(), spelled out: once per group)
+            counts.journal_group_size_peak = group.size
         self._effects.append(JournalWrite(token, b"".join(group.chunks)))
 
     def _apply(self, record: JournalRecord) -> None:
@@ -564,12 +566,21 @@ class Bookie:
 
     def _on_add(self, request: AddRequest, source: str, now_ns: int) -> None:
         ledger_id = request.ledger_id
-        code, known_key = self._check_add(ledger_id, request.master_key, request.is_recovery,
-                                          request.is_deferred_sync, request.entry_id, (request.body,))
+        body = request.body
+        # The shape checks of _check_add for one body, from the one header peek that also gives
+        # the LAC it carries (entries_are_of of a single body, without building its lists).
+        header = peek_entry_header(body)
+        if (header is None or header[0] != ledger_id or header[1] != request.entry_id
+                or len(body) > self.config.entry_size_max):
+            code, known_key = self._reject(Code.BAD_REQUEST), None
+        else:
+            code, known_key = self._check_add_state(ledger_id, request.master_key, request.is_recovery,
+                                                    request.is_deferred_sync, request.entry_id, 1,
+                                                    len(body) + RECORD_OVERHEAD_SIZE_MAX)
         if code != _OK:
             self._send(source, AddResponse(request.request_id, code, ledger_id, request.entry_id))
             return
-        self._learn_lac_on_receipt(ledger_id, peek_entry_header(request.body)[2])   # (checked: it has one)
+        self._learn_lac_on_receipt(ledger_id, header[2])
         if request.is_deferred_sync:
             self._store_adds(request, EntryRecord(ledger_id, request.entry_id, request.body), source, now_ns)
             return
@@ -633,15 +644,22 @@ class Bookie:
 
     def _check_add(self, ledger_id: int, master_key: bytes, is_recovery: bool, is_deferred_sync: bool,
                    first_entry_id: int, bodies) -> tuple[Code, bytes | None]:
-        """Checks shared by single and batched adds; a batch passes or fails as a whole. Returns
-        the code and, once the checks reach it, the ledger's known key (_known_key: None for a
-        ledger this bookie has not seen), which the caller journals if it is new.
+        """Checks of a batch of adds; it passes or fails as a whole. Returns the code and, once
+        the checks reach it, the ledger's known key (_known_key: None for a ledger this bookie
+        has not seen), which the caller journals if it is new. (_on_add makes the same shape
+        checks of its one body itself, then asks _check_add_state.)"""
+        body_sizes = list(map(len, bodies))
+        if max(body_sizes) > self.config.entry_size_max or not entries_are_of(bodies, ledger_id, first_entry_id):
+            return self._reject(Code.BAD_REQUEST), None
+        return self._check_add_state(ledger_id, master_key, is_recovery, is_deferred_sync, first_entry_id,
+                                     len(bodies), sum(body_sizes) + len(bodies) * RECORD_OVERHEAD_SIZE_MAX)
+
+    def _check_add_state(self, ledger_id: int, master_key: bytes, is_recovery: bool, is_deferred_sync: bool,
+                         first_entry_id: int, entry_count: int, size: int) -> tuple[Code, bytes | None]:
+        """The checks of adds whose bodies are well formed: `entry_count` entries whose records
+        take at most `size` bytes. Returns as _check_add.
         (Runs for every add: _known_key, _is_fenced and _has_room are spelled out here.)"""
         config = self.config
-        body_sizes = list(map(len, bodies))
-        if max(body_sizes) > config.entry_size_max or not entries_are_of(bodies, ledger_id, first_entry_id):
-            return self._reject(Code.BAD_REQUEST), None
-        size = sum(body_sizes) + len(bodies) * RECORD_OVERHEAD_SIZE_MAX
         master_key_size = len(master_key)
         if master_key_size > config.master_key_size_max or first_entry_id < 0:
             return self._reject(Code.BAD_REQUEST), None
@@ -656,7 +674,7 @@ class Bookie:
         if not is_recovery and (ledger_id in self._fenced or storage.is_fenced(ledger_id)):
             return self._reject(Code.FENCED), known
         collected_size = 0 if self._collecting is None else self._collecting.size
-        if ((not is_deferred_sync and self._pending_adds_count + len(bodies) > config.pending_adds_count_max)
+        if ((not is_deferred_sync and self._pending_adds_count + entry_count > config.pending_adds_count_max)
                 or collected_size + size + master_key_size + RECORD_OVERHEAD_SIZE_MAX > config.journal_queue_size_max):
             return self._reject(Code.TOO_MANY_REQUESTS), known
         return _OK, known
