@@ -384,7 +384,10 @@ class DurableLedgerStorage:
         return plan
 
     def write_checkpoint(self, plan: CheckpointPlan) -> None:
-        """The I/O of a checkpoint; touches only the entry logs and the index."""
+        """The I/O of a checkpoint; touches only the entry logs and the index. With nothing to
+        write there is no I/O at all (every append to the logs is flushed by its own caller)."""
+        if not plan.cache and not plan.ledger_puts and not plan.deleted_ledger_ids:
+            return
         puts: dict[bytes, bytes] = {}
         # Runs in (ledger, entry) order, so each ledger's entries sit together in the log.
         located = self.append_to_logs(plan.cache.runs(), puts)
