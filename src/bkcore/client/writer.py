@@ -55,20 +55,30 @@ _OPEN, _CLOSING = WriterState.OPEN, WriterState.CLOSING
 _CODE_OK = Code.OK
 
 
-# An entry pushed and not yet completed: a list [entry_id, op_id, body, length, acked,
-# ack_count], indexed by these names. `length` is the ledger's length including the entry; bit
-# p of `acked` is set when the bookie at position p of its write set has it durably, and
-# ack_count counts those bits (the add is acknowledged at Qa). A list rather than a slotted
-# class: one is built for every add, and a list literal costs a quarter of a class's __init__.
-_ENTRY_ID, _OP_ID, _BODY, _LENGTH, _ACKED, _ACK_COUNT = range(6)
+# An entry pushed and not yet completed: a list [entry_id, op_id, body, length, acks], indexed
+# by these names; `length` is the ledger's length including the entry. A list rather than a
+# slotted class: one is built for every add, and a list literal costs a quarter of a class's
+# __init__.
+_ENTRY_ID, _OP_ID, _BODY, _LENGTH, _ACKS = range(5)
 _PendingAdd = list
+# Acknowledgements, shared by a group of consecutive pending adds that every bookie is sent in
+# the same requests: a list [acked, ack_count, first_entry_id, count]. Bit p of `acked` is set
+# when the bookie at position p of their write set has them durably, and ack_count counts those
+# bits (they are acknowledged at Qa). An answer for exactly the group's adds (the usual case: an
+# unstriped ledger's batch, sent to every bookie) updates the group once instead of each add.
+# An add pushed otherwise is a group of one, and an answer for part of a group first splits it
+# into groups of one (_ack_each). Invariants: the adds of a group are exactly entries
+# first_entry_id .. + count - 1, all pending (a group completes whole); a group of adds that
+# have not been sent yet (_held_for_all) has count 0 until they leave.
+_ACKED, _ACK_COUNT, _GROUP_FIRST_ENTRY_ID, _GROUP_COUNT = range(4)
 
 
 def _forget_ack(add: _PendingAdd, position: int) -> None:
-    """The bookie at `position` was replaced: its ack of `add` no longer counts."""
-    if add[_ACKED] >> position & 1:
-        add[_ACKED] ^= 1 << position
-        add[_ACK_COUNT] -= 1
+    """The bookie at `position` was replaced: its ack of `add` (and of its group) no longer counts."""
+    acks = add[_ACKS]
+    if acks[_ACKED] >> position & 1:
+        acks[_ACKED] ^= 1 << position
+        acks[_ACK_COUNT] -= 1
 
 
 def _runs(adds: list[_PendingAdd]) -> list[tuple[int, list[bytes]]]:
@@ -141,6 +151,7 @@ class LedgerWriter:
         # (E == Qw) while no bookie has failed, one list for all. Whenever _held is used it has
         # them spilled into it first (_spill_held_for_all), so the two never hold adds at once.
         self._held_for_all: list[_PendingAdd] = []
+        self._held_for_all_acks: list = [0, 0, 0, 0]      # their group
         self._is_unstriped = metadata.ensemble_size == metadata.write_quorum_size
         # Read for every add: a ledger's E and Qw never change, nor the client's limits.
         self._write_sets = write_sets(metadata.ensemble_size, metadata.write_quorum_size)
@@ -177,7 +188,7 @@ class LedgerWriter:
             # apply (adds are held for every bookie, so the ledger is unstriped and none failed).
             self.last_add_pushed = entry_id
             self.length = length
-            add = [entry_id, op_id, body, length, 0, 0]
+            add = [entry_id, op_id, body, length, self._held_for_all_acks]
             pending.append(add)
             held_for_all.append(add)
             return entry_id
@@ -205,16 +216,19 @@ class LedgerWriter:
             if self._explicit_lac_timer is not None:     # this entry carries the LAC instead
                 self.ctx.cancel_timer(self._explicit_lac_timer)
                 self._explicit_lac_timer = None
-        add = [entry_id, op_id, body, length, 0, 0]
-        pending.append(add)
         failed = self._failed
         if self._is_unstriped and not failed and not self._held:
             held_for_all = self._held_for_all
             if not held_for_all:
                 self._held_since_ns = now_ns
                 self.ctx.before_take(self._send_held)
+                self._held_for_all_acks = [0, 0, entry_id, 0]     # counted when they leave
+            add = [entry_id, op_id, body, length, self._held_for_all_acks]
+            pending.append(add)
             held_for_all.append(add)
             return True
+        add = [entry_id, op_id, body, length, [0, 0, entry_id, 1]]
+        pending.append(add)
         write_sets_ = self._write_sets
         positions = write_sets_[entry_id % len(write_sets_)]
         self._hold(add, [p for p in positions if p not in failed] if failed else positions, now_ns)
@@ -241,6 +255,7 @@ class LedgerWriter:
         held_for_all, self._held_for_all = self._held_for_all, []
         if not held_for_all:
             return
+        self._held_for_all_acks[_GROUP_COUNT] = len(held_for_all)
         for position in range(self.metadata.ensemble_size):
             self._held[position] = held_for_all.copy()
 
@@ -254,14 +269,16 @@ class LedgerWriter:
         held, self._held = self._held, {}
         held_for_all, self._held_for_all = self._held_for_all, []
         ensemble = self.metadata.ensembles[-1][1]
+        # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
+        runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
         if held_for_all:            # then nothing is in `held` (see _spill_held_for_all)
             # Bookies in the order of the first add's write set, as if held one by one: which
             # bookie hears first rotates with the entries.
             write_sets_ = self._write_sets
             held = dict.fromkeys(write_sets_[held_for_all[0][_ENTRY_ID] % len(write_sets_)], held_for_all)
+            runs = runs_by_span[(held_for_all[0][_ENTRY_ID], len(held_for_all))] = _runs(held_for_all)
+            self._group_by_run(held_for_all, runs)
         now_ns = self._held_since_ns
-        # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
-        runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
         for position, adds in held.items():
             span = (adds[0][_ENTRY_ID], len(adds))
             if adds[-1][_ENTRY_ID] - span[0] == span[1] - 1:      # consecutive: the span says which
@@ -273,6 +290,18 @@ class LedgerWriter:
             bookie = ensemble[position]
             for first_entry_id, bodies in runs:
                 self._send_run(first_entry_id, bodies, position, bookie, now_ns)
+
+    def _group_by_run(self, held_for_all: list[_PendingAdd], runs: list[tuple[int, list[bytes]]]) -> None:
+        """The adds held for every bookie leave in these runs: one acknowledgement group each."""
+        if len(runs) == 1:          # the usual case: they leave in one batch, as one group
+            self._held_for_all_acks[_GROUP_COUNT] = len(held_for_all)
+            return
+        index = 0
+        for first_entry_id, bodies in runs:
+            group = [0, 0, first_entry_id, len(bodies)]
+            for add in held_for_all[index:index + len(bodies)]:
+                add[_ACKS] = group
+            index += len(bodies)
 
     def _send_run(self, first_entry_id: int, bodies: list[bytes], position: int, bookie: str, now_ns: int) -> None:
         """One request for consecutive entries to one bookie, answered once for all of them."""
@@ -305,10 +334,13 @@ class LedgerWriter:
         code = Code.TIMEOUT if response is None else response.code
         if code == _CODE_OK:
             bit = 1 << position
-            for add in islice(pending, max(start, 0), start + count):
-                if not add[_ACKED] & bit:
-                    add[_ACKED] |= bit
-                    add[_ACK_COUNT] += 1
+            acks = pending[start][_ACKS] if start >= 0 else None
+            if acks is not None and acks[_GROUP_FIRST_ENTRY_ID] == first_entry_id and acks[_GROUP_COUNT] == count:
+                if not acks[_ACKED] & bit:            # the request's adds are one group
+                    acks[_ACKED] |= bit
+                    acks[_ACK_COUNT] += 1
+            else:
+                self._ack_each(max(start, 0), start + count, bit)
             self._complete_ready(now_ns)
         elif code == Code.FENCED:
             self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
@@ -317,17 +349,33 @@ class LedgerWriter:
         else:
             self._on_bookie_failed(position, bookie, code, now_ns)
 
+    def _ack_each(self, start_index: int, end_index: int, bit: int) -> None:
+        """Acknowledge pending adds start_index .. end_index - 1 one by one (with `bit`), each
+        group they belong to split first into groups of one."""
+        pending = self._pending
+        for add in islice(pending, start_index, end_index):
+            acks = add[_ACKS]
+            if acks[_GROUP_COUNT] != 1:
+                first_index = acks[_GROUP_FIRST_ENTRY_ID] - pending[0][_ENTRY_ID]
+                for entry_id, member in enumerate(islice(pending, first_index, first_index + acks[_GROUP_COUNT]),
+                                                  acks[_GROUP_FIRST_ENTRY_ID]):
+                    member[_ACKS] = [acks[_ACKED], acks[_ACK_COUNT], entry_id, 1]
+                acks = add[_ACKS]
+            if not acks[_ACKED] & bit:
+                acks[_ACKED] |= bit
+                acks[_ACK_COUNT] += 1
+
     def _complete_ready(self, now_ns: int) -> None:
         if self._is_changing_ensemble:
             return
         pending = self._pending
         ack_quorum_size = self.metadata.ack_quorum_size
-        if pending and pending[0][_ACK_COUNT] >= ack_quorum_size:
+        if pending and pending[0][_ACKS][_ACK_COUNT] >= ack_quorum_size:
             is_deferred_sync = self.metadata.is_deferred_sync
             if self._complete_each is None:
                 # Each completion is a call into recovery, which may look at this writer.
                 complete = self._complete
-                while pending and pending[0][_ACK_COUNT] >= ack_quorum_size:
+                while pending and pending[0][_ACKS][_ACK_COUNT] >= ack_quorum_size:
                     add = pending.popleft()
                     entry_id = self.last_add_completed = add[_ENTRY_ID]
                     self._completed_length = add[_LENGTH]
@@ -338,11 +386,17 @@ class LedgerWriter:
             else:
                 # Adds complete in entry id order: the ready ones at the head leave together,
                 # and the writer's counters move once, to the last of them.
+                # A group completes whole: its first add is at the head (see _ACKED).
                 popleft = pending.popleft
                 op_ids = []
-                while pending and pending[0][_ACK_COUNT] >= ack_quorum_size:
-                    add = popleft()
-                    op_ids.append(add[_OP_ID])
+                append = op_ids.append
+                while pending:
+                    acks = pending[0][_ACKS]
+                    if acks[_ACK_COUNT] < ack_quorum_size:
+                        break
+                    for _ in range(acks[_GROUP_COUNT]):
+                        add = popleft()
+                        append(add[_OP_ID])
                 first_entry_id = self.last_add_completed + 1
                 self.last_add_completed = add[_ENTRY_ID]
                 self._completed_length = add[_LENGTH]
@@ -637,5 +691,6 @@ class LedgerWriter:
         assert self.last_add_confirmed <= self.last_add_completed <= self.last_add_pushed
         if self._pending:
             assert self._pending[0][_ENTRY_ID] == self.last_add_completed + 1
+            assert self._pending[0][_ACKS][_GROUP_FIRST_ENTRY_ID] == self._pending[0][_ENTRY_ID]
             assert self._pending[-1][_ENTRY_ID] == self.last_add_pushed
             assert self._pending[0][_ENTRY_ID] >= self.metadata.last_ensemble_start
