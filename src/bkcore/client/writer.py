@@ -182,10 +182,10 @@ class LedgerWriter:
         length = self.length + len(payload)
         body = self._pack_entry(entry_id, self.last_add_confirmed, length, payload)
         held_for_all, pending = self._held_for_all, self._pending
-        if held_for_all and self.state is _OPEN and self._idle_since_ns is None and not self._failed \
-                and len(pending) < self._pending_adds_count_max:
+        if held_for_all and self.state is _OPEN and not self._failed and len(pending) < self._pending_adds_count_max:
             # The usual add of a burst: what _push does for it, without the checks that cannot
-            # apply (adds are held for every bookie, so the ledger is unstriped and none failed).
+            # apply (adds are held for every bookie, so the ledger is unstriped, and pending, so
+            # the writer is not idle).
             self.last_add_pushed = entry_id
             self.length = length
             add = [entry_id, op_id, body, length, self._held_for_all_acks]
@@ -388,21 +388,19 @@ class LedgerWriter:
                 # and the writer's counters move once, to the last of them.
                 # A group completes whole: its first add is at the head (see _ACKED).
                 popleft = pending.popleft
-                op_ids = []
-                append = op_ids.append
+                op_ids: list[int] = []
                 while pending:
                     acks = pending[0][_ACKS]
                     if acks[_ACK_COUNT] < ack_quorum_size:
                         break
-                    for _ in range(acks[_GROUP_COUNT]):
-                        add = popleft()
-                        append(add[_OP_ID])
+                    last = pending[acks[_GROUP_COUNT] - 1]
+                    op_ids += [popleft()[_OP_ID] for _ in range(acks[_GROUP_COUNT])]
                 first_entry_id = self.last_add_completed + 1
-                self.last_add_completed = add[_ENTRY_ID]
-                self._completed_length = add[_LENGTH]
+                self.last_add_completed = last[_ENTRY_ID]
+                self._completed_length = last[_LENGTH]
                 if not is_deferred_sync:
-                    self.last_add_confirmed = add[_ENTRY_ID]
-                    self.confirmed_length = add[_LENGTH]
+                    self.last_add_confirmed = last[_ENTRY_ID]
+                    self.confirmed_length = last[_LENGTH]
                 self._complete_each(op_ids, first_entry_id)
             self._schedule_explicit_lac(now_ns)
         if self.state is _CLOSING:           # _maybe_finish_close, its first test spelled out
@@ -688,6 +686,8 @@ class LedgerWriter:
                 timeout_ns=self.ctx.config.add_entry_timeout_ns, now_ns=now_ns)
 
     def invariants(self) -> None:
+        if self._held_for_all:       # add() counts on it: the writer is not idle
+            assert self._idle_since_ns is None and self._pending
         assert self.last_add_confirmed <= self.last_add_completed <= self.last_add_pushed
         if self._pending:
             assert self._pending[0][_ENTRY_ID] == self.last_add_completed + 1
