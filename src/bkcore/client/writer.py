@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
+from operator import itemgetter
 from enum import Enum
 
 from bkcore.client.batching import batch_fits, batch_may_grow
@@ -61,6 +62,7 @@ _CODE_OK = Code.OK
 # __init__.
 _ENTRY_ID, _OP_ID, _BODY, _LENGTH, _ACKS = range(5)
 _PendingAdd = list
+_body_of = itemgetter(_BODY)
 # Acknowledgements, shared by a group of consecutive pending adds that every bookie is sent in
 # the same requests: a list [acked, ack_count, first_entry_id, count]. Bit p of `acked` is set
 # when the bookie at position p of their write set has them durably, and ack_count counts those
@@ -87,7 +89,7 @@ def _runs(adds: list[_PendingAdd]) -> list[tuple[int, list[bytes]]]:
     first_entry_id = adds[0][_ENTRY_ID]
     if adds[-1][_ENTRY_ID] - first_entry_id == len(adds) - 1:
         # Consecutive (the usual case): one run, unless it is too long or too large for a batch.
-        bodies = [add[_BODY] for add in adds]
+        bodies = list(map(_body_of, adds))
         if batch_fits(len(bodies), sum(map(len, bodies))):
             return [(first_entry_id, bodies)]
     runs = []
@@ -173,13 +175,14 @@ class LedgerWriter:
 
     def add(self, op_id: int, payload: bytes, *, now_ns: int) -> int | None:
         """Push one entry; returns its entry id, or None if it failed at once (Completed says why)."""
-        if len(payload) > self._entry_size_max:
+        size = len(payload)
+        if size > self._entry_size_max:
             self._complete(op_id, error=BadRequest(
-                f"ledger {self.ledger_id}: entry of {len(payload)} bytes exceeds entry_size_max "
+                f"ledger {self.ledger_id}: entry of {size} bytes exceeds entry_size_max "
                 f"{self.ctx.config.entry_size_max}"))
             return None
         entry_id = self.last_add_pushed + 1
-        length = self.length + len(payload)
+        length = self.length + size
         body = self._pack_entry(entry_id, self.last_add_confirmed, length, payload)
         held_for_all, pending = self._held_for_all, self._pending
         if held_for_all and self.state is _OPEN and not self._failed and len(pending) < self._pending_adds_count_max:
