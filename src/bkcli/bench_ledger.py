@@ -114,6 +114,7 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None)
     load = _AddLoad(ledger, payload)
     written_before = device_written_bytes(device_dir) if device_dir else None
     started = time.perf_counter()
+    cpu_started = time.process_time()
     deadline = started + args.seconds
     while time.perf_counter() < deadline and not load.errors:
         while load.in_flight < args.in_flight:
@@ -121,12 +122,14 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None)
         await load.until_some_complete()
     await load.drain()
     elapsed = time.perf_counter() - started
+    # The client's own CPU (this process: the bookies run in others), per add.
+    cpu_us_per_add = (time.process_time() - cpu_started) / max(len(load.latencies), 1) * 1e6
     # Every entry reaches the disk 2 x Qw times: each bookie's journal, then its entry log.
     device = device_write_rate(device_dir, written_before, elapsed)
     await ledger.close()
     return {"in_flight": args.in_flight, **adds_summary(load.latencies, elapsed),
             "mib_per_second": round(len(load.latencies) * len(payload) / MIB / elapsed, 2),
-            **device, "errors": load.errors[:3]}
+            "client_cpu_us_per_add": round(cpu_us_per_add, 2), **device, "errors": load.errors[:3]}
 
 
 async def _paced(bk, args, payload: bytes, rate: float) -> dict:

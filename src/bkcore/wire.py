@@ -395,10 +395,19 @@ def decode_messages(body: bytes) -> list[Message]:
 
 
 def encode_frame(messages: list[Message]) -> bytes:
-    return frame_body(encode_messages(messages))
+    # The same bytes as frame_body(encode_messages(messages)), with one copy of the body fewer:
+    # the frame is built straight from the packer's buffer, not from a bytes copy of it (a
+    # batch of adds is a frame of hundreds of KiB).
+    packer = msgpack.Packer(use_bin_type=True, autoreset=False)
+    packer.pack([message_to_list(m) for m in messages])
+    body = packer.getbuffer()
+    try:
+        return frame_body(body)
+    finally:
+        body.release()
 
 
-def frame_body(body: bytes) -> bytes:
+def frame_body(body: bytes | memoryview) -> bytes:
     """length | crc32c | body: the framing every protocol here shares."""
     if len(body) + 4 > FRAME_SIZE_MAX:
         raise ValueError(f"frame of {len(body)} bytes exceeds FRAME_SIZE_MAX {FRAME_SIZE_MAX}; send fewer messages per frame")

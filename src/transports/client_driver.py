@@ -176,13 +176,19 @@ class ClientDriver:
         self._started_since_pump = 0
         client = self.client
         sent_on = set()
+        on_completed_pop = self._on_completed.pop
         while effects := client.take_effects():
             for effect in effects:
                 kind = type(effect)
-                if kind is Send:
+                if kind is Completed:         # most effects: one per add, a Send per batch
+                    # (_complete, with the pipelined adds' lookup spelled out)
+                    on_done = on_completed_pop(effect.op_id, None)
+                    if on_done is not None:
+                        on_done(effect.result, effect.error)
+                    else:
+                        self._complete(effect)
+                elif kind is Send:
                     sent_on.add(self._send(effect.destination, effect.message, wake_writer=False))
-                elif kind is Completed:
-                    self._complete(effect)
                 elif kind is MetadataCall:
                     self._nursery.start_soon(self._call_metastore, effect)
                 else:

@@ -73,3 +73,12 @@ def test_answered_requests_leave_a_bounded_trail_behind_one_that_waits():
     assert ctx.next_deadline_ns() == TIMEOUT_NS
     ctx.on_timer(TIMEOUT_NS)
     assert ctx.statistics().request_timeouts_count == 1 and ctx.next_deadline_ns() is None
+
+
+def test_complete_each_completes_in_order_with_consecutive_results():
+    from bkcore.effects import Completed
+    ctx = context()
+    ctx.complete(1, result="x")
+    ctx.complete_each([7, 8, 9], 40)
+    ctx.complete_each([], 50)
+    assert ctx.take_effects() == [Completed(1, "x"), Completed(7, 40), Completed(8, 41), Completed(9, 42)]

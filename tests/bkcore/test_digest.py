@@ -17,6 +17,15 @@ def test_pack_and_unpack(digest_type):
 
 
 @pytest.mark.parametrize("digest_type", list(DigestType))
+def test_the_entry_packer_packs_what_pack_entry_packs(digest_type):
+    digester = Digester(ledger_id=9, digest_type=digest_type, password=b"secret")
+    pack = digester.entry_packer()
+    for entry_id, lac, length, payload in [(0, -1, 0, b""), (3, 2, 100, b"hello"), (2**40, 2**40 - 1, 2**50, bytes(5000))]:
+        assert pack(entry_id, lac, length, payload) == digester.pack_entry(
+            entry_id=entry_id, lac=lac, length=length, payload=payload)
+
+
+@pytest.mark.parametrize("digest_type", list(DigestType))
 def test_every_covered_byte_is_checked(digest_type):
     digester = Digester(ledger_id=9, digest_type=digest_type, password=b"secret")
     body = digester.pack_entry(entry_id=3, lac=2, length=100, payload=b"hello")

@@ -33,6 +33,17 @@ def test_messages_round_trip_through_frames():
     assert decoder.next_frame() is None
 
 
+def test_a_frame_is_its_length_crc32c_and_msgpack_body():
+    # encode_frame builds the frame from the packer's buffer: the bytes must be frame_body's.
+    big = wire.AddBatchRequest(request_id=9, ledger_id=7, first_entry_id=0, master_key=b"k" * 32,
+                               bodies=[bytes([i % 256]) * 1000 for i in range(300)])
+    for messages in (SAMPLES, [big], [big, *SAMPLES]):
+        frame = encode_frame(messages)
+        assert type(frame) is bytes and frame == wire.frame_body(encode_messages(messages))
+    with pytest.raises(ValueError):
+        encode_frame([AddRequest(request_id=1, ledger_id=7, entry_id=0, master_key=b"k", body=bytes(wire.FRAME_SIZE_MAX))])
+
+
 @settings(max_examples=60, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=1, max_value=5000), max_size=40),
        size_min=st.integers(min_value=1, max_value=3000), decode_every=st.integers(min_value=1, max_value=4))

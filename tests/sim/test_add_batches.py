@@ -94,3 +94,26 @@ def test_a_failed_batch_goes_again_as_one_batch_to_the_replacement():
     reader = h.open(writer.ledger_id, is_recovery=False).result
     completed = h.read(reader, 0, metadata.last_entry_id)
     assert completed.result == [b"x%d" % i for i in range(8)]
+
+
+def test_a_resend_spanning_several_batches_acknowledges_each_of_them():
+    # The two inputs' batches are acknowledged as two groups; the replacement gets them again in
+    # runs that span both (and, with large entries, cut them elsewhere), whose answers split them.
+    h = Harness(bookie_count=4)
+    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=3)
+    lost = writer.metadata.last_ensemble[1]
+    h.world.crash_bookie(lost, restart_after_ns=None)
+    seen = watch_adds(h)
+    large = 700 * 1024        # three make a batch (BATCH_SIZE_MAX is 2 MiB)
+    payloads = [bytes([i]) * (large if i % 4 == 1 else 10) for i in range(11)]
+    keys = add_in_one_input(h, writer, payloads[:5]) + add_in_one_input(h, writer, payloads[5:])
+    assert [h.wait(key).result for key in keys] == list(range(11))
+    replacement = writer.metadata.last_ensemble[1]
+    to_replacement = sorted(entry_id for destination, message in seen if destination == replacement
+                            for entry_id in entry_ids(message))
+    assert to_replacement == list(range(11))
+    assert any(4 in entry_ids(message) and 5 in entry_ids(message)
+               for destination, message in seen if destination == replacement)
+    metadata = h.close(writer)
+    reader = h.open(writer.ledger_id, is_recovery=False).result
+    assert h.read(reader, 0, metadata.last_entry_id).result == payloads

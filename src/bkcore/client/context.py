@@ -107,6 +107,11 @@ class ClientContext:
     def complete(self, op_id: int, result: object = None, error: BKException | None = None) -> None:
         self._effects.append(Completed(op_id, result, error))
 
+    def complete_each(self, op_ids: list[int], first_result: int) -> None:
+        """complete(op_id, result) for each op id in order, with results first_result,
+        first_result + 1, ...: a writer's run of adds completing (their entry ids) in one call."""
+        self._effects.extend(map(Completed, op_ids, range(first_result, first_result + len(op_ids))))
+
     # -- timers ---------------------------------------------------------------------------
 
     def call_at(self, at_ns: int, callback: TimerCallback) -> int:

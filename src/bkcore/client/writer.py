@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from itertools import islice
+from operator import itemgetter
 from enum import Enum
 
 from bkcore.client.batching import batch_fits, batch_may_grow
@@ -55,47 +56,53 @@ _OPEN, _CLOSING = WriterState.OPEN, WriterState.CLOSING
 _CODE_OK = Code.OK
 
 
-class _PendingAdd:
-    """An entry pushed and not yet completed, and which positions of its write set have it
-    durably (a bit per position, and their count: the add is acknowledged at Qa)."""
+# An entry pushed and not yet completed: a list [entry_id, op_id, body, length, acks], indexed
+# by these names; `length` is the ledger's length including the entry. A list rather than a
+# slotted class: one is built for every add, and a list literal costs a quarter of a class's
+# __init__.
+_ENTRY_ID, _OP_ID, _BODY, _LENGTH, _ACKS = range(5)
+_PendingAdd = list
+_body_of = itemgetter(_BODY)
+# Acknowledgements, shared by a group of consecutive pending adds that every bookie is sent in
+# the same requests: a list [acked, ack_count, first_entry_id, count]. Bit p of `acked` is set
+# when the bookie at position p of their write set has them durably, and ack_count counts those
+# bits (they are acknowledged at Qa). An answer for exactly the group's adds (the usual case: an
+# unstriped ledger's batch, sent to every bookie) updates the group once instead of each add.
+# An add pushed otherwise is a group of one, and an answer for part of a group first splits it
+# into groups of one (_ack_each). Invariants: the adds of a group are exactly entries
+# first_entry_id .. + count - 1, all pending (a group completes whole); a group of adds that
+# have not been sent yet (_held_for_all) has count 0 until they leave.
+_ACKED, _ACK_COUNT, _GROUP_FIRST_ENTRY_ID, _GROUP_COUNT = range(4)
 
-    __slots__ = ("entry_id", "op_id", "body", "length", "acked", "ack_count")
 
-    def __init__(self, entry_id: int, op_id: int, body: bytes, length: int) -> None:
-        self.entry_id = entry_id
-        self.op_id = op_id
-        self.body = body
-        self.length = length          # ledger length including this entry
-        self.acked = 0
-        self.ack_count = 0
-
-    def forget_ack(self, position: int) -> None:
-        """The bookie at `position` was replaced: its ack no longer counts."""
-        if self.acked >> position & 1:
-            self.acked ^= 1 << position
-            self.ack_count -= 1
+def _forget_ack(add: _PendingAdd, position: int) -> None:
+    """The bookie at `position` was replaced: its ack of `add` (and of its group) no longer counts."""
+    acks = add[_ACKS]
+    if acks[_ACKED] >> position & 1:
+        acks[_ACKED] ^= 1 << position
+        acks[_ACK_COUNT] -= 1
 
 
 def _runs(adds: list[_PendingAdd]) -> list[tuple[int, list[bytes]]]:
     """Adds for one bookie (entry ids rising) cut where a batch may not grow (batch_may_grow):
     (first entry id, bodies) of each run."""
-    first_entry_id = adds[0].entry_id
-    if adds[-1].entry_id - first_entry_id == len(adds) - 1:
+    first_entry_id = adds[0][_ENTRY_ID]
+    if adds[-1][_ENTRY_ID] - first_entry_id == len(adds) - 1:
         # Consecutive (the usual case): one run, unless it is too long or too large for a batch.
-        bodies = [add.body for add in adds]
+        bodies = list(map(_body_of, adds))
         if batch_fits(len(bodies), sum(map(len, bodies))):
             return [(first_entry_id, bodies)]
     runs = []
     start = size = 0
-    previous_entry_id = adds[0].entry_id - 1
+    previous_entry_id = adds[0][_ENTRY_ID] - 1
     for index, add in enumerate(adds):
-        body_size = len(add.body)
-        if index > start and not batch_may_grow(index - start, size, previous_entry_id, add.entry_id, body_size):
-            runs.append((adds[start].entry_id, [add.body for add in adds[start:index]]))
+        body_size = len(add[_BODY])
+        if index > start and not batch_may_grow(index - start, size, previous_entry_id, add[_ENTRY_ID], body_size):
+            runs.append((adds[start][_ENTRY_ID], [add[_BODY] for add in adds[start:index]]))
             start, size = index, 0
         size += body_size
-        previous_entry_id = add.entry_id
-    runs.append((adds[start].entry_id, [add.body for add in adds[start:]]))
+        previous_entry_id = add[_ENTRY_ID]
+    runs.append((adds[start][_ENTRY_ID], [add[_BODY] for add in adds[start:]]))
     return runs
 
 
@@ -106,10 +113,14 @@ class LedgerWriter:
         self.ctx = ctx
         # Where finished operations go: the application's outbox, or recovery's own bookkeeping.
         self._complete = complete or ctx.complete
+        # Completes a run of adds with one call (see _complete_ready); None when a caller's own
+        # `complete` takes them one by one.
+        self._complete_each = ctx.complete_each if complete is None else None
         self.metadata = metadata
         self.is_recovery = is_recovery
         self.digester = Digester(ledger_id=metadata.ledger_id, digest_type=metadata.digest_type,
                                  password=password)
+        self._pack_entry = self.digester.entry_packer()      # (entry_id, lac, length, payload)
         self.master_key = master_key(password)
         self.state = WriterState.OPEN
         self.error: BKException | None = None
@@ -142,6 +153,7 @@ class LedgerWriter:
         # (E == Qw) while no bookie has failed, one list for all. Whenever _held is used it has
         # them spilled into it first (_spill_held_for_all), so the two never hold adds at once.
         self._held_for_all: list[_PendingAdd] = []
+        self._held_for_all_acks: list = [0, 0, 0, 0]      # their group
         self._is_unstriped = metadata.ensemble_size == metadata.write_quorum_size
         # Read for every add: a ledger's E and Qw never change, nor the client's limits.
         self._write_sets = write_sets(metadata.ensemble_size, metadata.write_quorum_size)
@@ -163,15 +175,26 @@ class LedgerWriter:
 
     def add(self, op_id: int, payload: bytes, *, now_ns: int) -> int | None:
         """Push one entry; returns its entry id, or None if it failed at once (Completed says why)."""
-        if len(payload) > self._entry_size_max:
+        size = len(payload)
+        if size > self._entry_size_max:
             self._complete(op_id, error=BadRequest(
-                f"ledger {self.ledger_id}: entry of {len(payload)} bytes exceeds entry_size_max "
+                f"ledger {self.ledger_id}: entry of {size} bytes exceeds entry_size_max "
                 f"{self.ctx.config.entry_size_max}"))
             return None
         entry_id = self.last_add_pushed + 1
-        length = self.length + len(payload)
-        body = self.digester.pack_entry(entry_id=entry_id, lac=self.last_add_confirmed,
-                                        length=length, payload=payload)
+        length = self.length + size
+        body = self._pack_entry(entry_id, self.last_add_confirmed, length, payload)
+        held_for_all, pending = self._held_for_all, self._pending
+        if held_for_all and self.state is _OPEN and not self._failed and len(pending) < self._pending_adds_count_max:
+            # The usual add of a burst: what _push does for it, without the checks that cannot
+            # apply (adds are held for every bookie, so the ledger is unstriped, and pending, so
+            # the writer is not idle).
+            self.last_add_pushed = entry_id
+            self.length = length
+            add = [entry_id, op_id, body, length, self._held_for_all_acks]
+            pending.append(add)
+            held_for_all.append(add)
+            return entry_id
         return entry_id if self._push(op_id, entry_id, body, length, now_ns) else None
 
     def add_recovered(self, op_id: int, *, entry_id: int, body: bytes, length: int, now_ns: int) -> bool:
@@ -196,16 +219,19 @@ class LedgerWriter:
             if self._explicit_lac_timer is not None:     # this entry carries the LAC instead
                 self.ctx.cancel_timer(self._explicit_lac_timer)
                 self._explicit_lac_timer = None
-        add = _PendingAdd(entry_id, op_id, body, length)
-        pending.append(add)
         failed = self._failed
         if self._is_unstriped and not failed and not self._held:
             held_for_all = self._held_for_all
             if not held_for_all:
                 self._held_since_ns = now_ns
                 self.ctx.before_take(self._send_held)
+                self._held_for_all_acks = [0, 0, entry_id, 0]     # counted when they leave
+            add = [entry_id, op_id, body, length, self._held_for_all_acks]
+            pending.append(add)
             held_for_all.append(add)
             return True
+        add = [entry_id, op_id, body, length, [0, 0, entry_id, 1]]
+        pending.append(add)
         write_sets_ = self._write_sets
         positions = write_sets_[entry_id % len(write_sets_)]
         self._hold(add, [p for p in positions if p not in failed] if failed else positions, now_ns)
@@ -232,6 +258,7 @@ class LedgerWriter:
         held_for_all, self._held_for_all = self._held_for_all, []
         if not held_for_all:
             return
+        self._held_for_all_acks[_GROUP_COUNT] = len(held_for_all)
         for position in range(self.metadata.ensemble_size):
             self._held[position] = held_for_all.copy()
 
@@ -245,17 +272,19 @@ class LedgerWriter:
         held, self._held = self._held, {}
         held_for_all, self._held_for_all = self._held_for_all, []
         ensemble = self.metadata.ensembles[-1][1]
+        # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
+        runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
         if held_for_all:            # then nothing is in `held` (see _spill_held_for_all)
             # Bookies in the order of the first add's write set, as if held one by one: which
             # bookie hears first rotates with the entries.
             write_sets_ = self._write_sets
-            held = dict.fromkeys(write_sets_[held_for_all[0].entry_id % len(write_sets_)], held_for_all)
+            held = dict.fromkeys(write_sets_[held_for_all[0][_ENTRY_ID] % len(write_sets_)], held_for_all)
+            runs = runs_by_span[(held_for_all[0][_ENTRY_ID], len(held_for_all))] = _runs(held_for_all)
+            self._group_by_run(held_for_all, runs)
         now_ns = self._held_since_ns
-        # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
-        runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
         for position, adds in held.items():
-            span = (adds[0].entry_id, len(adds))
-            if adds[-1].entry_id - span[0] == span[1] - 1:      # consecutive: the span says which
+            span = (adds[0][_ENTRY_ID], len(adds))
+            if adds[-1][_ENTRY_ID] - span[0] == span[1] - 1:      # consecutive: the span says which
                 runs = runs_by_span.get(span)
                 if runs is None:
                     runs = runs_by_span[span] = _runs(adds)
@@ -264,6 +293,18 @@ class LedgerWriter:
             bookie = ensemble[position]
             for first_entry_id, bodies in runs:
                 self._send_run(first_entry_id, bodies, position, bookie, now_ns)
+
+    def _group_by_run(self, held_for_all: list[_PendingAdd], runs: list[tuple[int, list[bytes]]]) -> None:
+        """The adds held for every bookie leave in these runs: one acknowledgement group each."""
+        if len(runs) == 1:          # the usual case: they leave in one batch, as one group
+            self._held_for_all_acks[_GROUP_COUNT] = len(held_for_all)
+            return
+        index = 0
+        for first_entry_id, bodies in runs:
+            group = [0, 0, first_entry_id, len(bodies)]
+            for add in held_for_all[index:index + len(bodies)]:
+                add[_ACKS] = group
+            index += len(bodies)
 
     def _send_run(self, first_entry_id: int, bodies: list[bytes], position: int, bookie: str, now_ns: int) -> None:
         """One request for consecutive entries to one bookie, answered once for all of them."""
@@ -290,16 +331,19 @@ class LedgerWriter:
                          now_ns: int) -> None:
         """The answer for entries first_entry_id .. + count - 1 at `position` (one code for all)."""
         pending = self._pending
-        start = first_entry_id - pending[0].entry_id if pending else count
+        start = first_entry_id - pending[0][_ENTRY_ID] if pending else count
         if start + count <= 0 or start >= len(pending) or self.metadata.ensembles[-1][1][position] != bookie:
             return  # already resolved, or that bookie was replaced meanwhile (last_ensemble)
         code = Code.TIMEOUT if response is None else response.code
         if code == _CODE_OK:
             bit = 1 << position
-            for add in islice(pending, max(start, 0), start + count):
-                if not add.acked & bit:
-                    add.acked |= bit
-                    add.ack_count += 1
+            acks = pending[start][_ACKS] if start >= 0 else None
+            if acks is not None and acks[_GROUP_FIRST_ENTRY_ID] == first_entry_id and acks[_GROUP_COUNT] == count:
+                if not acks[_ACKED] & bit:            # the request's adds are one group
+                    acks[_ACKED] |= bit
+                    acks[_ACK_COUNT] += 1
+            else:
+                self._ack_each(max(start, 0), start + count, bit)
             self._complete_ready(now_ns)
         elif code == Code.FENCED:
             self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
@@ -308,23 +352,59 @@ class LedgerWriter:
         else:
             self._on_bookie_failed(position, bookie, code, now_ns)
 
+    def _ack_each(self, start_index: int, end_index: int, bit: int) -> None:
+        """Acknowledge pending adds start_index .. end_index - 1 one by one (with `bit`), each
+        group they belong to split first into groups of one."""
+        pending = self._pending
+        for add in islice(pending, start_index, end_index):
+            acks = add[_ACKS]
+            if acks[_GROUP_COUNT] != 1:
+                first_index = acks[_GROUP_FIRST_ENTRY_ID] - pending[0][_ENTRY_ID]
+                for entry_id, member in enumerate(islice(pending, first_index, first_index + acks[_GROUP_COUNT]),
+                                                  acks[_GROUP_FIRST_ENTRY_ID]):
+                    member[_ACKS] = [acks[_ACKED], acks[_ACK_COUNT], entry_id, 1]
+                acks = add[_ACKS]
+            if not acks[_ACKED] & bit:
+                acks[_ACKED] |= bit
+                acks[_ACK_COUNT] += 1
+
     def _complete_ready(self, now_ns: int) -> None:
         if self._is_changing_ensemble:
             return
-        completed_any = False
-        pending, complete = self._pending, self._complete
-        is_deferred_sync = self.metadata.is_deferred_sync
+        pending = self._pending
         ack_quorum_size = self.metadata.ack_quorum_size
-        while pending and pending[0].ack_count >= ack_quorum_size:
-            add = pending.popleft()
-            entry_id = self.last_add_completed = add.entry_id
-            self._completed_length = add.length
-            if not is_deferred_sync:
-                self.last_add_confirmed = entry_id
-                self.confirmed_length = add.length
-            complete(add.op_id, entry_id)
-            completed_any = True
-        if completed_any:
+        if pending and pending[0][_ACKS][_ACK_COUNT] >= ack_quorum_size:
+            is_deferred_sync = self.metadata.is_deferred_sync
+            if self._complete_each is None:
+                # Each completion is a call into recovery, which may look at this writer.
+                complete = self._complete
+                while pending and pending[0][_ACKS][_ACK_COUNT] >= ack_quorum_size:
+                    add = pending.popleft()
+                    entry_id = self.last_add_completed = add[_ENTRY_ID]
+                    self._completed_length = add[_LENGTH]
+                    if not is_deferred_sync:
+                        self.last_add_confirmed = entry_id
+                        self.confirmed_length = add[_LENGTH]
+                    complete(add[_OP_ID], entry_id)
+            else:
+                # Adds complete in entry id order: the ready ones at the head leave together,
+                # and the writer's counters move once, to the last of them.
+                # A group completes whole: its first add is at the head (see _ACKED).
+                popleft = pending.popleft
+                op_ids: list[int] = []
+                while pending:
+                    acks = pending[0][_ACKS]
+                    if acks[_ACK_COUNT] < ack_quorum_size:
+                        break
+                    last = pending[acks[_GROUP_COUNT] - 1]
+                    op_ids += [popleft()[_OP_ID] for _ in range(acks[_GROUP_COUNT])]
+                first_entry_id = self.last_add_completed + 1
+                self.last_add_completed = last[_ENTRY_ID]
+                self._completed_length = last[_LENGTH]
+                if not is_deferred_sync:
+                    self.last_add_confirmed = last[_ENTRY_ID]
+                    self.confirmed_length = last[_LENGTH]
+                self._complete_each(op_ids, first_entry_id)
             self._schedule_explicit_lac(now_ns)
         if self.state is _CLOSING:           # _maybe_finish_close, its first test spelled out
             self._maybe_finish_close(now_ns)
@@ -451,11 +531,11 @@ class LedgerWriter:
         for position in replaced:
             self._held.pop(position, None)     # held for the old bookie: all go again, in order
         for add in self._pending:
-            positions = write_set(add.entry_id, ensemble_size=metadata.ensemble_size,
+            positions = write_set(add[_ENTRY_ID], ensemble_size=metadata.ensemble_size,
                                   write_quorum_size=metadata.write_quorum_size)
             resend = [position for position in positions if position in replaced]
             for position in resend:
-                add.forget_ack(position)
+                _forget_ack(add, position)
             if resend:
                 self._hold(add, resend, now_ns)
         self._is_changing_ensemble = False
@@ -477,7 +557,7 @@ class LedgerWriter:
         self._held_for_all = []
         while self._pending:
             add = self._pending.popleft()
-            self._complete(add.op_id, error=error)
+            self._complete(add[_OP_ID], error=error)
         if self._explicit_lac_timer is not None:
             self.ctx.cancel_timer(self._explicit_lac_timer)
         if was_closing:
@@ -609,8 +689,11 @@ class LedgerWriter:
                 timeout_ns=self.ctx.config.add_entry_timeout_ns, now_ns=now_ns)
 
     def invariants(self) -> None:
+        if self._held_for_all:       # add() counts on it: the writer is not idle
+            assert self._idle_since_ns is None and self._pending
         assert self.last_add_confirmed <= self.last_add_completed <= self.last_add_pushed
         if self._pending:
-            assert self._pending[0].entry_id == self.last_add_completed + 1
-            assert self._pending[-1].entry_id == self.last_add_pushed
-            assert self._pending[0].entry_id >= self.metadata.last_ensemble_start
+            assert self._pending[0][_ENTRY_ID] == self.last_add_completed + 1
+            assert self._pending[0][_ACKS][_GROUP_FIRST_ENTRY_ID] == self._pending[0][_ENTRY_ID]
+            assert self._pending[-1][_ENTRY_ID] == self.last_add_pushed
+            assert self._pending[0][_ENTRY_ID] >= self.metadata.last_ensemble_start
