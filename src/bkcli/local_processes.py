@@ -8,6 +8,7 @@ for its "listening on" line, and stop it with SIGTERM (or SIGKILL when a test wa
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -16,18 +17,44 @@ import time
 from dataclasses import dataclass
 
 
+# Ports handed to servers come from below the kernel's ephemeral range: a port inside it can be
+# taken, while its server is down (a restart, a killed node), as the source port of any
+# outgoing connection on the machine, and the server then cannot listen on it again (a jepsen
+# run's restarted metastore node failed so: "Address already in use").
+_PORT_FLOOR = 10000
+_PORT_ATTEMPT_COUNT_MAX = 10_000
+
+
+def _ephemeral_port_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            return int(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768          # Linux's default low end
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports. free_port() called twice can hand out the same port (the
-    kernel may reuse one just released), so every probe stays bound until all are chosen."""
+    """`count` distinct ports free now, below the ephemeral range when there is room there. Every
+    probe stays bound until all are chosen (the kernel may hand a just-released port out again)."""
+    low = _ephemeral_port_low()
+    chooser = random.Random()           # seeded from os.urandom: nothing here is simulated
     probes = []
     try:
-        for _ in range(count):
+        for _ in range(_PORT_ATTEMPT_COUNT_MAX if low - _PORT_FLOOR >= 1000 else 0):
+            if len(probes) == count:
+                break
+            probe = socket.socket()
+            try:
+                probe.bind(("127.0.0.1", chooser.randrange(_PORT_FLOOR, low)))
+            except OSError:             # in use, or held by a connection in TIME_WAIT
+                probe.close()
+                continue
+            probes.append(probe)
+        while len(probes) < count:      # no room below the range: any port the kernel picks
             probe = socket.socket()
             probes.append(probe)
             probe.bind(("127.0.0.1", 0))

@@ -15,6 +15,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from bkcli.local_processes import free_port, free_ports  # noqa: F401  (free_port: tests import it here)
+
 JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
 JAVA_DIR = "/usr/share/java"
 
@@ -25,12 +27,6 @@ def classpath() -> str:
         raise RuntimeError(f"ZooKeeper jars {missing} are not in {JAVA_DIR}: "
                            f"apt-get install -y zookeeper (CI's .ci/run does this)")
     return ":".join(os.path.join(JAVA_DIR, jar) for jar in JARS)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def four_letter_word(port: int, word: bytes = b"srvr", timeout_s: float = 1.0) -> str:
@@ -71,8 +67,9 @@ class ZkEnsemble:
     def __init__(self, root: str, node_count: int = 1, *, tick_ms: int = 200) -> None:
         self.root = root
         self.tick_ms = tick_ms
-        self.nodes = [ZkNode(i + 1, free_port(), os.path.join(root, f"zk{i + 1}")) for i in range(node_count)]
-        self._quorum_ports = [(free_port(), free_port()) for _ in range(node_count)]
+        ports = free_ports(3 * node_count)
+        self.nodes = [ZkNode(i + 1, ports[i], os.path.join(root, f"zk{i + 1}")) for i in range(node_count)]
+        self._quorum_ports = [(ports[node_count + 2 * i], ports[node_count + 2 * i + 1]) for i in range(node_count)]
 
     @property
     def hosts(self) -> str:

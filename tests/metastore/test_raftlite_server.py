@@ -1,10 +1,10 @@
 """raft-lite over real TCP: a 3-node cluster in this process keeps the store contract, and
 survives its leader being stopped; a 1-node cluster works too."""
 
-import socket
 
 import trio
 
+from bkcli.local_processes import free_port
 from bkcore.metaops import Create, Get, MetaCode
 from metastore.raftlite.core import MS, RaftConfig
 from metastore.raftlite.server import RaftServer
@@ -13,12 +13,6 @@ from store_contract import check_store_contract
 
 CONFIG = RaftConfig(election_timeout_min_ns=150 * MS, election_timeout_max_ns=300 * MS,
                     heartbeat_interval_ns=30 * MS, session_timeout_ns=2_000 * MS)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def start_cluster(nursery, tmp_path, count: int) -> tuple[str, dict]:

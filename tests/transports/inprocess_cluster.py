@@ -7,11 +7,11 @@ Each bookie runs in its own cancel scope with its own metastore session, so a te
 from __future__ import annotations
 
 import dataclasses
-import socket
 from dataclasses import dataclass, field
 
 import trio
 
+from bkcli.local_processes import free_port
 from bkcore.bookie.journal_files import JournalConfig
 from metastore.layout_node import resolve_layout
 from metastore.uri import open_metastore, parse_metastore_uri
@@ -28,12 +28,6 @@ class RunningBookie:
     @property
     def bookie_id(self) -> str:
         return self.config.bookie_id
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class InProcessCluster:

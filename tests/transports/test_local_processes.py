@@ -11,3 +11,17 @@ def test_a_reused_log_from_an_earlier_run_does_not_make_a_new_run_ready(tmp_path
     with pytest.raises(RuntimeError, match="exited with status 0 before it was ready"):
         spawn_bk("help", ["--help"], log_path=str(log_path), port=0, ready_text="listening on", timeout_s=30)
     assert log_path.read_text().startswith("... listening on"), "the earlier run's lines are kept"
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+    """A server restarted on its port must find it free: ports inside the ephemeral range can be
+    taken meanwhile as the source port of any outgoing connection."""
+    import socket
+
+    from bkcli.local_processes import _ephemeral_port_low, free_ports
+    ports = free_ports(20)
+    assert len(set(ports)) == 20
+    assert all(port < _ephemeral_port_low() for port in ports)
+    for port in ports:
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", port))
