@@ -134,7 +134,10 @@ def cmd_standalone(args) -> int:
           f"try: bk shell listbookies    bk shell simpletest    bk stream create --stream demo\n"
           f"     bk table incr -t demo -k counter -a 1    (Ctrl-C stops the cluster)", flush=True)
     stop = []
+    # SIGINT too, explicitly: a shell starts a background job with SIGINT ignored, and then
+    # Python raises no KeyboardInterrupt for it (a script's `kill -INT` would do nothing).
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
     try:
         while not stop:
             for child in cluster.children:
