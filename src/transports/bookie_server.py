@@ -126,7 +126,6 @@ class BookieServer:
         self._storage_lock = trio.Lock()        # checkpoints vs. compaction (entry logs, index)
         self._write_cache_half_size = config.write_cache_size_max // 2
         self._is_flushing_cache = False         # a checkpoint holds the other half of the cache
-        self._journal_writing_size = 0          # bytes of the group the journal thread writes
         self._checkpoint_wanted = trio.Event()  # the write cache is half full: do not wait
         self._receive_gate = ReceiveGate()      # shut: no connection reads (the cache is full)
         self._timer = CoreTimer(self._on_timer_due)
@@ -333,7 +332,6 @@ class BookieServer:
                         self._write_and_sync(effect)
                         self._journaled(effect, started)   # its answers: the next round of this loop
                     else:
-                        self._journal_writing_size = len(effect.data)
                         self._journal_send.send_nowait(effect)
                 else:
                     raise AssertionError(f"bookie effect {effect!r}")
@@ -342,8 +340,7 @@ class BookieServer:
         deadline_ns = core.next_deadline_ns()
         self._timer.set(deadline_ns)
         # What the write cache holds, and what the journal is about to add to it.
-        if (self.stack.storage.write_cache_size + core.journal_collected_size + self._journal_writing_size
-                >= self._write_cache_half_size):
+        if self.stack.storage.write_cache_size + core.journal_queued_size >= self._write_cache_half_size:
             self._on_write_cache_half_full()
 
     def _on_write_cache_half_full(self) -> None:
@@ -377,7 +374,6 @@ class BookieServer:
                 async with self._journal_lock:
                     started = time.perf_counter()
                     await self._journal_thread.run(self._write_and_sync, effect)
-                self._journal_writing_size = 0
                 self._journaled(effect, started)
                 self._pump()
         finally:

@@ -272,9 +272,11 @@ class Bookie:
         return self._pending_adds_count + self._pending_syncs_count
 
     @property
-    def journal_collected_size(self) -> int:
-        """Bytes of records collected for the next journal write (not yet handed over)."""
-        return 0 if self._collecting is None else self._collecting.size
+    def journal_queued_size(self) -> int:
+        """Bytes of records not yet durable: the journal write in flight and the group
+        collected for the next one (what persisting them will add to storage, at most)."""
+        return ((0 if self._collecting is None else self._collecting.size)
+                + (0 if self._in_flight is None else self._in_flight[1].size))
 
     def take_effects(self) -> list | tuple:
         effects = self._effects

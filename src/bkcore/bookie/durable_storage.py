@@ -25,7 +25,7 @@ import msgpack
 from bkcore.bookie.entrylog import ENTRY_ID_BITS, ENTRY_KEY, RECORD_HEADER, EntryLogger, memory_key
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import (
-    ENTRY_PREFIX, IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
+    IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
     log_meta_key, pack_location, unpack_location,
 )
 from bkcore.bookie.read_cache import ReadCache
