@@ -23,6 +23,7 @@ from bkcore.bookie.durable_storage import DurableLedgerStorage
 from bkcore.bookie.entrylog import Location, entry_log_name
 from bkcore.bookie.index import entry_id_of, entry_prefix, log_meta_key, unpack_location
 from bkcore.bookie.storage import StorageIOError
+from bkcore.bookie.write_cache import WriteCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +96,7 @@ class Compactor:
 
     def _compact_log(self, log_id: int) -> int:
         storage = self.storage
-        runs: list[tuple[int, int, list[bytes]]] = []      # consecutive live entries of a ledger
-        moved = 0
+        live = WriteCache()           # the live entries, gathered into runs as a write cache does
         for ledger_id in sorted(storage.log_usage(log_id)):
             if not storage.has_ledger(ledger_id):
                 continue
@@ -105,16 +105,12 @@ class Compactor:
                 if location.log_id == log_id:
                     entry_id = entry_id_of(key)
                     body = storage.entry_logger.read(location, ledger_id=ledger_id, entry_id=entry_id)
-                    if runs and runs[-1][0] == ledger_id and runs[-1][1] + len(runs[-1][2]) == entry_id:
-                        runs[-1][2].append(body)
-                    else:
-                        runs.append((ledger_id, entry_id, [body]))
-                    moved += 1
+                    live.add_one(ledger_id, entry_id, body)
         puts: dict[bytes, bytes] = {}
-        located = storage.append_to_logs(runs, puts)
+        located = storage.append_to_logs(live.runs(), puts)
         storage.entry_logger.flush()
         storage.index.write(chain(located, puts.items()), [log_meta_key(log_id)])
-        return moved
+        return len(live)
 
     def _delete_log(self, log_id: int, size: int) -> int:
         storage = self.storage
