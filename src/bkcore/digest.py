@@ -66,13 +66,14 @@ class UnpackedEntry:
 class Digester:
     """Packs and verifies entries of one ledger."""
 
-    __slots__ = ("ledger_id", "digest_type", "_mac_key", "digest_size")
+    __slots__ = ("ledger_id", "digest_type", "_mac_key", "digest_size", "_pack")
 
     def __init__(self, *, ledger_id: int, digest_type: DigestType, password: bytes) -> None:
         self.ledger_id = ledger_id
         self.digest_type = digest_type
         self._mac_key = hashlib.sha256(b"mac" + password).digest()
         self.digest_size = 4 if digest_type is DigestType.CRC32C else 32
+        self._pack = self._make_packer()
 
     def _digest(self, header: bytes, payload: bytes) -> bytes:
         if self.digest_type is _CRC32C:
@@ -82,18 +83,26 @@ class Digester:
         return mac.digest()
 
     def pack_entry(self, *, entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
-        header = ENTRY_HEADER.pack(self.ledger_id, entry_id, lac, length)
-        return b"".join((header, self._digest(header, payload), payload))     # one copy of payload
+        return self._pack(entry_id, lac, length, payload)
 
     def entry_packer(self) -> Callable[[int, int, int, bytes], bytes]:
         """pack_entry as a function of (entry_id, lac, length, payload), positional: what a
-        writer calls for every add. For CRC32C it is one closure over the C functions it calls
-        (no method lookups or keyword parsing per entry); the bytes are pack_entry's."""
-        if self.digest_type is not _CRC32C:
-            pack_entry = self.pack_entry
-            return lambda entry_id, lac, length, payload: pack_entry(
-                entry_id=entry_id, lac=lac, length=length, payload=payload)
+        writer calls for every add."""
+        return self._pack
+
+    def _make_packer(self) -> Callable[[int, int, int, bytes], bytes]:
+        """The one function that packs this ledger's entries: header | digest | payload, with
+        one copy of the payload. For CRC32C a closure over the C functions it calls (no method
+        lookups or keyword parsing per entry)."""
         ledger_id = self.ledger_id
+        if self.digest_type is not _CRC32C:
+            digest = self._digest
+
+            def pack_hmac_entry(entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
+                header = ENTRY_HEADER.pack(ledger_id, entry_id, lac, length)
+                return b"".join((header, digest(header, payload), payload))
+
+            return pack_hmac_entry
         pack_header, pack_digest, crc, join = ENTRY_HEADER.pack, _CRC32C_DIGEST.pack, crc32c.crc32c, b"".join
 
         def pack_crc32c_entry(entry_id: int, lac: int, length: int, payload: bytes) -> bytes:
