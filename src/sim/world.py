@@ -3,7 +3,8 @@
 The world performs the effects of the pure core the way a real deployment would, with faults:
 - Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
   node that is down, or that restarted since the message left, is dropped (its connection broke);
-- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then on_persisted;
+- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then on_persisted
+  (in the order the writes were made, as one journal file persists them);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
   answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import random
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from bkcore.bookie.bookie import BookieConfig
@@ -73,6 +74,12 @@ class _Node:
     session_id: int | None = None
     crash_count: int = 0
     start_failure_count: int = 0
+    # When the latest journal write in flight becomes durable: writes persist in the order they
+    # were made (the core expects that), so a later one never completes before it.
+    journal_durable_at_ns: int = 0
+    # Journal writes durable while the node was paused, oldest first, told to the core when it
+    # resumes; later ones queue behind them, so the core still hears of them in order.
+    persisted_backlog: list[int] = field(default_factory=list)
     # Clients only.
     on_completed: Callable[[str, Completed, int], None] | None = None
     # The world's handlers for this kind of node: its own copies of _deliver, _pump and
@@ -323,6 +330,8 @@ class SimWorld:
         self.counts.crashes += 1
         self._cancel_timer(node)
         node.stack = None
+        node.persisted_backlog = []
+        node.journal_durable_at_ns = 0
         node.fs.crash()
         session_id = node.session_id
         self.loop.call_later(self.scenario.metastore.session_timeout_ns, self._expire_session, node.name, session_id)
@@ -400,14 +409,34 @@ class SimWorld:
         if not node.is_up or node.incarnation != incarnation:
             return
         now_ns = self.loop.now_ns
-        if node.paused_until_ns > now_ns:
-            self.loop.call_at(node.paused_until_ns, self._on_persisted, node, token, incarnation)
+        backlog = node.persisted_backlog
+        if node.paused_until_ns > now_ns or backlog:
+            if not backlog:
+                self.loop.call_at(node.paused_until_ns, self._on_persisted_backlog, node, incarnation)
+            backlog.append(token)
             return
+        self._persisted(node, token, now_ns)
+        pump = node.pump
+        pump(node)
+
+    def _on_persisted_backlog(self, node: _BookieNode, incarnation: int) -> None:
+        """A paused node resumed: the writes that became durable meanwhile, in order."""
+        if not node.is_up or node.incarnation != incarnation:
+            return
+        now_ns = self.loop.now_ns
+        if node.paused_until_ns > now_ns:        # paused again meanwhile
+            self.loop.call_at(node.paused_until_ns, self._on_persisted_backlog, node, incarnation)
+            return
+        backlog, node.persisted_backlog = node.persisted_backlog, []
+        for token in backlog:
+            self._persisted(node, token, now_ns)
+        pump = node.pump
+        pump(node)
+
+    def _persisted(self, node: _BookieNode, token: int, now_ns: int) -> None:
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", node.name, token))
         node.core.on_persisted(token, now_ns)
-        pump = node.pump
-        pump(node)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
         node.timer_handle = None
@@ -528,9 +557,11 @@ class SimWorld:
                 self.counts.disk_full_kills += 1
                 self.crash_bookie(node.name, restart_after_ns=self.scenario.restart_delay_mean_ns)
                 return
-            write_ns = self.scenario.disk.write_latency_ns
-            self.loop.post_at(now_ns + write_ns + node.fs.sync_latency_ns(), self._on_persisted,
-                              node, effect.token, node.incarnation)
+            durable_at_ns = now_ns + self.scenario.disk.write_latency_ns + node.fs.sync_latency_ns()
+            if durable_at_ns < node.journal_durable_at_ns:
+                durable_at_ns = node.journal_durable_at_ns
+            node.journal_durable_at_ns = durable_at_ns
+            self.loop.post_at(durable_at_ns, self._on_persisted, node, effect.token, node.incarnation)
         elif kind is MetadataCall:
             self._call_metastore(node.name, effect)
         elif kind is Completed:

@@ -89,7 +89,7 @@ def test_add_is_acknowledged_only_after_persistence():
 
 
 def test_group_commit_batches_and_keeps_one_write_in_flight():
-    d = Driver()
+    d = Driver(journal_writes_in_flight_max=1)
     for entry_id in range(5):
         d.send(add(entry_id))
     d.tick()
@@ -105,6 +105,34 @@ def test_group_commit_batches_and_keeps_one_write_in_flight():
     d.tick()
     d.persist()
     assert sorted(r.entry_id for r in d.answers(AddResponse)) == [5, 6, 7]
+
+
+def test_two_writes_in_flight_persist_in_order_and_a_third_group_waits():
+    d = Driver(journal_writes_in_flight_max=2)
+    for group in ([0, 1], [2, 3], [4, 5]):
+        for entry_id in group:
+            d.send(add(entry_id))
+        d.tick()
+    assert len(d.in_flight) == 2, "the third group waits for room"
+    first, second = d.in_flight
+    assert second.token > first.token
+    with pytest.raises(BookieUsageError):
+        d.bookie.on_persisted(second.token, d.now_ns)      # the older one persists first
+    assert d.answers() == [] and d.storage.get_entry(1, 0) is None
+    d.in_flight.pop(0)
+    d.bookie.on_persisted(first.token, d.now_ns)
+    d.collect()
+    assert [r.entry_id for r in d.answers(AddResponse)] == [0, 1]
+    assert len(d.in_flight) == 2, "the third group leaves as soon as there is room"
+    assert d.bookie.journal_queued_size == sum(len(w.data) for w in d.in_flight)
+    d.persist()
+    assert [r.entry_id for r in d.answers(AddResponse)] == [2, 3, 4, 5]
+    assert [d.storage.get_entry(1, e) for e in range(6)] == [body(e) for e in range(6)]
+
+
+def test_writes_in_flight_max_must_be_positive():
+    with pytest.raises(ValueError, match="journal_writes_in_flight_max"):
+        BookieConfig(journal_writes_in_flight_max=0)
 
 
 def test_flush_when_queue_empty_and_size_threshold():

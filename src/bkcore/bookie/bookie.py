@@ -17,13 +17,18 @@ Rules that never bend:
   restarted bookie is exactly the one that acknowledged;
 - a stored entry that cannot be read is IO_ERROR, never NO_SUCH_ENTRY.
 
-Group commit (BookKeeper's journal): records collect in a group; one JournalWrite is in flight
-at a time; the group is written when no write is in flight and its oldest record has waited
-journal_max_group_wait_ns, or it holds journal_buffered_writes_threshold_size bytes, or
-journal_flush_when_queue_empty is set and something waits on the group. on_persisted() applies
-the group's records, answers everything that waited on it, then writes the next group if it is
-due. Two kinds of request are answered before their record is journaled, and wait for no
-write: deferred-sync adds (their writer asked for that) and explicit LACs (a hint for readers).
+Group commit (BookKeeper's journal): records collect in a group; at most
+journal_writes_in_flight_max JournalWrites are in flight; the group is written when there is
+room for one more and its oldest record has waited journal_max_group_wait_ns, or it holds
+journal_buffered_writes_threshold_size bytes, or journal_flush_when_queue_empty is set and
+something waits on the group. Writes become durable in the order they were emitted (a driver
+may sync several with one fdatasync), and on_persisted() is told in that order: it applies the
+group's records, answers everything that waited on it, then writes the next group if it is
+due. With two in flight, a driver writing one group can take the next the moment the first is
+synced, instead of waiting for the answers to go out first (BookKeeper's journal thread keeps
+writing while its force-write thread syncs). Two kinds of request are answered before their
+record is journaled, and wait for no write: deferred-sync adds (their writer asked for that)
+and explicit LACs (a hint for readers).
 
 Limits: pending_adds_count_max (adds waiting for the journal), pending_syncs_count_max (fences
 and forces waiting for it), journal_queue_size_max (bytes collected for the next
@@ -33,6 +38,7 @@ TOO_MANY_REQUESTS and counted. Ill-typed input is counted as malformed and dropp
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from bkcore.bookie.journal import (
@@ -66,6 +72,7 @@ class BookieConfig:
     journal_buffered_writes_threshold_size: int = 512 * KIB        # journalBufferedWritesThreshold
     journal_flush_when_queue_empty: bool = False                   # journalFlushWhenQueueEmpty
     journal_queue_size_max: int = 64 * MIB       # bytes collected for the next write; over: refuse
+    journal_writes_in_flight_max: int = 2        # JournalWrites emitted and not yet persisted
     pending_adds_count_max: int = 10_000         # maxAddsInProgressLimit; over: refuse
     pending_syncs_count_max: int = 10_000        # fences, LAC writes, forces waiting; over: refuse
     long_poll_waiters_count_max: int = 10_000    # over: refuse
@@ -80,6 +87,9 @@ class BookieConfig:
         if not 0 < self.entry_size_max <= RECORD_SIZE_MAX - RECORD_OVERHEAD_SIZE_MAX:
             raise ValueError(f"BookieConfig.entry_size_max {self.entry_size_max} must be positive and fit one "
                              f"journal record ({RECORD_SIZE_MAX} bytes)")
+        if self.journal_writes_in_flight_max < 1:
+            raise ValueError(f"BookieConfig.journal_writes_in_flight_max must be >= 1, "
+                             f"not {self.journal_writes_in_flight_max}")
         # The largest request (a MASTER_KEY record and its ENTRY) must fit an empty queue.
         request_size_max = self.entry_size_max + self.master_key_size_max + 2 * RECORD_OVERHEAD_SIZE_MAX
         if self.journal_queue_size_max < request_size_max:
@@ -249,7 +259,9 @@ class Bookie:
         self._known_lac_prune_at_count = 1024
         self._collecting: _Group | None = None
         self._encoder = RecordEncoder()
-        self._in_flight: tuple[int, _Group] | None = None   # at most one JournalWrite in flight
+        # (token, group) of every JournalWrite emitted and not yet persisted, oldest first.
+        self._in_flight: deque[tuple[int, _Group]] = deque()
+        self._in_flight_max = config.journal_writes_in_flight_max
         self._next_token = 1
         self._pending_adds_count = 0
         self._pending_syncs_count = 0
@@ -273,10 +285,10 @@ class Bookie:
 
     @property
     def journal_queued_size(self) -> int:
-        """Bytes of records not yet durable: the journal write in flight and the group
+        """Bytes of records not yet durable: the journal writes in flight and the group
         collected for the next one (what persisting them will add to storage, at most)."""
         return ((0 if self._collecting is None else self._collecting.size)
-                + (0 if self._in_flight is None else self._in_flight[1].size))
+                + sum(group.size for _, group in self._in_flight))
 
     def take_effects(self) -> list | tuple:
         effects = self._effects
@@ -288,7 +300,7 @@ class Bookie:
     def next_deadline_ns(self) -> int | None:
         # Asked after every input: two candidates compared by hand, no list.
         poll_deadline = self._long_polls.next_deadline_ns()
-        if self._collecting is None or self._in_flight is not None:
+        if self._collecting is None or len(self._in_flight) >= self._in_flight_max:
             return poll_deadline
         group_deadline = self._collecting.started_at_ns + self.config.journal_max_group_wait_ns
         if poll_deadline is None or group_deadline <= poll_deadline:
@@ -311,7 +323,7 @@ class Bookie:
             self._counts.malformed += 1
         else:
             row[1](self, message, source, now_ns)
-        if self._in_flight is None and self._collecting is not None:     # else nothing to flush
+        if self._collecting is not None and len(self._in_flight) < self._in_flight_max:   # else none due
             self._maybe_flush(now_ns)
 
     def receive_batch(self, messages, *, source: str, now_ns: int) -> None:
@@ -327,11 +339,12 @@ class Bookie:
         self._maybe_flush(now_ns)
 
     def on_persisted(self, token: int, now_ns: int) -> None:
-        if self._in_flight is None or self._in_flight[0] != token:
-            raise BookieUsageError(f"journal token {token} is not the write in flight "
-                                   f"({self._in_flight[0] if self._in_flight else 'none'})")
-        group = self._in_flight[1]
-        self._in_flight = None
+        """The JournalWrite `token` is durable: the oldest in flight (they persist in order)."""
+        in_flight = self._in_flight
+        if not in_flight or in_flight[0][0] != token:
+            raise BookieUsageError(f"journal token {token} is not the oldest write in flight "
+                                   f"({in_flight[0][0] if in_flight else 'none'})")
+        group = in_flight.popleft()[1]
         storage = self.storage
         for record in group.records:
             if type(record) is AddRequest or type(record) is EntryRecord:
@@ -417,7 +430,7 @@ class Bookie:
 
     def _maybe_flush(self, now_ns: int) -> None:
         group = self._collecting
-        if self._in_flight is not None or group is None:
+        if group is None or len(self._in_flight) >= self._in_flight_max:
             return
         config = self.config
         # (A group nobody waits for, only LAC hints and deferred-sync adds, is not flushed just
@@ -429,7 +442,7 @@ class Bookie:
         token = self._next_token
         self._next_token += 1
         self._collecting = None
-        self._in_flight = (token, group)
+        self._in_flight.append((token, group))
         counts = self._counts
         counts.journal_writes += 1
         counts.journal_written_size += group.size
@@ -836,7 +849,10 @@ class Bookie:
 
     def invariants(self) -> None:
         config = self.config
-        groups = [g for g in (self._in_flight and self._in_flight[1], self._collecting) if g is not None]
+        assert len(self._in_flight) <= config.journal_writes_in_flight_max
+        tokens = [token for token, _ in self._in_flight]
+        assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+        groups = [group for _, group in self._in_flight] + ([self._collecting] if self._collecting is not None else [])
         waiters = [request for group in groups for request, _ in group.waiters]
         adds = [r for r in waiters if type(r) is AddRequest or type(r) is AddBatchRequest]
         assert sum(map(_entry_count, adds)) == self._pending_adds_count <= config.pending_adds_count_max

@@ -4,7 +4,8 @@ The pieces a driver needs to run a durable bookie, composed once so that the sim
 and real processes run the same sequence:
   start()          check the cookies, replay the journal from the LastLogMark into storage;
   write_journal()  append a JournalWrite's group (remembering where it ends);
-  sync_journal()   make it durable; the driver then calls core.on_persisted(token);
+  sync_journal()   make it durable (and the writes before it); the driver then calls
+                   core.on_persisted(token) for each, oldest first;
   checkpoint()     storage first (entry logs flushed, index committed), then the LastLogMark,
                    then delete journals it made unnecessary — the order that loses nothing
                    (also in steps, begin/write/finish/advance, for threaded drivers).
@@ -61,8 +62,13 @@ class BookieStack:
         self._marks_by_token[effect.token] = self.journal.append(effect.data, now_ms=now_ms)
 
     def sync_journal(self, token: int) -> None:
+        """Make the write `token` durable, and with it every write before it (one sync covers
+        the journal file; a roll synced the previous one)."""
         self.journal.sync()
-        self.persisted_mark = self._marks_by_token.pop(token)
+        marks = self._marks_by_token
+        self.persisted_mark = marks.pop(token)
+        for older in [t for t in marks if t < token]:
+            del marks[older]
 
     def checkpoint(self) -> LogMark:
         mark = self.persisted_mark
