@@ -79,6 +79,9 @@ OPTIONS: tuple[Option, ...] = (
            help="bytes that make a group commit at once (524288)"),
     Option("journalFlushWhenQueueEmpty", "bookie", "journal_flush_when_queue_empty", bool,
            help="commit a group as soon as no request is waiting (true here; BookKeeper: false)"),
+    Option("journalWritesInFlightMax", "bookie", "journal_writes_in_flight_max", int,
+           help="journal groups written and not yet synced, at most: with 2 the journal thread writes "
+                "the next group as soon as the last is synced, while its answers go out (2; 1: one at a time)"),
     Option("journalSyncInlineMaxBytes", "", "journal_sync_inline_size_max", int,
            help="journal groups up to this size are written and fdatasynced on the event loop, "
                 "sparing a thread handoff at light load; larger ones in a worker thread (16384)"),

@@ -3,13 +3,15 @@
 The thin driver around bkcore's BookieStack. What runs where:
 - the event loop thread owns the core and its storage: every receive buffer goes to
   core.receive_batch(), effects are performed at once (Send -> the connection's queue);
-- the journal writes and fdatasyncs one group at a time (the core keeps one JournalWrite in
-  flight and collects the next group meanwhile), then core.on_persisted(): a large group in the
-  journal's own thread (transports.worker_thread), so that receiving the next one overlaps the
-  fdatasync; a small one (at most
-  journal_sync_inline_size_max bytes: light load) at once, in the pump that produced it,
-  because a thread handoff costs as much as the fdatasync itself on a virtual machine
-  (0.25-0.4 ms there and back) and a hop to another task some 50 us more;
+- the journal: the core keeps up to journal_writes_in_flight_max JournalWrites out (2) and
+  collects the next group meanwhile. They go to the journal's own thread
+  (transports.worker_thread), which writes every write queued by the time it is free and syncs
+  them with one fdatasync; their answers go out from the loop (core.on_persisted, oldest
+  first, called straight from the thread's report) while the thread already writes the next. A small group (at most
+  journal_sync_inline_size_max bytes: light load) while that thread is idle is written and
+  synced at once, in the pump that produced it, because a thread handoff costs as much as the
+  fdatasync itself on a virtual machine (0.25-0.4 ms there and back). A failed journal write
+  stops the bookie (its acknowledgements rest on the journal);
 - checkpoints (entry logs flushed, index committed, LastLogMark, old journals deleted) run every
   flush_interval_s, their writes in worker threads (see BookieStack's checkpoint steps), and at
   once when the write cache holds half of write_cache_size_max (dbStorage_writeCacheMaxSizeMb);
@@ -119,9 +121,11 @@ class BookieServer:
         self.monitor = DiskUsageMonitor(config=config.disk_usage)
         self.connections: dict[str, FramedConnection] = {}
         self._names = (f"conn-{n}" for n in itertools.count(1))
-        self._journal_send: trio.MemorySendChannel | None = None
-        self._journal_lock = trio.Lock()        # journal writes vs. deleting old journals
-        self._journal_thread = WorkerThread("bookie-journal")   # large groups' write + fdatasync
+        # Journal writes and fdatasyncs, and the deletion of old journals, in one ordered thread.
+        self._journal = WorkerThread("bookie-journal", handle_batch=self._write_and_sync,
+                                     on_batch_done=self._on_journal_batch_done)
+        self._journal_error: BaseException | None = None
+        self._journal_broken = trio.Event()
         self._sync_inline_size_max = config.journal_sync_inline_size_max
         self._storage_lock = trio.Lock()        # checkpoints vs. compaction (entry logs, index)
         self._write_cache_half_size = config.write_cache_size_max // 2
@@ -195,9 +199,7 @@ class BookieServer:
         self.listen_port = listeners[0].socket.getsockname()[1]
         self.core.set_readonly(self.is_readonly)
         async with trio.open_nursery() as nursery:
-            send, receive = trio.open_memory_channel(1)
-            self._journal_send = send
-            nursery.start_soon(self._journal_loop, receive)
+            nursery.start_soon(self._watch_journal)
             nursery.start_soon(self._timer.run)
             nursery.start_soon(self._checkpoint_loop)
             nursery.start_soon(self._gc_loop)
@@ -324,15 +326,21 @@ class BookieServer:
                         answered.add(connection)
                         self._observe_latency(effect.destination, effect.message)
                 elif kind is JournalWrite:
-                    # The core keeps at most one in flight. A small one is written and synced
-                    # here and now: a thread handoff would cost as much as its fdatasync. The
-                    # lock is held while a checkpoint deletes old journals: then the loop waits.
-                    if len(effect.data) <= self._sync_inline_size_max and not self._journal_lock.locked():
+                    if self._journal_error is not None:
+                        continue            # the bookie is stopping: nothing more is written
+                    # A small one, with the journal thread idle (so nothing is written before
+                    # it), is written and synced here and now: a thread handoff would cost as
+                    # much as its fdatasync.
+                    if len(effect.data) <= self._sync_inline_size_max and not self._journal.outstanding:
                         started = time.perf_counter()
-                        self._write_and_sync(effect)
+                        try:
+                            self._write_and_sync([effect])
+                        except Exception as exc:
+                            self._on_journal_failed(exc)
+                            continue
                         self._journaled(effect, started)   # its answers: the next round of this loop
                     else:
-                        self._journal_send.send_nowait(effect)
+                        self._journal.submit(effect)
                 else:
                     raise AssertionError(f"bookie effect {effect!r}")
         for connection in answered:
@@ -366,28 +374,43 @@ class BookieServer:
         if started is not None:
             histogram.observe(time.perf_counter() - started)
 
-    async def _journal_loop(self, receive: trio.MemoryReceiveChannel) -> None:
-        """Large groups, and groups that arrive while a checkpoint holds the journal lock: in
-        a thread of their own (a trio.to_thread call per group costs ~80 us more CPU here)."""
-        try:
-            async for effect in receive:
-                async with self._journal_lock:
-                    started = time.perf_counter()
-                    await self._journal_thread.run(self._write_and_sync, effect)
-                self._journaled(effect, started)
-                self._pump()
-        finally:
-            self._journal_thread.close()
+    def _write_and_sync(self, writes: list[JournalWrite]) -> None:
+        """Writes in order, then one fdatasync for all of them: in the journal thread, or on
+        the loop for a small one."""
+        stack = self.stack
+        now_ms = int(time.time() * 1000)
+        for write in writes:
+            stack.write_journal(write, now_ms=now_ms)
+        stack.sync_journal(writes[-1].token)
 
-    def _write_and_sync(self, effect: JournalWrite) -> None:
-        """In a worker thread, or on the loop for a small group."""
+    def _on_journal_batch_done(self, writes: list[JournalWrite], started: float, error: BaseException | None) -> None:
+        """In the loop (not a task: nothing here may raise), once the journal thread is done."""
+        if error is not None:
+            self._on_journal_failed(error)
+        if self._journal_error is not None:
+            return                  # the bookie is stopping: later writes are never answered
+        for write in writes:
+            self._journaled(write, started)
+        self._pump()
+
+    def _on_journal_failed(self, error: BaseException) -> None:
+        if self._journal_error is None:
+            self._journal_error = error
+            self._journal_broken.set()
+
+    async def _watch_journal(self) -> None:
+        """The journal is the bookie's promise: it cannot go on once a write failed."""
         try:
-            self.stack.write_journal(effect, now_ms=int(time.time() * 1000))
-            self.stack.sync_journal(effect.token)
-        except DiskFullError as exc:
-            # The journal is the bookie's promise: it cannot go on without room for it.
-            raise SystemExit(f"bookie {self.config.bookie_id}: journal disk full ({exc}); free space "
-                             f"in {self.config.data_dir}/{self.config.journal.journal_dir} and restart")
+            await self._journal_broken.wait()
+        finally:
+            self._journal.close()
+        error = self._journal_error
+        where = f"{self.config.data_dir}/{self.config.journal.journal_dir}"
+        if isinstance(error, DiskFullError):
+            raise SystemExit(f"bookie {self.config.bookie_id}: journal disk full ({error}); free space "
+                             f"in {where} and restart")
+        raise SystemExit(f"bookie {self.config.bookie_id}: journal write failed ({error!r}); check {where} "
+                         f"and restart (the journal replays what was synced)")
 
     def _journaled(self, effect: JournalWrite, started: float) -> None:
         self.journal_write_latency.observe(time.perf_counter() - started)
@@ -421,11 +444,11 @@ class BookieServer:
                 await trio.to_thread.run_sync(plan.cache.release_gradually)
             finally:
                 self._is_flushing_cache = False
-            # The mark's fsyncs (temp file, directory) need no journal lock: only the deletion
-            # of old journals must not run beside a journal write, which would wait meanwhile.
+            # The mark's fsyncs (temp file, directory) may run beside journal writes; deleting
+            # old journals may not (a roll lists the directory), so it runs in the journal's
+            # thread, in order with the writes.
             await trio.to_thread.run_sync(stack.write_last_mark, mark)
-            async with self._journal_lock:
-                await trio.to_thread.run_sync(stack.delete_old_journals, mark)
+            await self._journal.run(stack.delete_old_journals, mark)
             self.checkpoint_latency.observe(time.perf_counter() - started)
         self.counts["checkpoints"] += 1
 
