@@ -23,3 +23,12 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
     floor = report["disk_quorum_fdatasync"]
     assert (floor["files"], floor["quorum"]) == (3, 2) and floor["rounds_per_second"] > 0
     assert floor["p99_ms"] >= floor["p50_ms"] > 0
+
+
+def test_disk_ceiling_scales_the_rate_to_the_whole_raw_bandwidth():
+    from bkcli.bench_ledger import disk_ceiling
+
+    pipelined = {"adds_per_second": 50_000, "device_write_mib_per_second": 250.0}
+    assert disk_ceiling(pipelined, 300.0) == {"device_write_fraction_of_raw": 0.833,
+                                              "disk_bound_adds_per_second": 60_000}
+    assert disk_ceiling({"adds_per_second": 50_000}, 300.0) == {}     # no device counters here
