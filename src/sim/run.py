@@ -110,7 +110,8 @@ def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunRe
 
 def _run_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:
     started = time.perf_counter()
-    world = SimWorld(scenario=scenario, client_config=scenario.client_config())
+    world = SimWorld(scenario=scenario, bookie_config=scenario.bookie_config(),
+                     client_config=scenario.client_config())
     for index in range(scenario.bookie_count):
         world.add_bookie(f"bookie-{index}")
     history = History()

@@ -10,6 +10,7 @@ import dataclasses
 import random
 from dataclasses import dataclass, field
 
+from bkcore.bookie.bookie import BookieConfig
 from bkcore.client.config import ClientConfig
 from sim.options import DiskOptions, NetworkOptions
 
@@ -74,6 +75,13 @@ class Scenario:
     # Journal preallocation chunk (journalPreAllocSizeMB, scaled to the simulator's small
     # journal files); 0: journals are appended to. Seeds draw it, so both paths are exercised.
     journal_prealloc_size: int = 16 << 10
+    # Journal writes a bookie keeps in flight (journal_writes_in_flight_max): 1 writes the next
+    # group once the last is answered; more let a later write complete while answers are still
+    # to come. Seeds draw it, so both orders of events are exercised.
+    journal_writes_in_flight_max: int = 2
+
+    def bookie_config(self) -> BookieConfig:
+        return BookieConfig(journal_writes_in_flight_max=self.journal_writes_in_flight_max)
 
     def client_config(self) -> ClientConfig:
         return ClientConfig(add_entry_timeout_ns=self.request_timeout_ns,
@@ -123,6 +131,7 @@ class Scenario:
         request_timeout = rng.choice([250 * MS, 1 * S, 1 * S, 5 * S])
         disk_capacity = rng.choice([1 << 40, 1 << 40, 48 << 10, 160 << 10])
         journal_prealloc = rng.choice([0, 4 << 10, 16 << 10])
+        journal_writes_in_flight = rng.choice([1, 2, 3])
         if "net" not in faults:
             network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
                                           reorder_probability=0.0)
@@ -137,14 +146,15 @@ class Scenario:
             pause_probability_per_second=pause if "pause" in faults else 0.0,
             restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout,
             disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40,
-            journal_prealloc_size=journal_prealloc)
+            journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight)
 
     def describe(self) -> list[str]:
         return [
             f"seed={self.seed} mode={'liveness' if self.is_liveness else 'safety'} "
             f"duration={self.duration_ns / S:g}s faults={','.join(sorted(self.faults)) or 'none'}",
             f"cluster: bookies={self.bookie_count} E={self.ensemble_size} Qw={self.write_quorum_size} "
-            f"Qa={self.ack_quorum_size} journal_prealloc={self.journal_prealloc_size}",
+            f"Qa={self.ack_quorum_size} journal_prealloc={self.journal_prealloc_size} "
+            f"journal_writes_in_flight_max={self.journal_writes_in_flight_max}",
             f"workload: writers={self.writer_count} tailing_readers={self.tailing_reader_count} "
             f"recoverers={self.recoverer_count} adds_in_flight_max={self.adds_in_flight_max} "
             f"add_interval_mean={self.add_interval_mean_ns / MS:g}ms entries_per_ledger_max={self.entries_per_ledger_max}",
