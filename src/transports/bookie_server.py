@@ -69,6 +69,8 @@ from transports.lmdb_index import LmdbIndexStore
 from transports.metadata_walk import blocking_children_lister
 from transports.metrics import Histogram, render_prometheus
 
+# How long a stopping bookie waits for its journal thread before leaving its files open.
+JOURNAL_DRAIN_TIMEOUT_S = 30.0
 log = logging.getLogger("bk.bookie")
 
 
@@ -198,25 +200,44 @@ class BookieServer:
         listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
         self.listen_port = listeners[0].socket.getsockname()[1]
         self.core.set_readonly(self.is_readonly)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_journal)
-            nursery.start_soon(self._timer.run)
-            nursery.start_soon(self._checkpoint_loop)
-            nursery.start_soon(self._gc_loop)
-            nursery.start_soon(self._disk_loop)
-            await self._register()
-            nursery.start_soon(self._registration_loop)
-            if self.config.http_port:
-                self.http_port = await nursery.start(AdminHttpServer(self).serve, self.config.http_port, self.config.host)
-            self._listen_scope = trio.CancelScope()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_journal)
+                nursery.start_soon(self._timer.run)
+                nursery.start_soon(self._checkpoint_loop)
+                nursery.start_soon(self._gc_loop)
+                nursery.start_soon(self._disk_loop)
+                await self._register()
+                nursery.start_soon(self._registration_loop)
+                if self.config.http_port:
+                    self.http_port = await nursery.start(AdminHttpServer(self).serve, self.config.http_port,
+                                                         self.config.host)
+                self._listen_scope = trio.CancelScope()
 
-            async def listen(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                with self._listen_scope:
-                    await trio.serve_listeners(self._handle_connection, listeners, task_status=task_status)
+                async def listen(task_status=trio.TASK_STATUS_IGNORED) -> None:
+                    with self._listen_scope:
+                        await trio.serve_listeners(self._handle_connection, listeners, task_status=task_status)
 
-            await nursery.start(listen)
-            log.info("bookie %s serving on %s:%d", self.config.bookie_id, self.config.host, self.listen_port)
-            task_status.started(self.listen_port)
+                await nursery.start(listen)
+                log.info("bookie %s serving on %s:%d", self.config.bookie_id, self.config.host, self.listen_port)
+                task_status.started(self.listen_port)
+        finally:
+            await self._close_files()
+
+    async def _close_files(self) -> None:
+        """Once serving is over: the journal thread finishes what it was given, then the index
+        and the files are closed, so that this process can serve the same directories again
+        (lmdb opens an environment once per process). A journal stuck in a sync keeps them."""
+        with trio.move_on_after(JOURNAL_DRAIN_TIMEOUT_S, shield=True):
+            while self._journal.outstanding:           # (a job cannot be abandoned: poll)
+                await trio.sleep(0.005)
+        self._journal.close()
+        if self._journal.outstanding:
+            log.warning("bookie %s: the journal thread did not finish in %.0fs; files left open",
+                        self.config.bookie_id, JOURNAL_DRAIN_TIMEOUT_S)
+            return
+        self.stack.storage.index.close()
+        self.fs.close()
 
     async def shutdown(self, *, timeout_s: float = 10.0) -> None:
         """Stop accepting connections, finish what is in flight (journal groups, answers still

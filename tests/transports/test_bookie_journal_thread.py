@@ -1,8 +1,8 @@
 """The bookie's journal thread (real TCP, real files): journal writes queued behind a sync that
 is taking long are written together and share the next fdatasync; every add is answered only
-once its group is synced, in order, and reads back. (Durability of this path across crashes
-is the jepsen-like tests': they kill real bookie processes running the default, two writes in
-flight.)"""
+once its group is synced, in order, and reads back, also after the bookie stopped and this
+process served its files again. (Durability of this path across crashes is the jepsen-like
+tests': they kill real bookie processes running the default, two writes in flight.)"""
 
 import threading
 
@@ -66,5 +66,11 @@ async def test_writes_queued_behind_a_slow_sync_share_one_and_every_add_reads_ba
         assert len(synced_tokens) < len(written_tokens)
         assert server._journal.batch_count == len(synced_tokens)
         await ledger.close()
+        reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
+        assert await reader.read(0, len(payloads) - 1) == payloads
+    # Served again by this process from the same files: everything is still there.
+    await cluster.stop(bookie)
+    await cluster.restart(bookie)
+    async with bkclient.connect(URI) as bk:
         reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
         assert await reader.read(0, len(payloads) - 1) == payloads
