@@ -4,7 +4,8 @@ A state machine never performs I/O. It appends effects to its outbox; the driver
 with take_effects() and performs each one. Completions come back as inputs:
 
     Send            -> (nothing; replies arrive later as receive())
-    JournalWrite    -> on_persisted(token)            once the bytes are durable
+    JournalWrite    -> on_persisted(token)            once the bytes are durable (in the order
+                                                      the writes were emitted)
     MetadataCall    -> on_metadata_result(token, r)   once the store answered (or failed)
     Completed       -> delivered to the application: an operation it started has finished
 """
