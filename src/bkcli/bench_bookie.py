@@ -32,7 +32,7 @@ import time
 import trio
 
 from bkcli.bench_journal import (
-    FRAME_PAYLOAD_BYTES, MIB, device_write_rate, device_written_bytes, percentile, preallocation_rounds,
+    FRAME_PAYLOAD_BYTES, MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, preallocation_rounds,
     raw_fdatasync, raw_sequential, summarize_preallocation,
 )
 from bkcli.local_processes import spawn_bookie
@@ -208,8 +208,7 @@ def cmd_bench_bookie(args) -> int:
                     run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes,
                                            device_dir=root)
                     run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw, 3)
-                    if "device_write_mib_per_second" in run:
-                        run["device_write_fraction_of_raw"] = round(run["device_write_mib_per_second"] / raw, 3)
+                    run.update(disk_ceiling(run, raw, "entries_per_second"))
                     runs.append({**run, "bookie_memory": bookie_memory_mib(pid)})
                 single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
                 before = bookie_memory_mib(pid)

@@ -153,6 +153,19 @@ def device_write_rate(directory: str | None, written_before: int | None, elapsed
     return {"device_write_mib_per_second": round((written_after - written_before) / MIB / elapsed_s, 1)}
 
 
+def disk_ceiling(run: dict, raw_mib_per_second: float | None, rate_key: str) -> dict:
+    """What the disk allows at the bytes each add cost the device in `run` (every journal and
+    entry log it reached, headers included): the device's share of the raw sequential
+    bandwidth, and the adds/s (run[rate_key] scaled) at which it would be all of it. {} when the
+    device counters are missing."""
+    device = run.get("device_write_mib_per_second")
+    if not device or not raw_mib_per_second:
+        return {}
+    fraction = device / raw_mib_per_second
+    return {"device_write_fraction_of_raw": round(fraction, 3),
+            "disk_bound_adds_per_second": round(run[rate_key] / fraction)}
+
+
 def journal_run(directory: str, entry_size: int, seconds: float, batch_bytes: int, *, batched: bool = False,
                 prealloc_size: int = JournalConfig().journal_prealloc_size) -> dict:
     """Adds of `entry_size` handed to a bookie core `batch_bytes` at a time, each group written and

@@ -33,7 +33,7 @@ from collections import deque
 import trio
 
 from bkcli.bench_journal import (
-    MIB, device_write_rate, device_written_bytes, percentile, raw_fdatasync_quorum, raw_sequential,
+    MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, raw_fdatasync_quorum, raw_sequential,
 )
 
 
@@ -133,18 +133,6 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None)
             "client_cpu_us_per_add": round(cpu_us_per_add, 2), **device, "errors": load.errors[:3]}
 
 
-def disk_ceiling(pipelined: dict, raw_mib_per_second: float) -> dict:
-    """What the disk allows at the bytes each add cost the device in this run (journal and
-    entry log of every bookie in the write quorum, with their headers): the device's share of
-    the raw sequential bandwidth, and the adds/s at which it would be all of it."""
-    device = pipelined.get("device_write_mib_per_second")
-    if not device or not raw_mib_per_second:
-        return {}
-    fraction = device / raw_mib_per_second
-    return {"device_write_fraction_of_raw": round(fraction, 3),
-            "disk_bound_adds_per_second": round(pipelined["adds_per_second"] / fraction)}
-
-
 async def _paced(bk, args, payload: bytes, rate: float) -> dict:
     """Adds started at a steady `rate` per second (open loop: not waiting for earlier ones), so
     the latencies are those of a writer at that load, not of one saturating the cluster."""
@@ -232,7 +220,7 @@ def cmd_bench_ledger(args) -> int:
         async def measure() -> dict:
             async with connect(cluster.metastore_uri) as bk:
                 pipelined = await _pipelined(bk, args, payload, device_dir=root)
-                pipelined.update(disk_ceiling(pipelined, disk_bandwidth.get("mib_per_second")))
+                pipelined.update(disk_ceiling(pipelined, disk_bandwidth.get("mib_per_second"), "adds_per_second"))
                 return {"one_at_a_time": await _one_at_a_time(bk, args, payload), "pipelined": pipelined,
                         "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2),
                         "tail_visibility": await _tail_visibility(bk, args, payload)}

@@ -26,9 +26,9 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
 
 
 def test_disk_ceiling_scales_the_rate_to_the_whole_raw_bandwidth():
-    from bkcli.bench_ledger import disk_ceiling
+    from bkcli.bench_journal import disk_ceiling
 
     pipelined = {"adds_per_second": 50_000, "device_write_mib_per_second": 250.0}
-    assert disk_ceiling(pipelined, 300.0) == {"device_write_fraction_of_raw": 0.833,
+    assert disk_ceiling(pipelined, 300.0, "adds_per_second") == {"device_write_fraction_of_raw": 0.833,
                                               "disk_bound_adds_per_second": 60_000}
-    assert disk_ceiling({"adds_per_second": 50_000}, 300.0) == {}     # no device counters here
+    assert disk_ceiling({"adds_per_second": 50_000}, 300.0, "adds_per_second") == {}     # no device counters here
