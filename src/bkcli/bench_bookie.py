@@ -9,7 +9,9 @@ For 100 B, 1 KiB and 64 KiB entries:
                 p50/p99 add latency (send to acknowledgement), fraction of raw bandwidth, and
                 what the disk itself wrote meanwhile (sysfs): a bookie whose journal and entry
                 logs share one disk writes every entry there twice (journal, then the entry
-                log at each checkpoint), so its entries can use at most half the raw bandwidth;
+                log at each checkpoint), and disk_bound_adds_per_second is the rate at which
+                those bytes per entry would take all of the raw bandwidth (the device can pass
+                "raw", 1 MiB writes each fdatasynced, when journal and log writes overlap);
   one at a time — one add, wait for its answer, repeat: p50/p99 latency;
   overload    — 1 KiB adds with OVERLOAD_WINDOW in flight, four times the bookie's
                 maxAddsInProgressLimit: the bookie must refuse the excess (TOO_MANY_REQUESTS)
