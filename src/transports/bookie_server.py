@@ -10,7 +10,8 @@ The thin driver around bkcore's BookieStack. What runs where:
   first, called straight from the thread's report) while the thread already writes the next. A small group (at most
   journal_sync_inline_size_max bytes: light load) while that thread is idle is written and
   synced at once, in the pump that produced it, because a thread handoff costs as much as the
-  fdatasync itself on a virtual machine (0.25-0.4 ms there and back). A failed journal write
+  fdatasync itself on a virtual machine (0.25-0.4 ms there and back); its adds are answered
+  on the spot, before their entries are applied to the write cache. A failed journal write
   stops the bookie (its acknowledgements rest on the journal);
 - checkpoints (entry logs flushed, index committed, LastLogMark, old journals deleted) run every
   flush_interval_s, their writes in worker threads (see BookieStack's checkpoint steps), and at
@@ -359,7 +360,9 @@ class BookieServer:
                         except Exception as exc:
                             self._on_journal_failed(exc)
                             continue
-                        self._journaled(effect, started)   # its answers: the next round of this loop
+                        # Its adds' answers go out now, before their records reach the
+                        # write cache; any others in the next round of this loop.
+                        self._journaled(effect, started, send_answers=self._send_answers_now)
                     else:
                         self._journal.submit(effect)
                 else:
@@ -433,9 +436,24 @@ class BookieServer:
         raise SystemExit(f"bookie {self.config.bookie_id}: journal write failed ({error!r}); check {where} "
                          f"and restart (the journal replays what was synced)")
 
-    def _journaled(self, effect: JournalWrite, started: float) -> None:
-        self.journal_write_latency.observe(time.perf_counter() - started)
-        self.core.on_persisted(effect.token, now_ns())
+    def _journaled(self, effect: JournalWrite, started: float, *, send_answers=None) -> None:
+        took = time.perf_counter() - started
+        self.core.on_persisted(effect.token, now_ns(), send_answers=send_answers)
+        self.journal_write_latency.observe(took)
+
+    def _send_answers_now(self, answers: list[Send]) -> None:
+        """Write answers to their connections at once (core.on_persisted's send_answers): the
+        client hears of its add while the bookie still applies it to the write cache."""
+        connections = set()
+        for answer in answers:
+            connection = self.connections.get(answer.destination)
+            if connection is not None:
+                connection.send(answer.message, wake_writer=False)
+                connections.add(connection)
+        for connection in connections:
+            connection.flush()
+        for answer in answers:          # (after the writes: off the answers' path)
+            self._observe_latency(answer.destination, answer.message)
 
     def _on_timer_due(self, at_ns: int) -> None:
         self.core.on_timer(at_ns)

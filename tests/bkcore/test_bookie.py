@@ -34,8 +34,10 @@ def add(entry_id: int, *, request_id: int | None = None, key=KEY, lac: int = -1,
 class Driver:
     """Feeds a bookie and collects what it says; the journal is a byte string."""
 
-    def __init__(self, storage=None, **config) -> None:
+    def __init__(self, storage=None, *, answers_early: bool = False, **config) -> None:
         self.config = BookieConfig(**config)
+        # Persist as the server does for a small group: adds answered through send_answers.
+        self.answers_early = answers_early
         self.storage = MemoryLedgerStorage() if storage is None else storage
         self.bookie = Bookie(bookie_id="b", config=self.config, storage=self.storage)
         self.now_ns = 0
@@ -67,8 +69,14 @@ class Driver:
         while self.in_flight:
             write = self.in_flight.pop(0)
             self.journal += write.data
-            self.bookie.on_persisted(write.token, self.now_ns)
+            self.bookie.on_persisted(write.token, self.now_ns,
+                                     send_answers=self.take_early_answers if self.answers_early else None)
             self.collect()
+
+    def take_early_answers(self, answers: list) -> None:
+        for answer in answers:
+            assert isinstance(answer.message, (AddResponse, AddBatchResponse)) and answer.destination == "client"
+            self.sent.append(answer.message)
 
     def answers(self, kind=None) -> list:
         found = [m for m in self.sent if kind is None or isinstance(m, kind)]
@@ -375,6 +383,43 @@ def test_adds_journaled_before_a_fence_still_complete():
     answers = {a.request_id: a for a in d.answers()}
     assert answers[100] == AddResponse(100, Code.OK, 1, 0)
     assert answers[9].code == Code.OK and answers[9].entry_id == 0 and answers[9].body == body(0)
+
+
+def test_adds_answered_early_go_before_their_entries_are_applied_and_the_rest_keep_their_order():
+    d = Driver()
+    d.send(add(0))
+    d.send(add(1))
+    d.send(fence())
+    d.send(add(2, request_id=77, is_recovery=True))
+    d.tick()
+    (write,) = d.in_flight
+    seen_early = []
+
+    def send_answers(answers: list) -> None:
+        seen_early.extend(answer.message for answer in answers)
+        assert d.storage.get_entry(1, 0) is None, "sent before the group is applied"
+
+    d.bookie.on_persisted(write.token, d.now_ns, send_answers=send_answers)
+    assert seen_early == [AddResponse(100, Code.OK, 1, 0), AddResponse(101, Code.OK, 1, 1)]
+    fence_answer, recovery_answer = (effect.message for effect in d.bookie.take_effects())
+    assert fence_answer.request_id == 9 and fence_answer.code == Code.OK and fence_answer.entry_id == 2
+    assert recovery_answer == AddResponse(77, Code.OK, 1, 2)
+    assert [d.storage.get_entry(1, e) for e in range(3)] == [body(0), body(1), body(2)]
+    assert d.bookie.statistics().adds_ok_count == 3
+    d.bookie.invariants()
+
+
+def test_a_group_without_adds_answers_nothing_early():
+    d = Driver(answers_early=True)
+    d.send(add(0))
+    d.tick()
+    d.persist()
+    d.answers()
+    d.send(fence())
+    d.tick()
+    d.persist()
+    (fence_answer,) = d.answers()
+    assert fence_answer.request_id == 9 and fence_answer.code == Code.OK
 
 
 def test_fencing_a_durably_fenced_ledger_journals_nothing():
@@ -712,10 +757,11 @@ def storage_state(storage: MemoryLedgerStorage) -> dict:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(message_strategy, st.booleans(), st.booleans()), max_size=40),
-       st.booleans(), st.integers(1, 4))
+       st.booleans(), st.integers(1, 4), st.booleans())
 def test_fuzzed_requests_are_each_answered_once_and_replay_to_the_same_storage(steps, flush_when_empty,
-                                                                               pending_max):
-    d = Driver(journal_flush_when_queue_empty=flush_when_empty, pending_adds_count_max=pending_max,
+                                                                               pending_max, answers_early):
+    d = Driver(answers_early=answers_early, journal_flush_when_queue_empty=flush_when_empty,
+               pending_adds_count_max=pending_max,
                pending_syncs_count_max=pending_max, long_poll_waiters_count_max=pending_max)
     for message, should_tick, should_persist in steps:
         d.send(message)

@@ -39,6 +39,7 @@ TOO_MANY_REQUESTS and counted. Ill-typed input is counted as malformed and dropp
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bkcore.bookie.journal import (
@@ -338,13 +339,27 @@ class Bookie:
             row[1](self, message, source, now_ns)
         self._maybe_flush(now_ns)
 
-    def on_persisted(self, token: int, now_ns: int) -> None:
-        """The JournalWrite `token` is durable: the oldest in flight (they persist in order)."""
+    def on_persisted(self, token: int, now_ns: int, *, send_answers: Callable[[list[Send]], None] | None = None) -> None:
+        """The JournalWrite `token` is durable: the oldest in flight (they persist in order).
+        Its records are applied to storage and everything that waited on it is answered.
+
+        send_answers is for a driver that puts answers on the wire itself: it is called once,
+        before the records are applied, with the Sends answering the adds at the front of the
+        group (all of them, unless a fence read or force waits among them), which
+        take_effects() then does not give. The adds are durable, so they may be acknowledged
+        first; nothing else reaches this bookie before on_persisted returns, so nobody can see
+        storage without them. The rest are answered after the apply, as without it."""
         in_flight = self._in_flight
         if not in_flight or in_flight[0][0] != token:
             raise BookieUsageError(f"journal token {token} is not the oldest write in flight "
                                    f"({in_flight[0][0] if in_flight else 'none'})")
         group = in_flight.popleft()[1]
+        waiters = group.waiters
+        answered_count = 0
+        if send_answers is not None:
+            answers: list[Send] = []
+            answered_count = self._answer_adds(waiters, answers)
+            send_answers(answers)
         storage = self.storage
         for record in group.records:
             if type(record) is AddRequest or type(record) is EntryRecord:
@@ -359,17 +374,35 @@ class Bookie:
                         self._learn_lac(ledger_id, header[2])
             else:
                 self._apply(record)
-        effects = self._effects
-        counts = self._counts
-        for request, source in group.waiters:
-            if type(request) is AddRequest:      # _complete of a single add, spelled out
-                self._pending_adds_count -= 1
-                counts.adds_ok += 1
-                effects.append(Send(source, AddResponse(request.request_id, _OK, request.ledger_id,
-                                                        request.entry_id)))
-            else:
+        if answered_count < len(waiters):
+            rest = waiters[answered_count:] if answered_count else waiters
+            for request, source in rest[self._answer_adds(rest, self._effects):]:
                 self._complete(request, source)
         self._maybe_flush(now_ns)
+
+    def _answer_adds(self, waiters: list[tuple[object, str]], answers: list) -> int:
+        """Append to `answers` the Sends acknowledging the adds at the front of `waiters`, up to
+        the first request of another kind; returns how many it answered. (_complete of an add,
+        spelled out: this runs for every add.)"""
+        counts = self._counts
+        answered_count = 0
+        for request, source in waiters:
+            kind = type(request)
+            if kind is AddRequest:
+                self._pending_adds_count -= 1
+                counts.adds_ok += 1
+                answers.append(Send(source, AddResponse(request.request_id, _OK, request.ledger_id,
+                                                        request.entry_id)))
+            elif kind is AddBatchRequest:
+                entry_count = len(request.bodies)
+                self._pending_adds_count -= entry_count
+                counts.adds_ok += entry_count
+                answers.append(Send(source, AddBatchResponse(request.request_id, _OK, request.ledger_id,
+                                                             request.first_entry_id, entry_count)))
+            else:
+                break
+            answered_count += 1
+        return answered_count
 
     # -- crash replay ---------------------------------------------------------------------
 
@@ -487,18 +520,10 @@ class Bookie:
             self._learn_lac(record.ledger_id, record.lac)
 
     def _complete(self, request: object, source: str) -> None:
-        """Answer a request whose records are now durable."""
-        if type(request) is AddRequest:       # the common case, spelled out
-            self._pending_adds_count -= 1
-            self._counts.adds_ok += 1
-            self._effects.append(Send(source, AddResponse(request.request_id, _OK, request.ledger_id,
-                                                          request.entry_id)))
-            return
-        if type(request) is AddBatchRequest:
-            count = len(request.bodies)
-            self._pending_adds_count -= count
-            self._counts.adds_ok += count
-            self._send(source, _add_answer(request, _OK))
+        """Answer a request whose records are now durable (adds mostly go by _answer_adds: an
+        add comes here only behind a fence read or force in its group)."""
+        if type(request) is AddRequest or type(request) is AddBatchRequest:
+            self._answer_adds([(request, source)], self._effects)
             return
         self._pending_syncs_count -= 1
         match request:
