@@ -15,6 +15,8 @@ Qa-th is done (bench_journal.raw_fdatasync_quorum); raw_sequential is the disk's
 (1 MiB writes, each fdatasynced). The pipelined run reports what the device wrote meanwhile:
 every entry reaches it 2 x Qw times (each bookie's journal, then its entry log), and
 disk_bound_adds_per_second is the rate at which those bytes would take all of raw_sequential.
+Pipelined and half peak load report the CPU they took: the client's and the bookies' per add,
+and the machine's busy fraction (at 1.0 the adds wait for CPUs, whatever the disk allows).
 This process calls bkclient.tune_gc() first, as the library advises for a busy writer (the
 bookies do the same in their own processes); --default-gc leaves CPython's collector as it is.
 With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
@@ -35,6 +37,7 @@ import trio
 from bkcli.bench_journal import (
     MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, raw_fdatasync_quorum, raw_sequential,
 )
+from bkcli.cpu_usage import CpuMeter
 
 
 PACE_TICK_S = 0.001
@@ -109,13 +112,14 @@ class _AddLoad:
             await self.until_some_complete()
 
 
-async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None) -> dict:
+async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None,
+                     processes: dict[str, list[int]] | None = None) -> dict:
     ledger = await bk.create_ledger(ensemble=args.ensemble, write_quorum=args.write_quorum,
                                     ack_quorum=args.ack_quorum, password=b"bench")
     load = _AddLoad(ledger, payload)
     written_before = device_written_bytes(device_dir) if device_dir else None
     started = time.perf_counter()
-    cpu_started = time.process_time()
+    cpu = CpuMeter(processes)
     deadline = started + args.seconds
     while time.perf_counter() < deadline and not load.errors:
         while load.in_flight < args.in_flight:
@@ -123,23 +127,25 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None)
         await load.until_some_complete()
     await load.drain()
     elapsed = time.perf_counter() - started
-    # The client's own CPU (this process: the bookies run in others), per add.
-    cpu_us_per_add = (time.process_time() - cpu_started) / max(len(load.latencies), 1) * 1e6
+    cpu_used = cpu.per_operation(len(load.latencies), "add")
     # Every entry reaches the disk 2 x Qw times: each bookie's journal, then its entry log.
     device = device_write_rate(device_dir, written_before, elapsed)
     await ledger.close()
     return {"in_flight": args.in_flight, **adds_summary(load.latencies, elapsed),
             "mib_per_second": round(len(load.latencies) * len(payload) / MIB / elapsed, 2),
-            "client_cpu_us_per_add": round(cpu_us_per_add, 2), **device, "errors": load.errors[:3]}
+            **cpu_used, **device, "errors": load.errors[:3]}
 
 
-async def _paced(bk, args, payload: bytes, rate: float) -> dict:
+async def _paced(bk, args, payload: bytes, rate: float, *, processes: dict[str, list[int]] | None = None) -> dict:
     """Adds started at a steady `rate` per second (open loop: not waiting for earlier ones), so
-    the latencies are those of a writer at that load, not of one saturating the cluster."""
+    the latencies are those of a writer at that load, not of one saturating the cluster. With
+    the CPU that load took: of the client, of `processes`, and the machine's busy fraction (at
+    1.0 the adds queue for CPUs, whatever the disk could do)."""
     ledger = await bk.create_ledger(ensemble=args.ensemble, write_quorum=args.write_quorum,
                                     ack_quorum=args.ack_quorum, password=b"bench")
     load = _AddLoad(ledger, payload)
     started = time.perf_counter()
+    cpu = CpuMeter(processes)
     issued = 0
     while (now := time.perf_counter()) - started < args.seconds and not load.errors:
         due = int((now - started) * rate)
@@ -149,8 +155,9 @@ async def _paced(bk, args, payload: bytes, rate: float) -> dict:
         await trio.sleep(PACE_TICK_S)
     await load.drain()
     elapsed = time.perf_counter() - started
+    cpu_used = cpu.per_operation(len(load.latencies), "add")
     await ledger.close()
-    return {"target_adds_per_second": round(rate), **adds_summary(load.latencies, elapsed),
+    return {"target_adds_per_second": round(rate), **adds_summary(load.latencies, elapsed), **cpu_used,
             "errors": load.errors[:3]}
 
 
@@ -218,11 +225,13 @@ def cmd_bench_ledger(args) -> int:
             tune_gc()
 
         async def measure() -> dict:
+            bookies = {"bookies": [bookie.process.pid for bookie in cluster.bookies]}
             async with connect(cluster.metastore_uri) as bk:
-                pipelined = await _pipelined(bk, args, payload, device_dir=root)
+                pipelined = await _pipelined(bk, args, payload, device_dir=root, processes=bookies)
                 pipelined.update(disk_ceiling(pipelined, disk_bandwidth.get("mib_per_second"), "adds_per_second"))
                 return {"one_at_a_time": await _one_at_a_time(bk, args, payload), "pipelined": pipelined,
-                        "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2),
+                        "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2,
+                                                       processes=bookies),
                         "tail_visibility": await _tail_visibility(bk, args, payload)}
 
         results = trio.run(measure)

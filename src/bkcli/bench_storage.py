@@ -67,17 +67,10 @@ def _run_clients(address: str, clients: int, seconds: float, operation,
     """`operation(table, client_index, n)` in every client thread until the time is up; also
     the CPU microseconds per operation of this process (the clients) and of each named group of
     `processes` (their pids)."""
-    from bkcli.table_ceiling import process_cpu_s
-    processes = processes or {}
-
-    def cpu_s() -> dict[str, float]:
-        return {"client": time.process_time(), **{name: sum(map(process_cpu_s, pids))
-                                                  for name, pids in processes.items()}}
-    before = cpu_s()
+    from bkcli.cpu_usage import CpuMeter
+    meter = CpuMeter(processes)
     summary = _run_client_threads(address, clients, seconds, operation)
-    ops = max(1, summary["ops"])
-    for name, after_s in cpu_s().items():
-        summary[f"{name}_cpu_us_per_op"] = round((after_s - before[name]) / ops * 1e6)
+    summary.update(meter.per_operation(summary["ops"], "op"))
     return summary
 
 

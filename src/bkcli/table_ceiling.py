@@ -18,7 +18,6 @@ service's own work (routing, journal, state) costs.
 from __future__ import annotations
 
 import multiprocessing
-import os
 
 from bookkeeper.proto import kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
@@ -188,10 +187,3 @@ class CeilingServer:
     def __exit__(self, *exc_info: object) -> None:
         self._process.kill()
         self._process.join()
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds a process has used so far (Linux)."""
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

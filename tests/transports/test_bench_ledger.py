@@ -15,7 +15,9 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
     assert report["one_at_a_time"]["adds"] > 0 and report["one_at_a_time"]["add_latency_p50_ms"] > 0
     pipelined, paced = report["pipelined"], report["half_peak_load"]
     assert pipelined["errors"] == [] and paced["errors"] == []
-    assert pipelined["client_cpu_us_per_add"] > 0
+    for run in (pipelined, paced):
+        assert run["client_cpu_us_per_add"] > 0 and run["bookies_cpu_us_per_add"] > 0
+        assert 0 < run["machine_cpu_busy_fraction"] <= 1
     assert paced["target_adds_per_second"] == round(pipelined["adds_per_second"] / 2)
     assert paced["adds"] >= 0.5 * paced["target_adds_per_second"]          # one second at the target rate
     assert paced["add_latency_p99_ms"] >= paced["add_latency_p50_ms"] > 0

@@ -2,7 +2,8 @@
 
 import pytest
 
-from bkcli.table_ceiling import CEILING_KINDS, CeilingServer, process_cpu_s
+from bkcli.cpu_usage import process_cpu_s
+from bkcli.table_ceiling import CEILING_KINDS, CeilingServer
 from transports.storage_client import StorageClient
 
 

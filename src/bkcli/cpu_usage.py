@@ -1,0 +1,72 @@
+"""CPU a benchmark's measurement used: this process, named groups of other processes (a
+cluster's bookies), and the whole machine, read from Linux's /proc. Where /proc cannot be read
+the figures that need it are left out of the report, never guessed.
+
+    meter = CpuMeter({"bookies": [pid, ...]})
+    ... the measured work ...
+    report.update(meter.per_operation(adds, "add"))
+    # {"client_cpu_us_per_add": ..., "bookies_cpu_us_per_add": ..., "machine_cpu_busy_fraction": ...}
+
+The machine's busy fraction is of all its CPUs together (0.5 on two CPUs: one CPU's worth),
+counting whatever else ran meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used so far (Linux)."""
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_ticks() -> tuple[int, int] | None:
+    """(busy, total) clock ticks of all CPUs since boot, or None where /proc/stat is missing.
+    Idle and iowait count as not busy; guest time is inside user time already."""
+    try:
+        with open("/proc/stat") as file:
+            fields = [int(value) for value in file.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    total = sum(fields)
+    return total - fields[3] - fields[4], total
+
+
+class CpuMeter:
+    """CPU used from its creation to per_operation(): of this process ("client"), of each
+    named group of processes, and the machine's busy fraction."""
+
+    def __init__(self, processes: dict[str, list[int]] | None = None) -> None:
+        self._processes = processes or {}
+        self._started = self._read()
+
+    def _read(self) -> dict[str, float | tuple[int, int] | None]:
+        readings: dict[str, float | tuple[int, int] | None] = {"client": time.process_time()}
+        for name, pids in self._processes.items():
+            try:
+                readings[name] = sum(map(process_cpu_s, pids))
+            except (OSError, IndexError, ValueError):   # gone, or no /proc
+                readings[name] = None
+        readings["machine"] = machine_cpu_ticks()
+        return readings
+
+    def per_operation(self, count: int, unit: str) -> dict:
+        """{"<name>_cpu_us_per_<unit>": ...} for this process and every group, and
+        "machine_cpu_busy_fraction", over `count` operations done since the meter started."""
+        now = self._read()
+        count = max(count, 1)
+        report = {}
+        for name, started in self._started.items():
+            ended = now[name]
+            if name == "machine":
+                if started is not None and ended is not None and ended[1] > started[1]:
+                    report["machine_cpu_busy_fraction"] = round((ended[0] - started[0]) / (ended[1] - started[1]), 3)
+            elif started is not None and ended is not None:
+                report[f"{name}_cpu_us_per_{unit}"] = round((ended - started) / count * 1e6, 2)
+        return report
