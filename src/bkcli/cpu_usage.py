@@ -44,29 +44,31 @@ class CpuMeter:
 
     def __init__(self, processes: dict[str, list[int]] | None = None) -> None:
         self._processes = processes or {}
-        self._started = self._read()
+        self._started = self._read_processes()
+        self._machine_started = machine_cpu_ticks()
 
-    def _read(self) -> dict[str, float | tuple[int, int] | None]:
-        readings: dict[str, float | tuple[int, int] | None] = {"client": time.process_time()}
+    def _read_processes(self) -> dict[str, float | None]:
+        """CPU seconds so far of this process ("client") and of each group (None if unreadable)."""
+        readings: dict[str, float | None] = {"client": time.process_time()}
         for name, pids in self._processes.items():
             try:
                 readings[name] = sum(map(process_cpu_s, pids))
             except (OSError, IndexError, ValueError):   # gone, or no /proc
                 readings[name] = None
-        readings["machine"] = machine_cpu_ticks()
         return readings
 
     def per_operation(self, count: int, unit: str) -> dict:
         """{"<name>_cpu_us_per_<unit>": ...} for this process and every group, and
         "machine_cpu_busy_fraction", over `count` operations done since the meter started."""
-        now = self._read()
+        now = self._read_processes()
         count = max(count, 1)
         report = {}
         for name, started in self._started.items():
             ended = now[name]
-            if name == "machine":
-                if started is not None and ended is not None and ended[1] > started[1]:
-                    report["machine_cpu_busy_fraction"] = round((ended[0] - started[0]) / (ended[1] - started[1]), 3)
-            elif started is not None and ended is not None:
+            if started is not None and ended is not None:
                 report[f"{name}_cpu_us_per_{unit}"] = round((ended - started) / count * 1e6, 2)
+        machine_now = machine_cpu_ticks()
+        if self._machine_started is not None and machine_now is not None and machine_now[1] > self._machine_started[1]:
+            busy_ticks = machine_now[0] - self._machine_started[0]
+            report["machine_cpu_busy_fraction"] = round(busy_ticks / (machine_now[1] - self._machine_started[1]), 3)
         return report
