@@ -436,7 +436,8 @@ class BookieServer:
         raise SystemExit(f"bookie {self.config.bookie_id}: journal write failed ({error!r}); check {where} "
                          f"and restart (the journal replays what was synced)")
 
-    def _journaled(self, effect: JournalWrite, started: float, *, send_answers=None) -> None:
+    def _journaled(self, effect: JournalWrite, started: float, *,
+                   send_answers: Callable[[list[Send]], None] | None = None) -> None:
         took = time.perf_counter() - started
         self.core.on_persisted(effect.token, now_ns(), send_answers=send_answers)
         self.journal_write_latency.observe(took)
