@@ -16,7 +16,7 @@ from bkcore.errors import NoSuchEntry, NoSuchLedger
 from bkcore.stream.records import unpack_entry
 from bkcore.stream.segments import SegmentState
 from bkspark.planning import ReadSpan, StreamView, extent_of
-from transports.stream_writer import STREAM_LEDGER_PASSWORD
+from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
 
 _clients: dict[str, SyncBookKeeper] = {}
 _clients_lock = threading.Lock()

@@ -8,7 +8,7 @@ Columns: `payload` (binary or string) and optionally `txid` (integer, non-decrea
 partition and across partitions in partition order). Each task packs its rows into stream
 entries (bkcore's SegmentWriteState, the stream writer's own format) in a ledger of its own and
 reports the closed ledger; a task that fails deletes its ledger. The driver's commit attaches
-every task's ledger as new segments in one decision (transports.stream_attach), keyed by the
+every task's ledger as new segments in one decision (bkcore.stream.attach), keyed by the
 writer id (option writerId; for writeStream it defaults to the checkpoint location) and the
 batch id, so a streaming batch Spark replays after a driver restart is not applied twice: its
 new ledgers are deleted instead. Abort deletes the tasks' ledgers.
@@ -36,8 +36,8 @@ from bkcore.stream.segments import SegmentMetadata, StreamSettings, stream_last_
 from bkcore.stream.writer_state import SegmentWriteState
 from bkspark import cluster
 from bkspark.options import OptionError, SourceOptions
-from transports.stream_attach import AttachedLedger
-from transports.stream_writer import ENTRY_SIZE_MAX, STREAM_LEDGER_PASSWORD
+from bkcore.stream.attach import AttachedLedger
+from bkcore.stream.writer import ENTRY_SIZE_MAX, STREAM_LEDGER_PASSWORD
 
 log = logging.getLogger("bkspark")
 PARTITION_TXID_SPAN = 2**32

@@ -2,7 +2,7 @@
 reading process: no table server and no gRPC, only ledgers and the metastore (through the
 process's blocking client, bkspark.cluster).
 
-A range of a table is a deterministic state machine over its journal (transports.table_range):
+A range of a table is a deterministic state machine over its journal (bkcore.table.range):
 whoever applies the same journal records in the same order gets the same keys, values and
 revision. So a snapshot is a journal position:
 
@@ -37,8 +37,8 @@ from bkcore.table.kv import KEY_SIZE_MAX, MemoryKvIndex, RangeState
 from bkspark import cluster
 from bkspark.planning import StreamView, earliest, end_of, plan_spans
 from bkspark.read_sizing import read_range
-from transports.table_checkpoints import CheckpointInfo, CheckpointParser, checkpoint_stream_name
-from transports.table_range import TABLES_NAMESPACE, journal_stream_name
+from bkcore.table.checkpoints import CheckpointInfo, CheckpointParser, checkpoint_stream_name
+from bkcore.table.range import TABLES_NAMESPACE, journal_stream_name
 
 SNAPSHOT_ATTEMPTS = 3
 # Past every folded key (a folded key is at most KEY_SIZE_MAX bytes).

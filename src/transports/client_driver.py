@@ -39,6 +39,7 @@ from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse, BookieInfoR
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 from transports.timer import CoreTimer, now_ns
+from transports.trio_runtime import TRIO_RUNTIME
 
 log = logging.getLogger("bk.client")
 
@@ -87,6 +88,8 @@ class _BookieLink:
 
 
 class ClientDriver:
+    runtime = TRIO_RUNTIME       # for bkcore.client.handles and the layers above them
+
     def __init__(self, *, store: MetadataStore, layout: LedgerLayout, config: ClientConfig = ClientConfig(),
                  client_id: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> None:

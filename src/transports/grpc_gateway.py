@@ -39,9 +39,10 @@ from bkcore.table.commands import (
     RangeResult, TableError, Txn,
     fold_key, unfold_key,
 )
+from bkcore.table.ownership import NotOwner
+from bkcore.table.service import Tables, _folded_end, range_of
 from transports.grpc_bridge import TrioBridge
-from transports.range_ownership import NotOwner
-from transports.tables import Tables, _folded_end, range_of
+from transports.lmdb_kv import LmdbRangeIndexes
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
@@ -463,7 +464,8 @@ class GrpcGateway:
                 raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
             self.port = bound
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
-                                 server_id=f"{self.host}:{self.port}", index_dir=self._index_dir)
+                                 server_id=f"{self.host}:{self.port}",
+                                 indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
             bridge = TrioBridge(trio.lowlevel.current_trio_token())
             storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
                 RootRangeServicer(bridge, streams, self.tables), server)

@@ -25,9 +25,9 @@ from typing import AsyncIterator
 import trio
 
 from bkcore.stream.errors import StreamNotFound
-from transports.range_ownership import live_servers, owner_of
+from bkcore.table.ownership import live_servers, owner_of
 from transports.storage_client import StorageClient, TableClient
-from transports.tables import range_of
+from bkcore.table.service import range_of
 
 WATCH_BUFFER_EVENTS = 1000
 

@@ -1,4 +1,4 @@
-"""Writing tables for the Spark tests through the library's table service (transports.tables,
+"""Writing tables for the Spark tests through the library's table service (bkcore.table.service,
 no gRPC server), as an application embedding it would: a short-lived owner that writes and
 closes its ranges, or a live owner that keeps them open (journals in progress) while Spark reads."""
 
@@ -8,7 +8,7 @@ import threading
 
 import trio
 
-from transports.tables import Tables
+from bkcore.table.service import Tables
 
 
 class LiveTables:

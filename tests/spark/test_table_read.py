@@ -1,5 +1,5 @@
 """Table snapshots through spark.read.format("bookkeeper").option("table", ...), against a real
-local cluster: keys written with the library's table service (transports.tables) are read back
+local cluster: keys written with the library's table service (bkcore.table.service) are read back
 by Spark, one partition per range, each range as of one journal position."""
 
 import json
@@ -13,7 +13,7 @@ from bkspark.cluster import stream_view
 from bkspark.table_snapshot import TableSnapshotError, plan_cuts, read_cut
 from spark_helpers import new_stream
 from table_helpers import LiveTables
-from transports.table_range import TABLES_NAMESPACE, journal_stream_name
+from bkcore.table.range import TABLES_NAMESPACE, journal_stream_name
 
 # Idle journal writers send their LAC to the bookies after explicitLacInterval (1 s): until then
 # a reader cannot know the owner's last command is durable (bkspark.table_snapshot).

@@ -9,8 +9,8 @@ from bkcore.stream.errors import TxidOutOfOrder, WriterFenced
 from bkcore.stream.records import Record
 from bkcore.stream.segments import SegmentMetadata, StreamSettings
 from bkcore.stream.writer_state import SegmentWriteState
-from transports.stream_attach import AttachedLedger, CommitRecord
-from transports.stream_writer import STREAM_LEDGER_PASSWORD
+from bkcore.stream.attach import AttachedLedger, CommitRecord
+from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
 
 URI = "memory://attach"
 SMALL = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)

@@ -5,7 +5,7 @@ import crc32c
 import msgpack
 
 from bkcore.stream.records import DLSN
-from transports.table_checkpoints import (
+from bkcore.table.checkpoints import (
     CHECKPOINT_CHUNK_BYTES, CheckpointInfo, CheckpointParser, chunk_groups, end_record, header_record,
 )
 

@@ -12,7 +12,7 @@ from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn,
 )
 from transports.lmdb_kv import LmdbRangeIndexes
-from transports.table_range import TABLES_NAMESPACE, TableRange, WatchCompacted
+from bkcore.table.range import TABLES_NAMESPACE, TableRange, WatchCompacted
 
 URI = "memory://tables"
 

@@ -16,11 +16,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-import time
 from typing import AsyncIterator
 
 import crc32c
-import trio
 
 from bkcore.stream.errors import NamespaceNotFound
 from bkcore.stream.segments import StreamSettings
@@ -29,9 +27,8 @@ from bkcore.table.commands import (
     RangeResult, TableError, Txn, TxnResult, fold_key, pkey_end, unfold_key,
 )
 from bkcore.table.kv import WatchEvent
-from transports.lmdb_kv import LmdbRangeIndexes
-from transports.range_ownership import NotOwner, OwnershipUncertain, RangeOwnership
-from transports.table_range import TABLES_NAMESPACE, TableRange, journal_stream_name
+from bkcore.table.ownership import NotOwner, OwnershipUncertain, RangeOwnership
+from bkcore.table.range import TABLES_NAMESPACE, TableRange, journal_stream_name
 
 SETTINGS_TTL_S = 5.0
 logger = logging.getLogger(__name__)
@@ -52,11 +49,14 @@ def table_key(key: bytes) -> tuple[bytes, bytes]:
 
 
 class Tables:
-    def __init__(self, bk, nursery: trio.Nursery, *, checkpoint_every: int | None = None,
-                 server_id: str | None = None, index_dir: str | None = None) -> None:
+    def __init__(self, bk, nursery, *, checkpoint_every: int | None = None,
+                 server_id: str | None = None, indexes=None) -> None:
         self._bk = bk
-        # Range indexes in lmdb under index_dir; without one, in memory (library use, tests).
-        self._indexes = LmdbRangeIndexes(index_dir) if index_dir else None
+        self._rt = bk.runtime
+        # Where ranges keep their applied state: `indexes.index_for(table, range_id)` (lmdb on
+        # a server: transports.lmdb_kv.LmdbRangeIndexes); None keeps them in memory (library
+        # use, tests, the simulator).
+        self._indexes = indexes
         self._nursery = nursery
         # With a server id, ranges are claimed in the metastore (several servers share the
         # tables); without one, this process serves every range it is asked about.
@@ -64,8 +64,8 @@ class Tables:
         self._checkpoint_every = checkpoint_every
         self._ranges: dict[tuple[str, str, int], TableRange] = {}
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
-        self._opening: dict[tuple[str, str, int], trio.Lock] = {}
-        # time.monotonic() until which reads outside the loop may trust this server still owns
+        self._opening: dict[tuple[str, str, int], object] = {}
+        # monotonic_s() until which reads outside the loop may trust this server still owns
         # its ranges (set by the loop from the metastore session's lease; see read_in_thread).
         self._read_lease_until = 0.0 if server_id else math.inf
 
@@ -77,10 +77,10 @@ class Tables:
         """The table's stream settings, remembered for SETTINGS_TTL_S (a range count never
         changes while the stream exists; drop_table forgets at once)."""
         cached = self._settings.get((namespace, stream))
-        if cached is not None and cached[1] > time.monotonic():
+        if cached is not None and cached[1] > self._rt.monotonic_s():
             return cached[0]
         settings = (await self._bk.streams.catalog.get_stream(namespace, stream)).settings
-        self._settings[(namespace, stream)] = (settings, time.monotonic() + SETTINGS_TTL_S)
+        self._settings[(namespace, stream)] = (settings, self._rt.monotonic_s() + SETTINGS_TTL_S)
         return settings
 
     async def range_for(self, namespace: str, stream: str, pkey: bytes) -> TableRange:
@@ -91,7 +91,9 @@ class Tables:
         table_range = self._ranges.get(index)
         if table_range is not None and table_range.is_serving:
             return table_range
-        lock = self._opening.setdefault(index, trio.Lock())
+        lock = self._opening.get(index)
+        if lock is None:
+            lock = self._opening[index] = self._rt.Lock()
         async with lock:
             table_range = self._ranges.get(index)
             if table_range is None or not table_range.is_serving:
@@ -118,17 +120,17 @@ class Tables:
     async def _serve_range(self, index: tuple[str, str, int], table_range: TableRange) -> None:
         """While the range is served: journal TTL expiries; once it stops (fenced, closed, or
         this server's metastore session is gone) give the claim up."""
-        async with trio.open_nursery() as nursery:
+        async with self._rt.open_nursery() as nursery:
             nursery.start_soon(table_range.expire_keys_when_due)
             while table_range.is_serving:
                 if self._bk.store.session_lost:
                     table_range.stop(ConnectionError("this server's metastore session ended; its ranges "
                                                      "may be served elsewhere now"))
-                await trio.sleep(SESSION_CHECK_INTERVAL_S)
+                await self._rt.sleep(SESSION_CHECK_INTERVAL_S)
             nursery.cancel_scope.cancel()
         if self._ranges.get(index) is table_range:
             del self._ranges[index]
-        with trio.CancelScope(shield=True):
+        with self._rt.CancelScope(shield=True):
             await self._release(index)
 
     async def _release(self, index: tuple[str, str, int]) -> None:
@@ -211,7 +213,7 @@ class Tables:
             if lease_s <= 0:
                 raise OwnershipUncertain(f"range {table_range.range_id} of table {namespace}/{stream}: this server's "
                                          f"metastore session is not confirmed, so it may have lost the range; retry")
-            self._read_lease_until = time.monotonic() + min(lease_s, READ_LEASE_RECHECK_S)
+            self._read_lease_until = self._rt.monotonic_s() + min(lease_s, READ_LEASE_RECHECK_S)
         return table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
                                           keys_only))
 
@@ -225,7 +227,7 @@ class Tables:
         meanwhile, and each is atomic."""
         try:
             cached = self._settings.get((namespace, stream))
-            now = time.monotonic()
+            now = self._rt.monotonic_s()
             if cached is None or cached[1] <= now or now >= self._read_lease_until or self._bk.store.session_lost:
                 return None
             table_range = self._ranges.get((namespace, stream, range_of(pkey, cached[0].table_ranges)))

@@ -1,5 +1,5 @@
 """The record format of a table range's checkpoints, written by its owner and read back by the
-next owner (transports.table_range) and by read-only snapshot readers (bkspark.table_snapshot).
+next owner (bkcore.table.range) and by read-only snapshot readers (bkspark.table_snapshot).
 
 A checkpoint is a run of records in the range's checkpoint stream:
 

@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import math
 
-import trio
-
 from bkcore.errors import BKException, NoSuchEntry, NoSuchLedger
 from bkcore.stream.errors import PositionTruncated, StreamException
 from bkcore.stream.records import DLSN, DLSN_START, PositionedRecord, positioned, unpack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, segment_for_txid, start_of
-from transports.stream_catalog import StreamCatalog
-from transports.stream_writer import STREAM_LEDGER_PASSWORD
+from bkcore.stream.catalog import StreamCatalog
+from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
 
 READ_AHEAD_ENTRIES = 64
 _END = object()     # the read-ahead saw the end-of-stream marker
@@ -34,9 +32,10 @@ class StreamReader:
     def __init__(self, bk, catalog: StreamCatalog, namespace: str, stream: str, *,
                  read_ahead_entries: int = READ_AHEAD_ENTRIES, end: DLSN | None = None) -> None:
         self._bk = bk
+        self._rt = bk.runtime
         self._catalog = catalog
         self.namespace, self.stream = namespace, stream
-        self._send, self._receive = trio.open_memory_channel(read_ahead_entries)
+        self._send, self._receive = self._rt.open_memory_channel(read_ahead_entries)
         self._buffered: list[PositionedRecord] = []
         self._ended = False
         self._min_txid = -1                   # started from a txid: records below it are skipped
@@ -101,7 +100,7 @@ class StreamReader:
 
     # -- reading ------------------------------------------------------------------------------
 
-    async def read_ahead(self, position: DLSN, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def read_ahead(self, position: DLSN, *, task_status) -> None:
         """The background task: entries from `position` on into the channel."""
         self.position = position
         task_status.started()
@@ -181,7 +180,7 @@ class StreamReader:
         if not self._buffered:
             if self._ended:
                 return None
-            with trio.move_on_after(timeout_s):
+            with self._rt.move_on_after(timeout_s):
                 item = await self._receive.receive()
                 if item is _END:
                     self._ended = True

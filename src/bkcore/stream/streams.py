@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import time
 from typing import AsyncIterator
-
-import trio
 
 from bkcore.errors import NoSuchLedger
 from bkcore.stream.errors import CursorNotFound, StreamMetadataConflict
@@ -32,9 +29,9 @@ from bkcore.stream.records import DLSN
 from bkcore.stream.segments import (
     SegmentMetadata, SegmentState, StreamLayout, StreamSettings, segments_before, segments_past_retention,
 )
-from transports.stream_catalog import StreamCatalog
-from transports.stream_reader import READ_AHEAD_ENTRIES, StreamReader
-from transports.stream_writer import StreamWriter
+from bkcore.stream.catalog import StreamCatalog
+from bkcore.stream.reader import READ_AHEAD_ENTRIES, StreamReader
+from bkcore.stream.writer import StreamWriter
 
 DEFAULT_NAMESPACE = "default"
 CAS_ATTEMPTS = 20
@@ -43,7 +40,8 @@ CAS_ATTEMPTS = 20
 class Streams:
     def __init__(self, bk) -> None:
         self._bk = bk
-        self.catalog = StreamCatalog(bk.store, StreamLayout(bk.layout.root))
+        self._rt = self.runtime = bk.runtime
+        self.catalog = StreamCatalog(bk.store, StreamLayout(bk.layout.root), runtime=bk.runtime)
 
     # -- namespaces and streams ---------------------------------------------------------------
 
@@ -86,7 +84,7 @@ class Streams:
         entries_in_flight_max, pending_bytes_max. Leaving the block writes what is queued and
         seals the segment."""
         writer = await self._open_writer(namespace, stream, options)
-        async with trio.open_nursery() as nursery:
+        async with self._rt.open_nursery() as nursery:
             await nursery.start(writer.run)
             try:
                 yield writer
@@ -94,7 +92,7 @@ class Streams:
             finally:
                 nursery.cancel_scope.cancel()
 
-    async def start_writer(self, nursery: trio.Nursery, namespace: str, stream: str, **options) -> StreamWriter:
+    async def start_writer(self, nursery, namespace: str, stream: str, **options) -> StreamWriter:
         """open_writer() for owners of a longer-lived nursery: the writer's flusher runs there
         until `await writer.aclose()`."""
         writer = await self._open_writer(namespace, stream, options)
@@ -122,7 +120,7 @@ class Streams:
                 committed = await self.catalog.cursor(namespace, stream, cursor)
                 start = DLSN(committed.segment, committed.entry_id, committed.slot + 1)
         position = await reader.resolve_start(start, txid=txid)
-        async with trio.open_nursery() as nursery:
+        async with self._rt.open_nursery() as nursery:
             await nursery.start(reader.read_ahead, position)
             try:
                 yield reader
@@ -148,9 +146,9 @@ class Streams:
 
     async def attach_segments(self, namespace: str, stream: str, *, writer_id: str, batch_id: int,
                               ledgers: list) -> "AttachOutcome":
-        """Attach closed ledgers of stream entries (transports.stream_attach.AttachedLedger) as
-        new segments, exactly once per (writer_id, batch_id); see transports.stream_attach."""
-        from transports.stream_attach import attach_segments
+        """Attach closed ledgers of stream entries (bkcore.stream.attach.AttachedLedger) as
+        new segments, exactly once per (writer_id, batch_id); see bkcore.stream.attach."""
+        from bkcore.stream.attach import attach_segments
         return await attach_segments(self._bk, self.catalog, namespace, stream, writer_id=writer_id,
                                      batch_id=batch_id, ledgers=ledgers)
 
@@ -190,7 +188,7 @@ class Streams:
             committed = [await self.catalog.cursor(namespace, stream, name)
                          for name in await self.catalog.list_cursors(namespace, stream)]
             protect_from = min(committed, default=None)
-        now_s = int(time.time()) if now_s is None else now_s
+        now_s = int(self._rt.wall_time_s()) if now_s is None else now_s
         retired = segments_past_retention(segments, metadata.settings, now_s=now_s, protect_from=protect_from)
         if not retired:
             return []

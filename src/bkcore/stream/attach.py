@@ -19,15 +19,14 @@ as a new stream writer would (fencing its writer), and txids must not go backwar
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import msgpack
 
 from bkcore.stream.errors import StreamMetadataConflict, TxidOutOfOrder
 from bkcore.stream.segments import SegmentMetadata, SegmentState, decode_record, stream_last_txid
-from transports.stream_catalog import StreamCatalog
-from transports.stream_writer import recover_segment
+from bkcore.stream.catalog import StreamCatalog
+from bkcore.stream.writer import recover_segment
 
 COMMIT_FORMAT = 1
 CAS_ATTEMPTS = 20
@@ -130,7 +129,7 @@ async def _materialize(bk, catalog: StreamCatalog, namespace: str, stream: str,
             seqno = segments[-1].seqno + 1 if segments else 1
             segment = SegmentMetadata(seqno, ledger.ledger_id, SegmentState.COMPLETED, ledger.first_txid,
                                       ledger.last_txid, ledger.last_entry_id, ledger.record_count, ledger.size,
-                                      int(time.time()))
+                                      int(bk.runtime.wall_time_s()))
             if await catalog.create_segment(namespace, stream, segment) is not None:
                 seqnos.append(seqno)
                 break

@@ -4,7 +4,7 @@
     state       bkcore.table.kv.RangeState over a KvIndex (lmdb on a server, see lmdb_kv;
                 memory when none is given), rebuilt on open
     checkpoints a second log stream: the whole index now and then, one segment per checkpoint
-                (the record format: transports.table_checkpoints)
+                (the record format: bkcore.table.checkpoints)
 
 Opening a range takes ownership: opening the journal's writer fences the previous owner (its
 next write fails with WriterFenced), then the newest complete checkpoint is loaded (a torn or
@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import threading
-import time
 from typing import AsyncIterator, Callable
 
 import crc32c
-import trio
 
 from bkcore.stream.errors import NamespaceExists, PositionTruncated, StreamExists
 from bkcore.stream.records import DLSN
@@ -41,8 +38,8 @@ from bkcore.table.commands import (
     Command, ExpireKeys, RangeRead, RangeResult, Stamped, TableError, decode_stamped, encode_stamped,
 )
 from bkcore.table.kv import EXPIRY, KvIndex, MemoryKvIndex, RangeState, WatchEvent
-from transports.stream_writer import ENTRY_SIZE_MAX
-from transports.table_checkpoints import (
+from bkcore.stream.writer import ENTRY_SIZE_MAX
+from bkcore.table.checkpoints import (
     CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record, header_record,
 )
 
@@ -71,27 +68,23 @@ def journal_stream_name(table: str, range_id: int) -> str:
     return f"{table.replace('/', '~')}~{range_id}"
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 class _Slot:
     """A command between the journal and the state machine."""
 
     __slots__ = ("stamped", "position", "result", "failure", "done")
 
-    def __init__(self, stamped: Stamped) -> None:
+    def __init__(self, stamped: Stamped, done) -> None:
         self.stamped = stamped
         self.position: DLSN | None = None
         self.result: object = None
         self.failure: BaseException | None = None
-        self.done = trio.Event()
+        self.done = done
 
 
 class _Watcher:
-    def __init__(self, start: bytes, end: bytes | None) -> None:
+    def __init__(self, runtime, start: bytes, end: bytes | None) -> None:
         self.start, self.end = start, end
-        self.send, self.receive = trio.open_memory_channel(WATCH_BUFFER_EVENTS)
+        self.send, self.receive = runtime.open_memory_channel(WATCH_BUFFER_EVENTS)
         self.dropped = False
 
     def wants(self, event: WatchEvent) -> bool:
@@ -104,6 +97,7 @@ class TableRange:
                  settings: StreamSettings = StreamSettings(),
                  checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS, index: KvIndex | None = None) -> None:
         self._streams = streams
+        self._rt = streams.runtime
         self.table, self.range_id = table, range_id
         self._settings = settings
         self._checkpoint_every = checkpoint_every
@@ -116,13 +110,13 @@ class TableRange:
         self._watchers: set[_Watcher] = set()
         self._checkpoints: list[CheckpointInfo] = []
         self._since_checkpoint = 0
-        self._checkpoint_lock = trio.Lock()
+        self._checkpoint_lock = self._rt.Lock()
         self._failure: BaseException | None = None
         self.restored_from: str = ""          # "checkpoint", "journal" (what open() used)
         # Reads from other threads (read_in_thread) hold this lock while they read the index.
         # Once the range stops serving, _is_index_shared is False: no such read is under way or
         # will start, so the index may be emptied for the next owner, or dropped.
-        self._thread_reads = threading.Lock()
+        self._thread_reads = self._rt.thread_lock()
         self._is_index_shared = True
 
     @property
@@ -131,7 +125,7 @@ class TableRange:
 
     # -- ownership ----------------------------------------------------------------------------
 
-    async def open(self, nursery: trio.Nursery) -> None:
+    async def open(self, nursery) -> None:
         """Take ownership and rebuild the state; the journal writers run in `nursery`."""
         streams = self._streams
         with contextlib.suppress(NamespaceExists):
@@ -198,7 +192,7 @@ class TableRange:
         or raises its TableError. Journal failures (WriterFenced: another owner took over)
         end this range's service."""
         self._check_serving()
-        slot = _Slot(Stamped(command, now_ms()))
+        slot = _Slot(Stamped(command, self._now_ms()), self._rt.Event())
         record = encode_stamped(slot.stamped)
         if len(record) > JOURNAL_RECORD_MAX:
             raise TableError(f"the command takes {len(record)} bytes; a table command is at most {JOURNAL_RECORD_MAX}")
@@ -206,7 +200,7 @@ class TableRange:
         try:
             # Shielded: once queued in the journal the command must get its position, or the
             # commands after it could never be applied.
-            with trio.CancelScope(shield=True):
+            with self._rt.CancelScope(shield=True):
                 slot.position = await self._journal.write(record)
         except BaseException as exc:
             self._fail(exc)
@@ -223,7 +217,7 @@ class TableRange:
 
     def read(self, op: RangeRead) -> RangeResult:
         self._check_serving()
-        return self.state.read(op, now_ms=now_ms())
+        return self.state.read(op, now_ms=self._now_ms())
 
     def read_in_thread(self, op: RangeRead) -> RangeResult | None:
         """read() for a thread other than the loop's (a gRPC handler): answered from a snapshot
@@ -236,7 +230,7 @@ class TableRange:
             if snapshot is None:
                 return None
             with snapshot:
-                return RangeState(snapshot).read(op, now_ms=now_ms())
+                return RangeState(snapshot).read(op, now_ms=self._now_ms())
 
     def _apply_ready(self) -> None:
         while self._slots and self._slots[0].position is not None:
@@ -258,6 +252,10 @@ class TableRange:
         for watcher in list(self._watchers):
             self._drop(watcher)
 
+    def _now_ms(self) -> int:
+        """This owner's wall clock: commands are stamped with it, TTLs judged by it."""
+        return int(self._rt.wall_time_s() * 1000)
+
     def _check_serving(self) -> None:
         if self._failure is not None:
             raise self._failure
@@ -265,8 +263,8 @@ class TableRange:
     async def expire_keys_when_due(self) -> None:
         """Journal ExpireKeys whenever a TTL has passed (run as a task by the owner)."""
         while self.is_serving:
-            await trio.sleep(EXPIRY_CHECK_INTERVAL_S)
-            due_end = EXPIRY + (now_ms() + 1).to_bytes(8, "big")
+            await self._rt.sleep(EXPIRY_CHECK_INTERVAL_S)
+            due_end = EXPIRY + (self._now_ms() + 1).to_bytes(8, "big")
             if self.is_serving and next(self.state.index.scan(EXPIRY, due_end), None) is not None:
                 try:
                     await self.execute(ExpireKeys())
@@ -282,7 +280,7 @@ class TableRange:
         called: every change with a revision above r will come (so a watcher that reconnects
         knows where to resume even before it has seen an event)."""
         self._check_serving()
-        watcher = _Watcher(key, range_end)
+        watcher = _Watcher(self._rt, key, range_end)
         if start_revision:
             oldest = self._history[0].revision if self._history else self.state.revision + 1
             if start_revision < oldest and start_revision <= self.state.revision:
@@ -313,7 +311,7 @@ class TableRange:
                 if watcher.wants(event):
                     try:
                         watcher.send.send_nowait(event)
-                    except trio.WouldBlock:
+                    except self._rt.WouldBlock:
                         self._drop(watcher)
                         break
 

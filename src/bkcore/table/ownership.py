@@ -13,7 +13,6 @@ paused fails on its next journal write, even if it still thinks it owns the rang
 from __future__ import annotations
 
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode
-from metastore.api import MetadataStore
 
 
 def owners_path(root: str) -> str:
@@ -29,13 +28,13 @@ def range_name(index: tuple[str, str, int]) -> str:
     return f"{namespace}~{stream}~{range_id}"
 
 
-async def owner_of(store: MetadataStore, root: str, index: tuple[str, str, int]) -> str | None:
+async def owner_of(store, root: str, index: tuple[str, str, int]) -> str | None:
     """The server serving a range now, if any."""
     result = await store.execute(Get(f"{owners_path(root)}/{range_name(index)}"))
     return result.data.decode() if result.code is MetaCode.OK else None
 
 
-async def live_servers(store: MetadataStore, root: str) -> list[str]:
+async def live_servers(store, root: str) -> list[str]:
     result = await store.execute(Children(servers_path(root)))
     return sorted(result.children) if result.code is MetaCode.OK else []
 
@@ -55,7 +54,7 @@ class OwnershipUncertain(ConnectionError):
 
 
 class RangeOwnership:
-    def __init__(self, store: MetadataStore, root: str, server_id: str) -> None:
+    def __init__(self, store, root: str, server_id: str) -> None:
         self._store = store
         self._root = owners_path(root)
         self._servers = servers_path(root)

@@ -8,8 +8,6 @@ twice nor reported as lost.
 
 from __future__ import annotations
 
-import trio
-
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult, SetData
 from bkcore.stream.errors import (
     CursorNotFound, MetastoreSessionExpired, NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, StreamExists,
@@ -17,7 +15,6 @@ from bkcore.stream.errors import (
 )
 from bkcore.stream.records import DLSN
 from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings, stream_id_of
-from metastore.api import MetadataStore, Watch
 
 # How often an op whose outcome stayed unknown is tried again, and the pause between tries.
 UNKNOWN_OUTCOME_RETRIES = 8
@@ -25,9 +22,10 @@ RETRY_PAUSE_S = 0.1
 
 
 class StreamCatalog:
-    def __init__(self, store: MetadataStore, layout: StreamLayout) -> None:
-        self.store = store
+    def __init__(self, store, layout: StreamLayout, *, runtime) -> None:
+        self.store = store              # an async metastore (metastore.api's interface)
         self.layout = layout
+        self._rt = runtime
 
     # -- namespaces ---------------------------------------------------------------------------
 
@@ -129,7 +127,7 @@ class StreamCatalog:
         return (await self.segments_with_watch(namespace, stream, watch=False))[0]
 
     async def segments_with_watch(self, namespace: str, stream: str, *, watch: bool = True
-                                  ) -> tuple[list[SegmentMetadata], Watch | None]:
+                                  ) -> tuple[list[SegmentMetadata], object | None]:
         """Every segment, ascending by seqno; with `watch`, a watch that fires when a segment
         is added or removed (changes of a segment's own value are not watched)."""
         path = self.layout.segments_path(namespace, stream)
@@ -191,7 +189,7 @@ class StreamCatalog:
         if (await self._write(Delete(self.layout.cursor_path(namespace, stream, cursor)))).code is MetaCode.NO_NODE:
             raise CursorNotFound(f"cursor {cursor!r} of stream {namespace}/{stream} does not exist")
 
-    # -- commit records of batch writers (transports.stream_attach) ------------------------------
+    # -- commit records of batch writers (bkcore.stream.attach) ------------------------------
 
     def commits_path(self, namespace: str, stream: str) -> str:
         return f"{self.layout.stream_path(namespace, stream)}/commits"
@@ -228,7 +226,7 @@ class StreamCatalog:
                 raise _session_expired(op)
             if result.code is not MetaCode.CONNECTION_LOSS:
                 return result
-            await trio.sleep(RETRY_PAUSE_S)
+            await self._rt.sleep(RETRY_PAUSE_S)
         raise StreamMetadataConflict(f"the metastore did not answer reading {op.path}; is it up?")
 
     async def _write(self, op: Create | SetData | Delete) -> MetaResult:
@@ -239,7 +237,7 @@ class StreamCatalog:
                 raise _session_expired(op)
             if result.code is not MetaCode.CONNECTION_LOSS:
                 return result
-            await trio.sleep(RETRY_PAUSE_S)
+            await self._rt.sleep(RETRY_PAUSE_S)
             landed = await self._landed(op)
             if landed is not None:
                 return landed

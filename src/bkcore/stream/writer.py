@@ -16,17 +16,14 @@ rolling) is bkcore.stream.writer_state's.
 from __future__ import annotations
 
 import collections
-import time
 from typing import Awaitable, Callable, Iterable
-
-import trio
 
 from bkcore.errors import BKException, LedgerClosed, LedgerFenced, NoSuchLedger
 from bkcore.stream.errors import EndOfStream, StreamException, WriterFenced
 from bkcore.stream.records import DLSN, Record, RecordBatcher, unpack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings, stream_last_txid
 from bkcore.stream.writer_state import SegmentWriteState, recovered_segment
-from transports.stream_catalog import StreamCatalog
+from bkcore.stream.catalog import StreamCatalog
 
 # Stream segments are ledgers with this password (streams are guarded by the metastore).
 STREAM_LEDGER_PASSWORD = b"bk-stream"
@@ -38,9 +35,9 @@ PENDING_BYTES_MAX = 64 * 1024 * 1024
 class _Pending:
     __slots__ = ("record", "done", "position", "error")
 
-    def __init__(self, record: Record) -> None:
+    def __init__(self, record: Record, done) -> None:
         self.record = record
-        self.done = trio.Event()
+        self.done = done
         self.position: DLSN | None = None
         self.error: BaseException | None = None
 
@@ -51,6 +48,7 @@ class StreamWriter:
                  entry_size_max: int = ENTRY_SIZE_MAX, entries_in_flight_max: int = ENTRIES_IN_FLIGHT_MAX,
                  pending_bytes_max: int = PENDING_BYTES_MAX) -> None:
         self._bk = bk
+        self._rt = bk.runtime
         self._catalog = catalog
         self.namespace, self.stream = namespace, stream
         self._after_roll = after_roll
@@ -60,7 +58,7 @@ class StreamWriter:
         self._queue: collections.deque[_Pending] = collections.deque()
         self._queued_bytes = 0
         self._in_flight = 0
-        self._changed = trio.Event()       # set on any progress: queue, acks, failure, close
+        self._changed = self._rt.Event()   # set on any progress: queue, acks, failure, close
         self._ledger = None
         self._state: SegmentWriteState | None = None
         self._settings: StreamSettings | None = None
@@ -91,12 +89,12 @@ class StreamWriter:
                               f"it takes no more records")
         await self._start_segment(segments[-1].seqno + 1 if segments else 1, stream_last_txid(segments))
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status) -> None:
         """The flusher: sends queued records as entries, rolls segments. Runs until aclose()."""
         task_status.started()
         try:
             await self._flush_loop()
-        except trio.Cancelled:
+        except self._rt.Cancelled:
             raise
         except BaseException as exc:     # noqa: BLE001 - every failure ends the writer and its waiters
             self._fail(exc)
@@ -159,7 +157,8 @@ class StreamWriter:
         while self._queued_bytes and self._queued_bytes + size > self._pending_bytes_max and self._failure is None:
             await self._wait_for_change()
         self._check_usable()
-        pendings = [_Pending(record) for record in records]
+        event = self._rt.Event
+        pendings = [_Pending(record, event()) for record in records]
         self._queue.extend(pendings)
         self._queued_bytes += size
         self._signal()
@@ -195,7 +194,7 @@ class StreamWriter:
                 if self._closing:
                     return
                 await self._wait_for_change()
-            if self._roll_requested or self._state.should_roll(int(time.time())):
+            if self._roll_requested or self._state.should_roll(int(self._rt.wall_time_s())):
                 while self._in_flight:
                     await self._wait_for_change()
                 self._raise_failure()
@@ -262,7 +261,7 @@ class StreamWriter:
             ensemble=settings.ensemble_size, write_quorum=settings.write_quorum_size,
             ack_quorum=settings.ack_quorum_size, password=STREAM_LEDGER_PASSWORD,
             custom_metadata={"stream": f"{self.namespace}/{self.stream}".encode(), "segment": str(seqno).encode()})
-        segment = SegmentMetadata(seqno, ledger.ledger_id, ctime_s=int(time.time()))
+        segment = SegmentMetadata(seqno, ledger.ledger_id, ctime_s=int(self._rt.wall_time_s()))
         stored = await self._catalog.create_segment(self.namespace, self.stream, segment)
         if stored is None:
             await _delete_quietly(self._bk, ledger.ledger_id)
@@ -277,7 +276,7 @@ class StreamWriter:
     def _signal(self) -> None:
         """Wake every task waiting for a change (each re-checks what it waits for)."""
         self._changed.set()
-        self._changed = trio.Event()
+        self._changed = self._rt.Event()
 
     async def _wait_for_change(self) -> None:
         await self._changed.wait()
