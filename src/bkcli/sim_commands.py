@@ -6,7 +6,7 @@ import argparse
 import sys
 import traceback
 
-from sim.scenario import FAULT_KINDS, S
+from sim.scenario import FAULT_KINDS, S, WORKLOADS
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -27,6 +27,8 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated fault kinds: {', '.join(FAULT_KINDS)}; or all (default), none")
     parser.add_argument("--liveness", action="store_true",
                         help="also require every operation to finish after the cluster heals")
+    parser.add_argument("--workload", choices=WORKLOADS, default=None,
+                        help="what the run does (default: drawn from each seed)")
 
 
 def add_parser(commands) -> None:
@@ -47,7 +49,7 @@ def add_parser(commands) -> None:
 def _scenario(seed: int, args):
     from sim.scenario import Scenario
     return Scenario.draw(seed=seed, duration_ns=int(args.duration * S), faults=args.faults,
-                         is_liveness=args.liveness)
+                         is_liveness=args.liveness, workload=args.workload)
 
 
 def cmd_run(args) -> int:

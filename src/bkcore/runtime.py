@@ -59,3 +59,22 @@ class Runtime(Protocol):
     # A lock for data also read from other threads of a real process (a no-op where there
     # are none).
     def thread_lock(self) -> Any: ...
+
+
+async def race(rt: Runtime, *functions) -> None:
+    """Run the async functions side by side until the first returns or fails, then cancel the
+    others. A failure is raised as itself, not inside an exception group (a nursery would
+    wrap it, and callers catch the typed errors of the layers below)."""
+    errors: list[Exception] = []
+    async with rt.open_nursery() as nursery:
+        async def run(function) -> None:
+            try:
+                await function()
+            except Exception as exc:      # noqa: BLE001 - re-raised below, unwrapped
+                errors.append(exc)
+            nursery.cancel_scope.cancel()
+
+        for function in functions:
+            nursery.start_soon(run, function)
+    if errors:
+        raise errors[0]

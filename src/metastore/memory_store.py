@@ -17,7 +17,7 @@ class MemoryServer:
 
     def __init__(self) -> None:
         self.tree = MemoryMetastore(is_recording_changes=True)
-        self.watches = WatchTable()
+        self.watches = WatchTable(Watch)
 
     def apply(self, op: MetaOp, session_id: int | None) -> MetaResult:
         result = self.tree.apply(op, session_id=session_id)

@@ -1,14 +1,16 @@
 """WatchTable: which one-shot watches to fire for a batch of changed paths.
 
 Shared by every backend that learns of changes as a list of (path, is_membership_change) pairs
-(the memory store's take_changes(), raft-lite's applied commands). A data watch on P fires when
+(the memory store's take_changes(), raft-lite's applied commands, the simulator's tree). A
+watch is anything with fire(reason); the table makes them with the factory it is given
+(metastore.api.Watch for trio code, the simulator's own for simulated processes). A data watch on P fires when
 P is created, changed or deleted; a children watch on P fires when a child of P is created or
 deleted (and, to be safe, when P itself is created or deleted).
 """
 
 from __future__ import annotations
 
-from metastore.api import Watch
+from typing import Callable
 
 
 def parent_of(path: str) -> str:
@@ -17,14 +19,15 @@ def parent_of(path: str) -> str:
 
 
 class WatchTable:
-    def __init__(self) -> None:
-        self._data_watches: dict[str, list[Watch]] = {}
-        self._children_watches: dict[str, list[Watch]] = {}
+    def __init__(self, new_watch: Callable[[], object]) -> None:
+        self._new_watch = new_watch
+        self._data_watches: dict[str, list] = {}
+        self._children_watches: dict[str, list] = {}
 
-    def add(self, path: str, *, is_children: bool) -> Watch:
-        return self.add_watch(path, Watch(), is_children=is_children)
+    def add(self, path: str, *, is_children: bool):
+        return self.add_watch(path, self._new_watch(), is_children=is_children)
 
-    def add_watch(self, path: str, watch: Watch, *, is_children: bool) -> Watch:
+    def add_watch(self, path: str, watch, *, is_children: bool):
         table = self._children_watches if is_children else self._data_watches
         table.setdefault(path, []).append(watch)
         return watch
@@ -49,6 +52,6 @@ class WatchTable:
             len(w) for w in self._children_watches.values())
 
     @staticmethod
-    def _fire(table: dict[str, list[Watch]], path: str) -> None:
+    def _fire(table: dict[str, list], path: str) -> None:
         for watch in table.pop(path, ()):
             watch.fire("changed")

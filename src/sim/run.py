@@ -1,7 +1,8 @@
 """One simulated run: build the world from a seed, run faults then heal, check the history.
 
 Phases: safety (faults everywhere for `duration`), then heal (every bookie restarts, partitions
-and outages end) and verify (recover and read back every ledger). In liveness mode the healed
+and outages end) and verify (the ledger workload recovers and reads back every ledger; the
+stream and table workloads read their streams and tables whole). In liveness mode the healed
 cluster must also finish every operation and the verification within `settle_ns`.
 Exit codes follow the house style: 0 ok, 127 crash, 128 liveness failure, 129 violation.
 """
@@ -54,7 +55,8 @@ class RunResult:
 
 
 def replay_command(scenario: Scenario) -> str:
-    command = f"bk sim run --seed {scenario.seed} --duration {scenario.duration_ns / S:g}"
+    command = (f"bk sim run --workload {scenario.workload} --seed {scenario.seed} "
+               f"--duration {scenario.duration_ns / S:g}")
     if scenario.faults != Scenario.draw(seed=scenario.seed).faults:
         command += f" --faults {','.join(sorted(scenario.faults)) or 'none'}"
     if scenario.is_liveness:
@@ -105,7 +107,68 @@ def _young_collections_every(allocation_count: int):
 
 def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunResult:
     with _young_collections_every(GC_YOUNG_THRESHOLD):
-        return _run_scenario(scenario, schedule)
+        if scenario.workload == "ledger":
+            return _run_scenario(scenario, schedule)
+        return _run_service_scenario(scenario, schedule)
+
+
+def _service_workload(world: SimWorld):
+    from sim.stream_history import StreamHistory
+    from sim.workload_stream import StreamWorkload
+    workload = world.scenario.workload
+    if workload == "stream":
+        return StreamWorkload(world=world, history=StreamHistory())
+    raise ValueError(f"workload {workload!r} does not run in the simulator yet")
+
+
+# After healing, in-flight operations settle this long before the verifier starts.
+SERVICE_DRAIN_NS = 2 * S
+
+
+def _run_service_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:
+    """The stream and table workloads: application processes over the simulated cluster."""
+    started = time.perf_counter()
+    world = SimWorld(scenario=scenario, bookie_config=scenario.bookie_config(),
+                     client_config=scenario.client_config())
+    for index in range(scenario.bookie_count):
+        world.add_bookie(f"bookie-{index}")
+    workload = _service_workload(world)
+    workload.start()
+    world.start_checkpoints()
+    Nemesis(world=world, end_ns=scenario.duration_ns).start()
+    workload.start_nemesis(scenario.duration_ns)
+    apply_schedule(world, list(schedule))
+    world.loop.run_until(scenario.duration_ns)
+
+    workload.stop_writing()
+    world.heal()
+    workload.heal()
+    healed_at_ns = world.now_ns
+    world.loop.run_until(healed_at_ns + SERVICE_DRAIN_NS)
+    workload.start_verification()
+    deadline_ns = healed_at_ns + scenario.settle_ns
+    while world.now_ns < deadline_ns and not workload.is_verified:
+        world.loop.run_until(world.now_ns + STEP_NS)
+
+    workload.stop()
+    result = RunResult(scenario=scenario, trace_hash=world.trace.hexdigest(),
+                       events_count=world.loop.events_run_count, simulated_ns=world.now_ns,
+                       wall_seconds=time.perf_counter() - started)
+    result.violations = workload.check()
+    if scenario.is_liveness and not workload.is_verified:
+        last = workload.verify_failures[-1] if workload.verify_failures else "no progress"
+        result.liveness_failures.append(f"the final read was unfinished {scenario.settle_ns / S:g}s after healing "
+                                        f"({last})")
+    counts = world.counts
+    result.summary = workload.summary() + [
+        f"faults: crashes={counts.crashes} restarts={counts.restarts} pauses={counts.pauses} "
+        f"disk_full_kills={counts.disk_full_kills} torn_tails={counts.journal_tails_repaired} "
+        f"metastore_losses={counts.metadata_connection_losses} checkpoints={counts.checkpoints}",
+        f"network: {world.network.statistics()}",
+        f"events: {result.events_count} in {result.simulated_ns / S:.1f} simulated s, "
+        f"{result.wall_seconds:.2f} wall s",
+    ]
+    return result
 
 
 def _run_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:

@@ -18,6 +18,9 @@ MS = 1_000_000
 S = 1_000_000_000
 
 FAULT_KINDS = ("net", "partition", "crash", "pause", "disk", "metastore")
+# What a run does: "ledger" (the protocol alone), "stream" (log streams in simulated
+# processes), "table" (the table service), "mixed" (streams and tables side by side).
+WORKLOADS = ("ledger", "stream", "table", "mixed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +82,13 @@ class Scenario:
     # group once the last is answered; more let a later write complete while answers are still
     # to come. Seeds draw it, so both orders of events are exercised.
     journal_writes_in_flight_max: int = 2
+    workload: str = "ledger"
+    # Wall clocks of application processes differ by up to this much (TTLs, segment ctimes).
+    clock_skew_max_ns: int = 0
+    # Stream workload: readers, the segment size that rolls, retention by size (0: none).
+    stream_reader_count: int = 2
+    stream_rolling_size: int = 16 << 10
+    stream_retention_size: int = 0
 
     def bookie_config(self) -> BookieConfig:
         return BookieConfig(journal_writes_in_flight_max=self.journal_writes_in_flight_max)
@@ -91,15 +101,17 @@ class Scenario:
 
     @classmethod
     def standard(cls, *, seed: int, duration_ns: int = 10 * S, faults=FAULT_KINDS,
-                 is_liveness: bool = False) -> Scenario:
+                 is_liveness: bool = False, workload: str = "ledger") -> Scenario:
         """The benchmark's fixed shape: 3 bookies + a spare, E3 Qw3 Qa2, 2 writers, 1 tailing
         reader; fault knobs still drawn from the seed."""
         return cls.draw(seed=seed, duration_ns=duration_ns, faults=faults, is_liveness=is_liveness,
-                        is_shape_fixed=True)
+                        is_shape_fixed=True, workload=workload)
 
     @classmethod
     def draw(cls, *, seed: int, duration_ns: int = 10 * S, faults=FAULT_KINDS,
-             is_liveness: bool = False, is_shape_fixed: bool = False) -> Scenario:
+             is_liveness: bool = False, is_shape_fixed: bool = False, workload: str | None = None) -> Scenario:
+        """The scenario of `seed`; its workload is drawn from the seed too unless given (the
+        other knobs do not depend on whether it was)."""
         rng = random.Random(seed)
         faults = frozenset(faults)
         unknown = faults - set(FAULT_KINDS)
@@ -132,6 +144,15 @@ class Scenario:
         disk_capacity = rng.choice([1 << 40, 1 << 40, 48 << 10, 160 << 10])
         journal_prealloc = rng.choice([0, 4 << 10, 16 << 10])
         journal_writes_in_flight = rng.choice([1, 2, 3])
+        # Knobs added later are drawn after the earlier ones, so those keep their values.
+        clock_skew = rng.choice([0, 0, 5 * MS, 50 * MS])
+        services = dict(stream_reader_count=rng.choice([1, 2, 3]),
+                        stream_rolling_size=rng.choice([2 << 10, 16 << 10, 128 << 10]),
+                        stream_retention_size=rng.choice([0, 0, 32 << 10]))
+        drawn_workload = rng.choice(WORKLOADS)
+        workload = drawn_workload if workload is None else workload
+        if workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
         if "net" not in faults:
             network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
                                           reorder_probability=0.0)
@@ -146,11 +167,13 @@ class Scenario:
             pause_probability_per_second=pause if "pause" in faults else 0.0,
             restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout,
             disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40,
-            journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight)
+            journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight,
+            workload=workload, clock_skew_max_ns=clock_skew,
+            **services)
 
     def describe(self) -> list[str]:
         return [
-            f"seed={self.seed} mode={'liveness' if self.is_liveness else 'safety'} "
+            f"seed={self.seed} workload={self.workload} mode={'liveness' if self.is_liveness else 'safety'} "
             f"duration={self.duration_ns / S:g}s faults={','.join(sorted(self.faults)) or 'none'}",
             f"cluster: bookies={self.bookie_count} E={self.ensemble_size} Qw={self.write_quorum_size} "
             f"Qa={self.ack_quorum_size} journal_prealloc={self.journal_prealloc_size} "
@@ -163,5 +186,7 @@ class Scenario:
             f"metastore: {self.metastore}",
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
             f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "
-            f"client_request_timeout={self.request_timeout_ns / MS:g}ms",
+            f"client_request_timeout={self.request_timeout_ns / MS:g}ms clock_skew_max={self.clock_skew_max_ns / MS:g}ms",
+            f"streams: readers={self.stream_reader_count} rolling_size={self.stream_rolling_size} "
+            f"retention_size={self.stream_retention_size}",
         ]

@@ -39,6 +39,10 @@ from typing import Any, Callable
 from sim.loop import EventLoop
 
 
+# Task steps a process may run without virtual time moving before the run fails as a busy loop.
+STEPS_WITHOUT_TIME_MAX = 200_000
+
+
 class Cancelled(BaseException):
     """The task's cancel scope was cancelled (trio.Cancelled)."""
 
@@ -89,6 +93,13 @@ class _Task:
         self.on_done = on_done
 
 
+class _PauseHolder:
+    __slots__ = ("paused_until_ns",)
+
+    def __init__(self) -> None:
+        self.paused_until_ns = 0
+
+
 class _TaskStatusIgnored:
     def started(self, value: object = None) -> None:
         pass
@@ -108,12 +119,15 @@ class SimRuntime:
     TooSlowError = TooSlowError
     TASK_STATUS_IGNORED = TASK_STATUS_IGNORED
 
-    def __init__(self, *, loop: EventLoop, rng: random.Random, name: str, clock_offset_ns: int = 0) -> None:
+    def __init__(self, *, loop: EventLoop, rng: random.Random, name: str, clock_offset_ns: int = 0,
+                 pause_source: object | None = None) -> None:
         self.name = name
         self._loop = loop
         self._rng = rng
         self.clock_offset_ns = clock_offset_ns
-        self.paused_until_ns = 0
+        # Whatever holds the process's pause (its node in the world, whose paused_until_ns the
+        # world's faults set), so that pausing the node pauses these tasks too.
+        self._pause_source = pause_source if pause_source is not None else _PauseHolder()
         self.is_stopped = False
         self.current_task: _Task | None = None
         # Every live task, in the order made (cancellation and stop() walk it in that order).
@@ -121,6 +135,17 @@ class SimRuntime:
         self._ready: list[tuple[_Task, object, BaseException | None]] = []
         self._is_batch_posted = False
         self._task_count = 0
+        # Task steps run at the virtual instant _steps_at_ns (a busy loop never lets time pass).
+        self._steps_at_ns = -1
+        self._steps_count = 0
+
+    @property
+    def paused_until_ns(self) -> int:
+        return self._pause_source.paused_until_ns
+
+    @paused_until_ns.setter
+    def paused_until_ns(self, value: int) -> None:
+        self._pause_source.paused_until_ns = value
 
     # -- clocks -------------------------------------------------------------------------------
 
@@ -174,6 +199,13 @@ class SimRuntime:
             self._loop.post_at(self.paused_until_ns, self._run_batch)
             return
         batch, self._ready = self._ready, []
+        if now_ns == self._steps_at_ns:
+            self._steps_count += len(batch)
+            if self._steps_count > STEPS_WITHOUT_TIME_MAX:
+                raise AssertionError(f"{self.name}: its tasks ran {self._steps_count} steps at "
+                                     f"{now_ns / 1e9:.6f}s without time passing (a busy loop)")
+        else:
+            self._steps_at_ns, self._steps_count = now_ns, len(batch)
         if len(batch) > 1:
             self._rng.shuffle(batch)
         for task, value, error in batch:
@@ -545,7 +577,7 @@ class SimEvent:
 
     async def wait(self) -> None:
         if self._is_set:
-            self._runtime._raise_if_cancelled()
+            await self._runtime.checkpoint()        # as trio's: a set event still yields
             return
         await self._runtime._park(self._register)
 

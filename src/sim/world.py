@@ -35,9 +35,9 @@ from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
-from metastore.memory import MemoryMetastore
 from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
+from sim.metastore_client import SimMetastore
 from sim.network import SimNetwork
 from sim.scenario import Scenario
 
@@ -148,7 +148,7 @@ class SimWorld:
         self._disk_seed = seeds.getrandbits(64)
         self._client_seed = seeds.getrandbits(64)
         self.workload_rng = random.Random(seeds.getrandbits(64))
-        self.metastore = MemoryMetastore()
+        self.metastore = SimMetastore()
         self.metastore_down_until_ns = 0
         self.layout = layout
         self.bookie_config = bookie_config
@@ -191,6 +191,15 @@ class SimWorld:
         node.set_core(client)
         self.clients[client_id] = self.nodes[client_id] = node
         return client
+
+    def stop_client(self, client_id: str) -> None:
+        """The client's process is gone: nothing reaches it or leaves it any more."""
+        node = self.clients[client_id]
+        node.is_up = False
+        node.incarnation += 1
+        node.set_core(None)
+        self._cancel_timer(node)
+        self.trace.record(self.now_ns, "stop", client_id)
 
     def client_did_something(self, client_id: str) -> None:
         """The workload called into a client directly: perform what it asked for."""
@@ -386,7 +395,7 @@ class SimWorld:
             # of it (TCP tells it); a bookie's answer to a client that is gone is just lost.
             self.counts.messages_dropped_down += 1
             sender = self.clients.get(source)
-            if sender is not None and sender.paused_until_ns <= now_ns:
+            if sender is not None and sender.is_up and sender.paused_until_ns <= now_ns:
                 self.trace.record(now_ns, "refused", source, node.name)
                 sender.core.on_send_failed(message, destination=node.name, now_ns=now_ns)
                 pump = sender.pump
@@ -453,6 +462,8 @@ class SimWorld:
 
     def _metadata_result(self, client_id: str, token: int, result: MetaResult) -> None:
         node = self.clients[client_id]
+        if not node.is_up:
+            return
         if node.paused_until_ns > self.loop.now_ns:
             self.loop.call_at(node.paused_until_ns, self._metadata_result, client_id, token, result)
             return
@@ -570,7 +581,11 @@ class SimWorld:
         else:
             raise AssertionError(f"unknown effect {effect!r}")
 
-    def _metastore_latency_ns(self) -> int:
+    def draw_metastore_answer_lost(self) -> bool:
+        """Whether the answer to an applied op is lost on its way back."""
+        return self.faults_enabled and self._metastore_rng.random() < self.scenario.metastore.response_loss_probability
+
+    def metastore_latency_ns(self) -> int:
         options = self.scenario.metastore
         extra = options.latency_mean_ns - options.latency_min_ns
         return options.latency_min_ns + (int(self._metastore_rng.expovariate(1 / extra)) if extra > 0 else 0)
@@ -581,17 +596,17 @@ class SimWorld:
             self._answer_lost(client_id, call.token, min(self.metastore_down_until_ns - self.loop.now_ns,
                                                          self.scenario.metastore.connection_timeout_ns))
             return
-        self.loop.call_later(self._metastore_latency_ns(), self._apply_metadata, client_id, call)
+        self.loop.call_later(self.metastore_latency_ns(), self._apply_metadata, client_id, call)
 
     def _apply_metadata(self, client_id: str, call: MetadataCall) -> None:
         if self.metastore_down_until_ns > self.loop.now_ns:
             self._answer_lost(client_id, call.token, 0)
             return
         result = self.metastore.apply(call.op)
-        if self.faults_enabled and self._metastore_rng.random() < self.scenario.metastore.response_loss_probability:
-            self._answer_lost(client_id, call.token, self._metastore_latency_ns())
+        if self.draw_metastore_answer_lost():
+            self._answer_lost(client_id, call.token, self.metastore_latency_ns())
             return
-        self.loop.call_later(self._metastore_latency_ns(), self._metadata_result, client_id, call.token, result)
+        self.loop.call_later(self.metastore_latency_ns(), self._metadata_result, client_id, call.token, result)
 
     def _answer_lost(self, client_id: str, token: int, delay_ns: int) -> None:
         self.counts.metadata_connection_losses += 1

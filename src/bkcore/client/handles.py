@@ -25,10 +25,13 @@ from bkcore.digest import DigestType
 from bkcore.errors import BKException, IllegalOperation, NoSuchLedger
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.metaops import Children, Get, MetaCode
+from bkcore.runtime import race
 
 DIGESTS = {"crc32c": DigestType.CRC32C, "hmac": DigestType.HMAC_SHA256}
 # How many entries tail() asks for in one read.
 TAIL_READ_BATCH_COUNT = 256
+# How long a tail waits before asking the metastore again when it did not answer.
+METADATA_RETRY_PAUSE_S = 0.1
 
 
 class WriteHandle:
@@ -136,19 +139,15 @@ class ReadHandle:
         reader, driver = self._reader, self._driver
         while reader.last_add_confirmed <= lac and not reader.is_closed:
             before = reader.last_add_confirmed
-            async with driver.runtime.open_nursery() as nursery:
-                async def long_poll() -> None:
-                    await driver.call(lambda op_id, now_ns: reader.long_poll_lac(op_id, now_ns=now_ns,
-                                                                                 timeout_ns=timeout_ns))
-                    nursery.cancel_scope.cancel()
+            async def long_poll() -> None:
+                await driver.call(lambda op_id, now_ns: reader.long_poll_lac(op_id, now_ns=now_ns,
+                                                                             timeout_ns=timeout_ns))
 
-                async def until_closed() -> None:
-                    while not await self._has_closed():
-                        await self._metadata_watch.wait()
-                    nursery.cancel_scope.cancel()
+            async def until_closed() -> None:
+                while not await self._has_closed():
+                    await self._metadata_watch.wait()
 
-                nursery.start_soon(long_poll)
-                nursery.start_soon(until_closed)
+            await race(driver.runtime, long_poll, until_closed)
             if reader.last_add_confirmed == before and timeout_ns is not None:
                 break
         return reader.last_add_confirmed
@@ -162,7 +161,13 @@ class ReadHandle:
             return False
         driver = self._driver
         result, self._metadata_watch = await driver.store.execute_watch(Get(driver.layout.ledger_path(self.ledger_id)))
-        if result.code is MetaCode.OK and LedgerMetadata.from_bytes(result.data, version=result.version).is_closed:
+        if result.code is MetaCode.SESSION_EXPIRED:
+            # No watch can be set any more, and waiting on one that fired would spin.
+            raise ConnectionError(f"tailing ledger {self.ledger_id}: the metastore session of this client expired; "
+                                  f"connect again to go on")
+        if result.code is MetaCode.CONNECTION_LOSS:
+            await driver.runtime.sleep(METADATA_RETRY_PAUSE_S)     # its watch fired already: look again soon
+        elif result.code is MetaCode.OK and LedgerMetadata.from_bytes(result.data, version=result.version).is_closed:
             await driver.call(lambda op_id, now_ns: self._reader.refresh_metadata(op_id, now_ns=now_ns))
         return self._reader.is_closed
 

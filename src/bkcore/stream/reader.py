@@ -181,7 +181,12 @@ class StreamReader:
             if self._ended:
                 return None
             with self._rt.move_on_after(timeout_s):
-                item = await self._receive.receive()
+                try:
+                    item = await self._receive.receive()
+                except self._rt.EndOfChannel:
+                    # The read-ahead stopped on something unexpected, which its nursery raises.
+                    self._ended = True
+                    raise StreamException(f"the reader of {self._name()} stopped reading ahead") from None
                 if item is _END:
                     self._ended = True
                     return None

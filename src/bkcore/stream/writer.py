@@ -237,8 +237,7 @@ class StreamWriter:
 
     async def _roll(self) -> None:
         await self._complete_segment()
-        await self._start_segment(self._state.segment.seqno + 1, self._state.packed_txid,
-                                  assigned_txid=self._state.assigned_txid)
+        await self._start_segment(self._state.segment.seqno + 1, self._state.packed_txid)
         if self._after_roll is not None:
             await self._after_roll()
 
@@ -255,7 +254,7 @@ class StreamWriter:
         self._ledger = None
         self._state.segment = stored
 
-    async def _start_segment(self, seqno: int, last_txid: int, *, assigned_txid: int | None = None) -> None:
+    async def _start_segment(self, seqno: int, last_txid: int) -> None:
         settings = self._settings
         ledger = await self._bk.create_ledger(
             ensemble=settings.ensemble_size, write_quorum=settings.write_quorum_size,
@@ -266,10 +265,15 @@ class StreamWriter:
         if stored is None:
             await _delete_quietly(self._bk, ledger.ledger_id)
             raise WriterFenced(f"another writer opened {self.namespace}/{self.stream} and created segment {seqno}")
+        previous = self._state
         self._ledger = ledger
         self._state = SegmentWriteState(stored, settings, last_txid=last_txid)
-        if assigned_txid is not None:
-            self._state.assigned_txid = assigned_txid
+        if previous is not None:
+            # write() goes on while a segment rolls: the txids handed out meanwhile (by the old
+            # state, up to now, not up to when the roll began) stay taken. (The simulator's
+            # stream workload found two records with one txid when this was read before the
+            # awaits above.)
+            self._state.assigned_txid = max(previous.assigned_txid, last_txid)
 
     # -- state --------------------------------------------------------------------------------
 

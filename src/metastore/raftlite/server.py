@@ -131,7 +131,7 @@ class RaftServer:
         self._peer_outboxes: dict[int, _Connection | None] = {p: None for p in self.core.peer_ids}
         self._peer_wakeups = {p: trio.Event() for p in self.core.peer_ids}
         self._peer_queues: dict[int, list[list]] = {p: [] for p in self.core.peer_ids}
-        self.watches = WatchTable()
+        self.watches = WatchTable(Watch)
         self._deferred_keepalives: list = []     # (connection, request id, session)
         self._timer = CoreTimer(self._on_timer)
         self._nursery: trio.Nursery | None = None
