@@ -1,8 +1,9 @@
 """`bk bench ...`: the arguments of every benchmark, each dispatched to its code in bkbench.
 
-This module only parses: each subcommand's handler imports its bkbench module when that
-subcommand runs, so building the parser (every `bk` command does) loads no benchmark, and with
-it no trio, lmdb, grpc or pyspark. The benchmarks print their JSON and return the exit status.
+This module only parses: one handler for every subcommand imports the bkbench module of the
+one that runs, when it runs, so building the parser (every `bk` command does) loads no
+benchmark, and with it no trio, lmdb, grpc or pyspark. The benchmarks print their JSON and
+return the exit status.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ _MIB = 1024 * 1024
 
 def add_parser(commands) -> None:
     bench = commands.add_parser("bench", help="benchmarks (JSON output)")
+    bench.set_defaults(run=_run)
     sub = bench.add_subparsers(dest="bench_command", required=True)
     _add_sim(sub)
     _add_journal(sub)
@@ -23,23 +25,52 @@ def add_parser(commands) -> None:
     _add_spark(sub)
 
 
+def _run(args) -> int:
+    """Imports the benchmark of the subcommand given, and no other, and runs it."""
+    match args.bench_command:
+        case "sim":
+            from bkbench.simulator import bench_sim as bench
+        case "journal":
+            from bkbench.journal import bench_journal as bench
+        case "bookie":
+            from bkbench.bookie import bench_bookie as bench
+        case "ledger":
+            from bkbench.ledger import bench_ledger as bench
+        case "table":
+            from bkbench.storage import bench_table as bench
+        case "stream":
+            from bkbench.storage import bench_stream as bench
+        case "failover":
+            from bkbench.failover import bench_failover as bench
+        case "all":
+            from bkbench.all_benchmarks import bench_all as bench
+        case "spark":
+            from bkbench.spark import bench_spark as bench
+        case other:
+            raise AssertionError(f"bk bench {other} has arguments but no benchmark")
+    return bench(args)
+
+
+def _add_disk_arguments(parser) -> None:
+    """What the benchmarks of one disk (journal, bookie) are given first."""
+    parser.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+
+
+def _add_cluster_dir(parser) -> None:
+    parser.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+
+
 def _add_sim(sub) -> None:
     sim = sub.add_parser("sim", help="simulator speed on the standard scenario")
     sim.add_argument("--seeds", type=int, default=5, help="seeds to run (default 5)")
     sim.add_argument("--start", type=int, default=1)
     sim.add_argument("--duration", type=float, default=10.0, help="simulated seconds per seed")
-    sim.set_defaults(run=_run_sim)
-
-
-def _run_sim(args) -> int:
-    from bkbench.simulator import bench_sim
-    return bench_sim(args)
 
 
 def _add_journal(sub) -> None:
     journal = sub.add_parser("journal", help="journal path on real files vs raw fdatasync and bandwidth (JSON)")
-    journal.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
-    journal.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    _add_disk_arguments(journal)
     journal.add_argument("--group-bytes", type=int, default=512 * 1024,
                          help="bytes of adds handed to the bookie per group (journalBufferedWritesThreshold)")
     journal.add_argument("--journal-prealloc-mb", type=int, default=16,
@@ -47,29 +78,16 @@ def _add_journal(sub) -> None:
     journal.add_argument("--compare-prealloc", action="store_true",
                          help="also measure 1 KiB adds with preallocation off and on (--journal-prealloc-mb, or 16 "
                               "if that is 0), alternating rounds; on/off ratios")
-    journal.set_defaults(run=_run_journal)
-
-
-def _run_journal(args) -> int:
-    from bkbench.journal import bench_journal
-    return bench_journal(args)
 
 
 def _add_bookie(sub) -> None:
     bookie = sub.add_parser("bookie", help="one bookie process over TCP vs raw disk limits (JSON)")
-    bookie.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
-    bookie.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    _add_disk_arguments(bookie)
     bookie.add_argument("--window-bytes", type=int, default=8 * _MIB, help="bytes of adds in flight when pipelining")
     bookie.add_argument("--journal-prealloc-mb", type=int, default=16,
                         help="the bookie's journalPreAllocSizeMB; 0 = off (16)")
     bookie.add_argument("--compare-prealloc", action="store_true",
                         help="then compare 1 KiB adds on two fresh bookies, preallocation off and on")
-    bookie.set_defaults(run=_run_bookie)
-
-
-def _run_bookie(args) -> int:
-    from bkbench.bookie import bench_bookie
-    return bench_bookie(args)
 
 
 def _add_ledger(sub) -> None:
@@ -81,18 +99,12 @@ def _add_ledger(sub) -> None:
     ledger.add_argument("--entry-size", type=int, default=1024)
     ledger.add_argument("--seconds", type=float, default=20.0, help="seconds per measurement")
     ledger.add_argument("--in-flight", type=int, default=2000, help="adds outstanding when pipelining")
-    ledger.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    _add_cluster_dir(ledger)
     ledger.add_argument("--default-gc", action="store_true",
                         help="leave this process's garbage collector at CPython's settings (no tune_gc)")
     ledger.add_argument("--peers", action="store_true",
                         help="then the same measurements against 3-node NATS JetStream and etcd clusters "
                              "(needs nats-server, etcd-server and the bench extra)")
-    ledger.set_defaults(run=_run_ledger)
-
-
-def _run_ledger(args) -> int:
-    from bkbench.ledger import bench_ledger
-    return bench_ledger(args)
 
 
 def _add_table_and_stream(sub) -> None:
@@ -101,13 +113,12 @@ def _add_table_and_stream(sub) -> None:
     table.add_argument("--seconds", type=float, default=10.0, help="seconds per measurement")
     table.add_argument("--value-size", type=int, default=100)
     table.add_argument("--bookies", type=int, default=3)
-    table.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
+    _add_cluster_dir(table)
     table.add_argument("--ceiling", action="store_true",
                        help="also measure dict-backed gRPC servers under the same load (bkbench.table_ceiling: "
                             "sync, sync_trio, sync_bridge, aio, aio_bridge)")
     table.add_argument("--peers", action="store_true",
                        help="also measure etcd put/get (3 members, same client count) in the same run")
-    table.set_defaults(run=_run_table)
     stream = sub.add_parser("stream", help="stream append and read-back records/s (JSON)")
     stream.add_argument("--seconds", type=float, default=10.0)
     stream.add_argument("--record-size", type=int, default=100)
@@ -115,17 +126,6 @@ def _add_table_and_stream(sub) -> None:
     stream.add_argument("--batches-in-flight", type=int, default=4)
     stream.add_argument("--bookies", type=int, default=3)
     stream.add_argument("--dir", default=None)
-    stream.set_defaults(run=_run_stream)
-
-
-def _run_table(args) -> int:
-    from bkbench.storage import bench_table
-    return bench_table(args)
-
-
-def _run_stream(args) -> int:
-    from bkbench.storage import bench_stream
-    return bench_stream(args)
 
 
 def _add_failover(sub) -> None:
@@ -134,13 +134,7 @@ def _add_failover(sub) -> None:
     failover.add_argument("--rate", type=float, default=500.0, help="adds issued per second")
     failover.add_argument("--entry-size", type=int, default=1024)
     failover.add_argument("--out", default=".", help="directory for failover.png (default: current)")
-    failover.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
-    failover.set_defaults(run=_run_failover)
-
-
-def _run_failover(args) -> int:
-    from bkbench.failover import bench_failover
-    return bench_failover(args)
+    _add_cluster_dir(failover)
 
 
 def _add_all(sub) -> None:
@@ -155,12 +149,6 @@ def _add_all(sub) -> None:
     every.add_argument("--skip", action="append", default=[], metavar="NAME",
                        help="leave out a benchmark (sim, journal, bookie, ledger, ledger_one_bookie, table, stream, "
                             "failover, spark)")
-    every.set_defaults(run=_run_all)
-
-
-def _run_all(args) -> int:
-    from bkbench.all_benchmarks import bench_all
-    return bench_all(args)
 
 
 def _add_spark(sub) -> None:
@@ -168,10 +156,5 @@ def _add_spark(sub) -> None:
     spark.add_argument("--entries", type=int, default=200_000, help="rows/entries per measurement (200000)")
     spark.add_argument("--size", type=int, default=1024, help="payload bytes (1024)")
     spark.add_argument("--ledgers", type=int, default=4, help="ledgers the raw entries are spread over (4)")
-    spark.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
-    spark.set_defaults(run=_run_spark)
+    _add_cluster_dir(spark)
 
-
-def _run_spark(args) -> int:
-    from bkbench.spark import bench_spark
-    return bench_spark(args)
