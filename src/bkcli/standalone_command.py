@@ -9,7 +9,6 @@ finds it without flags.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import time
@@ -34,89 +33,9 @@ def add_parser(commands) -> None:
     standalone.set_defaults(run=cmd_standalone)
 
 
-def raft_uri(ports) -> str:
-    return "raft://" + ",".join(f"127.0.0.1:{port}" for port in ports)
-
-
-class StandaloneCluster:
-    """The child processes of one standalone cluster (also used by tests and benchmarks):
-    raft-lite nodes on metastore_ports, one bookie per bookie_ports entry."""
-
-    def __init__(self, data_dir: str, *, bookie_ports: list[int], metastore_ports: list[int],
-                 http_ports: list[int] | None = None, bookie_extra: dict | None = None,
-                 stream_storage_port: int = 0) -> None:
-        self.data_dir = os.path.abspath(data_dir)
-        self.metastore_ports = list(metastore_ports)
-        self.bookie_ports = list(bookie_ports)
-        self.http_ports = list(http_ports) if http_ports else [0] * len(self.bookie_ports)
-        self.metastore_uri = raft_uri(self.metastore_ports)
-        self.bookie_extra = bookie_extra or {}
-        self.stream_storage_port = stream_storage_port
-        self.metastore_nodes = []
-        self.bookies = []
-        self.stream_storage = None
-
-    @classmethod
-    def on_free_ports(cls, data_dir: str, *, bookie_count: int, metastore_count: int = 3,
-                      with_stream_storage: bool = False, **options) -> "StandaloneCluster":
-        """A cluster whose every port is a distinct free one (tests and benchmarks)."""
-        from bkcli.local_processes import free_ports
-        ports = free_ports(bookie_count + metastore_count + 1)
-        return cls(data_dir, bookie_ports=ports[:bookie_count],
-                   metastore_ports=ports[bookie_count:bookie_count + metastore_count],
-                   stream_storage_port=ports[-1] if with_stream_storage else 0, **options)
-
-    def start(self, *, log=print) -> None:
-        from bkcli.local_processes import spawn_bk
-        os.makedirs(self.data_dir, exist_ok=True)
-        peers = ",".join(f"{i + 1}=127.0.0.1:{port}" for i, port in enumerate(self.metastore_ports))
-        for index, port in enumerate(self.metastore_ports):
-            node_dir = os.path.join(self.data_dir, f"metastore{index + 1}")
-            os.makedirs(node_dir, exist_ok=True)
-            self.metastore_nodes.append(spawn_bk(
-                f"metastore node {index + 1}", ["metastore", "--node-id", str(index + 1), "--peers", peers,
-                                                "--data-dir", node_dir],
-                log_path=os.path.join(node_dir, "metastore.log"), port=port, ready_text="listening on"))
-            log(f"  metastore node {index + 1}: 127.0.0.1:{port}  (data {node_dir})")
-        for index, port in enumerate(self.bookie_ports):
-            self.start_bookie(index)
-            http = f", http://127.0.0.1:{self.http_ports[index]}/metrics" if self.http_ports[index] else ""
-            log(f"  bookie {index + 1}: 127.0.0.1:{port}{http}  (data {self.bookie_dir(index)})")
-        if self.stream_storage_port:
-            self.stream_storage = spawn_bk(
-                "stream storage", ["stream-storage", "--metastore", self.metastore_uri,
-                                   "--port", str(self.stream_storage_port),
-                                   "--data-dir", os.path.join(self.data_dir, "stream-storage")],
-                log_path=os.path.join(self.data_dir, "stream-storage.log"), port=self.stream_storage_port,
-                ready_text="stream storage listening on")
-            log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}")
-
-    def bookie_dir(self, index: int) -> str:
-        return os.path.join(self.data_dir, f"bookie{index + 1}")
-
-    def start_bookie(self, index: int):
-        from bkcli.local_processes import spawn_bookie
-        extra = {**self.bookie_extra}
-        if self.http_ports[index]:
-            extra["httpServerPort"] = self.http_ports[index]
-        bookie = spawn_bookie(data_dir=self.bookie_dir(index), metastore_uri=self.metastore_uri,
-                              port=self.bookie_ports[index], extra=extra)
-        if index < len(self.bookies):
-            self.bookies[index] = bookie
-        else:
-            self.bookies.append(bookie)
-        return bookie
-
-    @property
-    def children(self) -> list:
-        return ([self.stream_storage] if self.stream_storage else []) + self.bookies + self.metastore_nodes
-
-    def stop(self) -> None:
-        for child in self.children:
-            child.stop()
-
-
 def cmd_standalone(args) -> int:
+    from bklocal.standalone import StandaloneCluster
+
     cluster = StandaloneCluster(
         args.data_dir, bookie_ports=[args.bookie_port + i for i in range(args.bookies)],
         metastore_ports=[args.metastore_port + i for i in range(args.metastore_nodes)],

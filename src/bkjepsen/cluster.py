@@ -24,7 +24,7 @@ from typing import Callable
 
 import trio
 
-from bkcli.local_processes import free_port, free_ports, spawn_bk, write_toml
+from bklocal.processes import free_port, free_ports, spawn_bk, write_toml
 from bkjepsen.proxy import Proxies
 
 TMPFS_SIZE_MB = 64
@@ -146,7 +146,7 @@ class Cluster:
 
     async def _start_metastore(self, nursery: trio.Nursery) -> list[int]:
         if self.spec.metastore == "zk":
-            from bkcli.zk_processes import ZkEnsemble
+            from bklocal.zookeeper import ZkEnsemble
             self.zk = ZkEnsemble(os.path.join(self.root, "zk"), 3)
             for name, node in zip(self.metastore_names, self.zk.nodes):
                 self.services[name] = Service(name, "metastore", node.client_port, node.directory,
@@ -210,7 +210,7 @@ class Cluster:
 
     async def metastore_leader(self) -> str | None:
         if self.spec.metastore == "zk":
-            from bkcli.zk_processes import mode
+            from bklocal.zookeeper import mode
             for name in self.metastore_names:
                 service = self.services[name]
                 if service.is_running() and not service.is_paused and \

@@ -10,8 +10,8 @@ import pytest
 import trio
 
 import bkclient
-from bkcli.local_processes import free_ports
-from bkcli.standalone_command import StandaloneCluster
+from bklocal.processes import free_ports
+from bklocal.standalone import StandaloneCluster
 
 
 class ZkCluster:
@@ -24,7 +24,7 @@ class ZkCluster:
         self.bookies = []
 
     def start(self) -> None:
-        from bkcli.local_processes import spawn_bookie
+        from bklocal.processes import spawn_bookie
         self.ensemble.start()
         self.metastore_uri = f"zk://{self.ensemble.hosts}/ledgers"
         for index in range(4):

@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from bkcli.local_processes import free_ports
+from bklocal.processes import free_ports
 
 
 def test_sigint_stops_the_cluster_even_when_started_with_sigint_ignored(tmp_path):

@@ -13,8 +13,8 @@ import pytest
 
 pytest.importorskip("bookkeeper", reason="the grpc extra (apache-bookkeeper-client) is not installed")
 
-from bkcli.local_processes import free_port, spawn_bk  # noqa: E402
-from bkcli.standalone_command import StandaloneCluster  # noqa: E402
+from bklocal.processes import free_port, spawn_bk  # noqa: E402
+from bklocal.standalone import StandaloneCluster  # noqa: E402
 from transports.storage_client import StorageClient  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
@@ -130,7 +130,7 @@ def test_a_killed_server_restarts_with_every_acknowledged_increment(cluster):
 
 def test_a_bookie_can_serve_stream_storage_itself(tmp_path):
     """streamStorageEnabled in a bookie's config runs the gRPC endpoint in the bookie process."""
-    from bkcli.local_processes import spawn_bookie
+    from bklocal.processes import spawn_bookie
     cluster = StandaloneCluster.on_free_ports(str(tmp_path / "cluster"), bookie_count=3, metastore_count=1)
     port = free_port()
     extra_bookie = None

@@ -4,7 +4,7 @@ survives its leader being stopped; a 1-node cluster works too."""
 
 import trio
 
-from bkcli.local_processes import free_port
+from bklocal.processes import free_port
 from bkcore.metaops import Create, Get, MetaCode
 from metastore.raftlite.core import MS, RaftConfig
 from metastore.raftlite.server import RaftServer

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the spark extra is not installed (pip install '.[spark]')")
 
-from bkcli.standalone_command import StandaloneCluster  # noqa: E402
+from bklocal.standalone import StandaloneCluster  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from bkcli.local_processes import free_port
+from bklocal.processes import free_port
 from bkcore.bookie.journal_files import JournalConfig
 from metastore.layout_node import resolve_layout
 from metastore.uri import open_metastore, parse_metastore_uri

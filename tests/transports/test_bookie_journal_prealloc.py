@@ -9,7 +9,7 @@ import os
 import pytest
 import trio
 
-from bkcli.local_processes import spawn_bookie
+from bklocal.processes import spawn_bookie
 from bkcore.bookie.fs import DiskFullError
 from bkcore.bookie.journal import EntryRecord, scan_records
 from bkcore.bookie.journal_files import JOURNAL_HEADER, journal_id_of

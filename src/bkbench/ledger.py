@@ -11,7 +11,7 @@ group commit) in a temp dir with free ports, then from this process:
                     acknowledgement to the reader seeing it (p50/p99).
 Before the cluster starts, disk_quorum_fdatasync measures the floor the shared disk sets for
 one add: Qw preallocated files written and fdatasynced at the same moment, timed until the
-Qa-th is done (bench_journal.raw_fdatasync_quorum); raw_sequential is the disk's bandwidth
+Qa-th is done (bkbench.journal.raw_fdatasync_quorum); raw_sequential is the disk's bandwidth
 (1 MiB writes, each fdatasynced). The pipelined run reports what the device wrote meanwhile:
 every entry reaches it 2 x Qw times (each bookie's journal, then its entry log), and
 disk_bound_adds_per_second is the rate at which those bytes would take all of raw_sequential.
@@ -20,7 +20,7 @@ and the machine's busy fraction (at 1.0 the adds wait for CPUs, whatever the dis
 This process calls bkclient.tune_gc() first, as the library advises for a busy writer (the
 bookies do the same in their own processes); --default-gc leaves CPython's collector as it is.
 With --peers, once the cluster has stopped, the first two run again against 3-node NATS JetStream
-and etcd clusters (bench_peers), and "ratios" compares bookkeeper's rates with theirs.
+and etcd clusters (bkbench.peers), and "ratios" compares bookkeeper's rates with theirs.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from collections import deque
 
 import trio
 
-from bkcli.bench_journal import (
+from bkbench.journal import (
     MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, raw_fdatasync_quorum, raw_sequential,
 )
-from bkcli.cpu_usage import CpuMeter
+from bkbench.cpu_usage import CpuMeter
 
 
 PACE_TICK_S = 0.001
@@ -49,13 +49,13 @@ def _ms(values: list[float], fraction: float) -> float | None:
 
 
 def latency_summary(latencies: list[float]) -> dict:
-    """Percentiles of per-add latencies in seconds, as milliseconds (shared with bench_peers)."""
+    """Percentiles of per-add latencies in seconds, as milliseconds (shared with bkbench.peers)."""
     return {"add_latency_p50_ms": _ms(latencies, 0.5), "add_latency_p99_ms": _ms(latencies, 0.99),
             "add_latency_p999_ms": _ms(latencies, 0.999)}
 
 
 def adds_summary(latencies: list[float], elapsed_s: float) -> dict:
-    """One measurement's count, rate and latency percentiles (shared with bench_peers)."""
+    """One measurement's count, rate and latency percentiles (shared with bkbench.peers)."""
     return {"adds": len(latencies), "adds_per_second": round(len(latencies) / elapsed_s), **latency_summary(latencies)}
 
 
@@ -190,26 +190,8 @@ async def _tail_visibility(bk, args, payload: bytes) -> dict:
     return {"entries": len(delays), "visibility_p50_ms": _ms(delays, 0.5), "visibility_p99_ms": _ms(delays, 0.99)}
 
 
-def add_parser(sub) -> None:
-    ledger = sub.add_parser("ledger", help="the library against a local multi-process cluster (JSON)")
-    ledger.add_argument("--bookies", type=int, default=3)
-    ledger.add_argument("--ensemble", type=int, default=3)
-    ledger.add_argument("--write-quorum", type=int, default=3)
-    ledger.add_argument("--ack-quorum", type=int, default=2)
-    ledger.add_argument("--entry-size", type=int, default=1024)
-    ledger.add_argument("--seconds", type=float, default=20.0, help="seconds per measurement")
-    ledger.add_argument("--in-flight", type=int, default=2000, help="adds outstanding when pipelining")
-    ledger.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
-    ledger.add_argument("--default-gc", action="store_true",
-                        help="leave this process's garbage collector at CPython's settings (no tune_gc)")
-    ledger.add_argument("--peers", action="store_true",
-                        help="then the same measurements against 3-node NATS JetStream and etcd clusters "
-                             "(needs nats-server, etcd-server and the bench extra)")
-    ledger.set_defaults(run=cmd_bench_ledger)
-
-
-def cmd_bench_ledger(args) -> int:
-    from bkcli.standalone_command import StandaloneCluster
+def bench_ledger(args) -> int:
+    from bklocal.standalone import StandaloneCluster
     from transports.gc_tuning import tune_gc
     from transports.library import connect
 
@@ -245,10 +227,10 @@ def cmd_bench_ledger(args) -> int:
               **results}
     failed = False
     if args.peers:
-        from bkcli import bench_peers
+        from bkbench.peers import ratios, run_peers
         # After the bookkeeper cluster has stopped, so the peers get the same (otherwise idle) machine.
-        report["peers"] = bench_peers.run_peers(seconds=args.seconds, payload=payload, directory=args.dir)
-        report["ratios"] = bench_peers.ratios(results, report["peers"])
+        report["peers"] = run_peers(seconds=args.seconds, payload=payload, directory=args.dir)
+        report["ratios"] = ratios(results, report["peers"])
         failed = any("error" in peer for peer in report["peers"].values())
     print(json.dumps(report, indent=2))
     return 1 if failed else 0

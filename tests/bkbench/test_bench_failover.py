@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from bkcli.bench_failover import LatencyRun, plot_runs
+from bkbench.failover import LatencyRun, plot_runs
 
 
 def test_the_summary_splits_latencies_at_the_kill():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bkcli.local_processes import spawn_bk
+from bklocal.processes import spawn_bk
 
 
 def test_a_reused_log_from_an_earlier_run_does_not_make_a_new_run_ready(tmp_path):
@@ -18,7 +18,7 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
     taken meanwhile as the source port of any outgoing connection."""
     import socket
 
-    from bkcli.local_processes import _ephemeral_port_low, free_ports
+    from bklocal.processes import _ephemeral_port_low, free_ports
     ports = free_ports(20)
     assert len(set(ports)) == 20
     assert all(port < _ephemeral_port_low() for port in ports)

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from bkcli.bench_all import dig, headline_rows, render_markdown
+from bkbench.all_benchmarks import dig, headline_rows, render_markdown
 
 
 def test_dig_follows_dicts_and_list_indexes_and_returns_only_numbers():

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from bkcli.bench_ledger import latency_summary
+from bkbench.ledger import latency_summary
 
 AFTER_KILL_WINDOW_S = 1.0
 
@@ -110,18 +110,8 @@ def plot_runs(runs: list[LatencyRun], path: str) -> str:
     return path
 
 
-def add_parser(sub) -> None:
-    failover = sub.add_parser("failover", help="add latency over time without and with a bookie kill (JSON, PNG)")
-    failover.add_argument("--seconds", type=float, default=10.0, help="seconds per run")
-    failover.add_argument("--rate", type=float, default=500.0, help="adds issued per second")
-    failover.add_argument("--entry-size", type=int, default=1024)
-    failover.add_argument("--out", default=".", help="directory for failover.png (default: current)")
-    failover.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
-    failover.set_defaults(run=cmd_bench_failover)
-
-
 def run_failover(*, seconds: float, rate: float, entry_size: int, directory: str | None) -> list[LatencyRun]:
-    from bkcli.standalone_command import StandaloneCluster
+    from bklocal.standalone import StandaloneCluster
     from transports.library import connect
 
     root = tempfile.mkdtemp(dir=directory, prefix="bench-failover-")
@@ -149,7 +139,7 @@ def run_failover(*, seconds: float, rate: float, entry_size: int, directory: str
     return runs
 
 
-def cmd_bench_failover(args) -> int:
+def bench_failover(args) -> int:
     runs = run_failover(seconds=args.seconds, rate=args.rate, entry_size=args.entry_size, directory=args.dir)
     os.makedirs(args.out, exist_ok=True)
     report = {"benchmark": "failover", "bookies": 4, "ensemble": 3, "write_quorum": 3, "ack_quorum": 2,

@@ -1,8 +1,9 @@
 """Starting `bk bookie` (and other bk services) as child processes on this machine.
 
-One place for what standalone, the benchmarks and the real-process tests all do: write a TOML
-config, start `python -m bkcli.main bookie --config ...` with its output in a log file, wait
-for its "listening on" line, and stop it with SIGTERM (or SIGKILL when a test wants a crash).
+One place for what standalone, the benchmarks, the jepsen-like harness and the real-process
+tests all do: write a TOML config, start `python -m bkcli.main bookie --config ...` with its
+output in a log file, wait for its "listening on" line, and stop it with SIGTERM (or SIGKILL
+when a test wants a crash).
 """
 
 from __future__ import annotations

@@ -296,21 +296,7 @@ def compare_preallocation(measure, prealloc_size: int) -> dict:
     return summarize_preallocation(runs)
 
 
-def add_parser(sub) -> None:
-    journal = sub.add_parser("journal", help="journal path on real files vs raw fdatasync and bandwidth (JSON)")
-    journal.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
-    journal.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
-    journal.add_argument("--group-bytes", type=int, default=512 * 1024,
-                         help="bytes of adds handed to the bookie per group (journalBufferedWritesThreshold)")
-    journal.add_argument("--journal-prealloc-mb", type=int, default=16,
-                         help="journal preallocation chunk in MiB (journalPreAllocSizeMB); 0 = off (16)")
-    journal.add_argument("--compare-prealloc", action="store_true",
-                         help="also measure 1 KiB adds with preallocation off and on (--journal-prealloc-mb, or 16 "
-                              "if that is 0), alternating rounds; on/off ratios")
-    journal.set_defaults(run=cmd_bench_journal)
-
-
-def cmd_bench_journal(args) -> int:
+def bench_journal(args) -> int:
     prealloc_size = args.journal_prealloc_mb * MIB
     raw_sync = raw_fdatasync(args.dir, args.seconds)
     raw_bandwidth = raw_sequential(args.dir, args.seconds)

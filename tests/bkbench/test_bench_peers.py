@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from bkcli import bench_peers
+from bkbench import peers as bench_peers
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 

@@ -33,11 +33,11 @@ import time
 
 import trio
 
-from bkcli.bench_journal import (
+from bkbench.journal import (
     FRAME_PAYLOAD_BYTES, MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, preallocation_rounds,
     raw_fdatasync, raw_sequential, summarize_preallocation,
 )
-from bkcli.local_processes import spawn_bookie
+from bklocal.processes import spawn_bookie
 from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import Code
 from bkcore.wire import AddBatchRequest, AddRequest, FrameDecoder, encode_frame
@@ -182,19 +182,7 @@ async def _compare_preallocation(ports: dict[str, int], seconds: float, window_b
     return {name: summarize_preallocation(by_setting) for name, by_setting in runs.items()}
 
 
-def add_parser(sub) -> None:
-    bookie = sub.add_parser("bookie", help="one bookie process over TCP vs raw disk limits (JSON)")
-    bookie.add_argument("--dir", default=".", help="directory on the disk to measure (default: current)")
-    bookie.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
-    bookie.add_argument("--window-bytes", type=int, default=8 * MIB, help="bytes of adds in flight when pipelining")
-    bookie.add_argument("--journal-prealloc-mb", type=int, default=16,
-                        help="the bookie's journalPreAllocSizeMB; 0 = off (16)")
-    bookie.add_argument("--compare-prealloc", action="store_true",
-                        help="then compare 1 KiB adds on two fresh bookies, preallocation off and on")
-    bookie.set_defaults(run=cmd_bench_bookie)
-
-
-def cmd_bench_bookie(args) -> int:
+def bench_bookie(args) -> int:
     raw_sync = raw_fdatasync(args.dir, args.seconds)
     raw_bandwidth = raw_sequential(args.dir, args.seconds)
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-bookie-")

@@ -5,7 +5,7 @@ What it owns: starting each peer's three servers (a temp dir, free ports and a l
 waiting until the cluster takes writes (bounded by READY_TIMEOUT_S; the error carries every
 server's log tail), stopping the servers by pid, and one client benchmark per peer.
 
-The measurements mirror bench_ledger's: one writer appending entry-size values one at a time
+The measurements mirror bkbench.ledger's: one writer appending entry-size values one at a time
 (appends/s, p50/p99/p999), then pipelined with a fixed number outstanding (NATS: 256 publishes
 awaiting their JetStream acks; etcd: 64 puts). The clients (nats-py, aetcd) are asyncio, so each
 peer runs under its own asyncio.run, after the trio measurements have finished and the bookkeeper
@@ -38,9 +38,9 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from bkcli.bench_journal import MIB
-from bkcli.bench_ledger import adds_summary
-from bkcli.local_processes import ChildProcess, free_ports
+from bkbench.journal import MIB
+from bkbench.ledger import adds_summary
+from bklocal.processes import ChildProcess, free_ports
 
 NODE_COUNT = 3
 READY_TIMEOUT_S = 30.0

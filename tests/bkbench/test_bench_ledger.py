@@ -28,7 +28,7 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
 
 
 def test_disk_ceiling_scales_the_rate_to_the_whole_raw_bandwidth():
-    from bkcli.bench_journal import disk_ceiling
+    from bkbench.journal import disk_ceiling
 
     pipelined = {"adds_per_second": 50_000, "device_write_mib_per_second": 250.0}
     assert disk_ceiling(pipelined, 300.0, "adds_per_second") == {"device_write_fraction_of_raw": 0.833,

@@ -5,7 +5,7 @@ raft-lite metastore, bookies with journal fdatasync, and for tables the gRPC ser
             existing keys, increments of shared counters (ops/s, p50/p99 latency); then the
             delay from sending a put to a watcher seeing it (p50/p99); each phase also reports
             the CPU the client process and the server process spent per operation. --ceiling
-            adds the same put/get load on dict-backed gRPC servers (bkcli.table_ceiling): what
+            adds the same put/get load on dict-backed gRPC servers (bkbench.table_ceiling): what
             Python gRPC itself allows here
     stream  one writer appending records through the library (several write_many batches in
             flight), then a reader reading them all back from the start (records/s)
@@ -21,34 +21,11 @@ import tempfile
 import threading
 import time
 
-from bkcli.bench_journal import MIB, percentile
-
-
-def add_parser(sub) -> None:
-    table = sub.add_parser("table", help="table put/get/incr throughput and watch latency (JSON)")
-    table.add_argument("--clients", type=int, default=16, help="client threads (16)")
-    table.add_argument("--seconds", type=float, default=10.0, help="seconds per measurement")
-    table.add_argument("--value-size", type=int, default=100)
-    table.add_argument("--bookies", type=int, default=3)
-    table.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
-    table.add_argument("--ceiling", action="store_true",
-                       help="also measure dict-backed gRPC servers under the same load (bkcli.table_ceiling: "
-                            "sync, sync_trio, sync_bridge, aio, aio_bridge)")
-    table.add_argument("--peers", action="store_true",
-                       help="also measure etcd put/get (3 members, same client count) in the same run")
-    table.set_defaults(run=cmd_bench_table)
-    stream = sub.add_parser("stream", help="stream append and read-back records/s (JSON)")
-    stream.add_argument("--seconds", type=float, default=10.0)
-    stream.add_argument("--record-size", type=int, default=100)
-    stream.add_argument("--batch", type=int, default=1000, help="records per write_many call")
-    stream.add_argument("--batches-in-flight", type=int, default=4)
-    stream.add_argument("--bookies", type=int, default=3)
-    stream.add_argument("--dir", default=None)
-    stream.set_defaults(run=cmd_bench_stream)
+from bkbench.journal import MIB, percentile
 
 
 def _cluster(args, *, with_stream_storage: bool):
-    from bkcli.standalone_command import StandaloneCluster
+    from bklocal.standalone import StandaloneCluster
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-storage-")
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, metastore_count=1,
                                               with_stream_storage=with_stream_storage)
@@ -67,7 +44,7 @@ def _run_clients(address: str, clients: int, seconds: float, operation,
     """`operation(table, client_index, n)` in every client thread until the time is up; also
     the CPU microseconds per operation of this process (the clients) and of each named group of
     `processes` (their pids)."""
-    from bkcli.cpu_usage import CpuMeter
+    from bkbench.cpu_usage import CpuMeter
     meter = CpuMeter(processes)
     summary = _run_client_threads(address, clients, seconds, operation)
     summary.update(meter.per_operation(summary["ops"], "op"))
@@ -139,7 +116,7 @@ def _watch_latency(address: str, samples: int = 300) -> dict:
             "watch_latency_p99_ms": ms(0.99)}
 
 
-def cmd_bench_table(args) -> int:
+def bench_table(args) -> int:
     from transports.storage_client import StorageClient
     root, cluster = _cluster(args, with_stream_storage=True)
     value = os.urandom(args.value_size)
@@ -186,8 +163,8 @@ def _puts_then_gets(address: str, args, value: bytes, processes: dict[str, list[
 
 
 def _ceiling(args, value: bytes) -> dict:
-    """The put/get load on each kind of dict-backed server (see bkcli.table_ceiling)."""
-    from bkcli.table_ceiling import CEILING_KINDS, CeilingServer
+    """The put/get load on each kind of dict-backed server (see bkbench.table_ceiling)."""
+    from bkbench.table_ceiling import CEILING_KINDS, CeilingServer
     results = {}
     for kind in CEILING_KINDS:
         with CeilingServer(kind) as server:
@@ -205,10 +182,10 @@ def _in_fresh_process(function, *args):
 
 
 def _etcd_table(seconds: float, clients: int, directory: str | None, value: bytes) -> dict:
-    """etcd (3 members, from bench_peers) under the same load: puts of distinct keys, then gets."""
+    """etcd (3 members, from bkbench.peers) under the same load: puts of distinct keys, then gets."""
     import asyncio
 
-    from bkcli.bench_peers import PEERS, etcd_cluster, skip_reason
+    from bkbench.peers import PEERS, etcd_cluster, skip_reason
     etcd = next(peer for peer in PEERS if peer.name == "etcd")
     reason = skip_reason(etcd)
     if reason is not None:
@@ -244,7 +221,7 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
         shutil.rmtree(root, ignore_errors=True)
 
 
-def cmd_bench_stream(args) -> int:
+def bench_stream(args) -> int:
     import trio
 
     from transports.library import connect

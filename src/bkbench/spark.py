@@ -11,7 +11,7 @@
 
     python_source_ceiling
                     the same rows (schema, count, payload size, partitions) made in memory by
-                    a data source that reads nothing (bkcli.spark_ceiling): what PySpark's
+                    a data source that reads nothing (bkbench.spark_ceiling): what PySpark's
                     Python data source path alone allows on this machine
 
 The reads of ledgers, of Parquet and of the ceiling run twice: *_first is the first run (cold code paths in
@@ -29,15 +29,6 @@ import shutil
 import sys
 import tempfile
 import time
-
-
-def add_parser(sub) -> None:
-    spark = sub.add_parser("spark", help="the Spark data source: batch read and write entries/s beside Parquet (JSON)")
-    spark.add_argument("--entries", type=int, default=200_000, help="rows/entries per measurement (200000)")
-    spark.add_argument("--size", type=int, default=1024, help="payload bytes (1024)")
-    spark.add_argument("--ledgers", type=int, default=4, help="ledgers the raw entries are spread over (4)")
-    spark.add_argument("--dir", default=None, help="where the cluster keeps its data (default: a temp dir)")
-    spark.set_defaults(run=cmd_bench_spark)
 
 
 def _timed(action) -> tuple[object, float]:
@@ -101,7 +92,7 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
 
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
     # second is the steady state that the ratios and the target are about.
-    from bkcli.spark_ceiling import CeilingDataSource
+    from bkbench.spark_ceiling import CeilingDataSource
     from bkspark.options import MAX_ENTRIES_PER_PARTITION
     spark.dataSource.register(CeilingDataSource)
     per_ledger = -(-args.entries // args.ledgers)
@@ -133,9 +124,9 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     }
 
 
-def cmd_bench_spark(args) -> int:
+def bench_spark(args) -> int:
     from bkclient.sync import connect
-    from bkcli.standalone_command import StandaloneCluster
+    from bklocal.standalone import StandaloneCluster
     from bkcore.stream.segments import StreamSettings
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-spark-")
     cluster = StandaloneCluster.on_free_ports(os.path.join(root, "cluster"), bookie_count=3, metastore_count=1)

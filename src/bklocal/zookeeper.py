@@ -15,7 +15,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from bkcli.local_processes import free_port, free_ports  # noqa: F401  (free_port: tests import it here)
+from bklocal.processes import free_port, free_ports  # noqa: F401  (free_port: tests import it here)
 
 JARS = ("zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-simple.jar")
 JAVA_DIR = "/usr/share/java"

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from bkcli.cpu_usage import CpuMeter, machine_cpu_ticks, process_cpu_s
+from bkbench.cpu_usage import CpuMeter, machine_cpu_ticks, process_cpu_s
 
 
 def spin(seconds: float) -> None:

@@ -191,22 +191,7 @@ def run_one(name: str, argv: list[str]) -> dict:
     return report
 
 
-def add_parser(sub) -> None:
-    every = sub.add_parser("all", help="every benchmark, one JSON file and a Markdown table")
-    every.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement (5)")
-    every.add_argument("--sim-seeds", type=int, default=20, help="seeds for bk bench sim (20)")
-    every.add_argument("--spark-entries", type=int, default=50_000, help="rows for bk bench spark (50000)")
-    every.add_argument("--out", default="bench-results", help="directory for results.json, results.md, failover.png")
-    every.add_argument("--dir", default=None, help="where benchmarks put their data (default: --out)")
-    every.add_argument("--no-peers", dest="peers", action="store_false",
-                       help="skip the NATS JetStream and etcd clusters")
-    every.add_argument("--skip", action="append", default=[], metavar="NAME",
-                       help="leave out a benchmark (sim, journal, bookie, ledger, ledger_one_bookie, table, stream, "
-                            "failover, spark)")
-    every.set_defaults(run=cmd_bench_all)
-
-
-def cmd_bench_all(args) -> int:
+def bench_all(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     args.out = os.path.abspath(args.out)
     commands = _commands(args)

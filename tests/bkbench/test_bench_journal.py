@@ -1,7 +1,7 @@
 """`bk bench journal`'s preallocation comparison: the journal run honours the preallocation size
 it is given, and the summary takes medians per setting and on/off ratios over alternating rounds."""
 
-from bkcli.bench_journal import compare_preallocation, journal_run, preallocation_rounds, summarize_preallocation
+from bkbench.journal import compare_preallocation, journal_run, preallocation_rounds, summarize_preallocation
 
 
 def test_a_journal_run_with_and_without_preallocation(tmp_path):

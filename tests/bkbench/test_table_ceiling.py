@@ -2,8 +2,8 @@
 
 import pytest
 
-from bkcli.cpu_usage import process_cpu_s
-from bkcli.table_ceiling import CEILING_KINDS, CeilingServer
+from bkbench.cpu_usage import process_cpu_s
+from bkbench.table_ceiling import CEILING_KINDS, CeilingServer
 from transports.storage_client import StorageClient
 
 
