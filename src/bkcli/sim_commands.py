@@ -1,9 +1,11 @@
-"""`bk sim run` and `bk sim explore`: the deterministic simulator from the command line."""
+"""`bk sim run`, `bk sim explore` and `bk sim plants`: the deterministic simulator from the
+command line."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 import traceback
 
 from sim.scenario import FAULT_KINDS, S, WORKLOADS
@@ -21,6 +23,13 @@ def _faults(text: str) -> tuple[str, ...]:
     return kinds
 
 
+def _plant(text: str) -> str:
+    from sim.plants import plant_names
+    if text not in plant_names():
+        raise argparse.ArgumentTypeError(f"unknown plant {text!r}; choose from {', '.join(plant_names())}")
+    return text
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="simulated seconds of faults (default 10)")
     parser.add_argument("--faults", type=_faults, default=FAULT_KINDS,
@@ -28,7 +37,9 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--liveness", action="store_true",
                         help="also require every operation to finish after the cluster heals")
     parser.add_argument("--workload", choices=WORKLOADS, default=None,
-                        help="what the run does (default: drawn from each seed)")
+                        help="what the run does (default: run draws one from the seed; explore covers each)")
+    parser.add_argument("--plant", type=_plant, default=None, metavar="BUG",
+                        help="swap in a named bug (bk sim plants lists them): the run should fail")
 
 
 def add_parser(commands) -> None:
@@ -39,29 +50,34 @@ def add_parser(commands) -> None:
     _add_common(run)
     run.set_defaults(run=cmd_run)
     explore = sub.add_parser("explore", help="run many seeds; print the replay command of each failure")
-    explore.add_argument("--seeds", type=int, required=True, help="how many seeds")
+    explore.add_argument("--seeds", type=int, required=True, help="how many seeds (of each workload)")
     explore.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     explore.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     _add_common(explore)
     explore.set_defaults(run=cmd_explore)
+    plants = sub.add_parser("plants", help="list the planted bugs: NAME WORKLOAD SEEDS")
+    plants.set_defaults(run=cmd_plants)
 
 
-def _scenario(seed: int, args):
+def _scenario(seed: int, *, duration: float, faults, liveness: bool, workload: str | None):
     from sim.scenario import Scenario
-    return Scenario.draw(seed=seed, duration_ns=int(args.duration * S), faults=args.faults,
-                         is_liveness=args.liveness, workload=args.workload)
+    return Scenario.draw(seed=seed, duration_ns=int(duration * S), faults=faults, is_liveness=liveness,
+                         workload=workload)
 
 
 def cmd_run(args) -> int:
     from sim.run import EXIT_CRASH, replay_command, run_scenario
-    scenario = _scenario(args.seed, args)
+    scenario = _scenario(args.seed, duration=args.duration, faults=args.faults, liveness=args.liveness,
+                         workload=args.workload)
     for line in scenario.describe():
         print(line)
+    if args.plant:
+        print(f"planted bug: {args.plant}")
     try:
-        result = run_scenario(scenario)
+        result = run_scenario(scenario, plant=args.plant)
     except Exception:
         traceback.print_exc()
-        print(f"crash; replay: {replay_command(scenario)}")
+        print(f"crash; replay: {replay_command(scenario, args.plant)}")
         return EXIT_CRASH
     for line in result.summary:
         print(line)
@@ -71,45 +87,82 @@ def cmd_run(args) -> int:
         print(f"LIVENESS {failure}")
     print(f"invariant violations: {len(result.violations)}")
     if result.exit_code:
-        print(f"replay: {replay_command(scenario)}")
+        print(f"replay: {replay_command(scenario, args.plant)}")
     print(f"trace-hash: {result.trace_hash}")
     return result.exit_code
 
 
-def _explore_one(job: tuple[int, float, tuple[str, ...], bool]) -> tuple[int, int, str, str]:
+def explore_one(job: tuple) -> tuple[int, str, int, str, str]:
+    """Run one (seed, workload): (seed, workload, exit code, what failed, replay command)."""
     from sim.run import EXIT_CRASH, replay_command, run_scenario
-    seed, duration, faults, liveness = job
-    args = argparse.Namespace(duration=duration, faults=faults, liveness=liveness)
-    scenario = _scenario(seed, args)
+    seed, workload, duration, faults, liveness, plant = job
+    scenario = _scenario(seed, duration=duration, faults=faults, liveness=liveness, workload=workload)
     try:
-        result = run_scenario(scenario)
+        result = run_scenario(scenario, plant=plant)
     except Exception as exc:
-        return seed, EXIT_CRASH, f"crash: {exc!r}", replay_command(scenario)
+        return seed, workload, EXIT_CRASH, f"crash: {exc!r}", replay_command(scenario, plant)
     detail = "; ".join([str(v) for v in result.violations[:3]] + result.liveness_failures[:2])
-    return seed, result.exit_code, detail, replay_command(scenario)
+    return seed, workload, result.exit_code, detail, replay_command(scenario, plant)
+
+
+def explore_jobs(args) -> list[tuple]:
+    from sim.run import RUNNABLE_WORKLOADS
+    workloads = [args.workload] if args.workload else list(RUNNABLE_WORKLOADS)
+    return [(seed, workload, args.duration, tuple(args.faults), args.liveness, args.plant)
+            for workload in workloads for seed in range(args.start, args.start + args.seeds)]
 
 
 def cmd_explore(args) -> int:
-    jobs = [(seed, args.duration, tuple(args.faults), args.liveness)
-            for seed in range(args.start, args.start + args.seeds)]
-    passed = failed = 0
+    jobs = explore_jobs(args)
+    progress = _Progress(len(jobs))
     if args.jobs > 1:
         import multiprocessing
         with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            outcomes = pool.imap(_explore_one, jobs, chunksize=4)
-            for outcome in outcomes:
-                passed, failed = _report(outcome, passed, failed)
+            for outcome in pool.imap(explore_one, jobs, chunksize=2):
+                progress.report(outcome)
     else:
         for job in jobs:
-            passed, failed = _report(_explore_one(job), passed, failed)
-    print(f"{passed} passed, {failed} failed")
-    return 0 if failed == 0 else 1
+            progress.report(explore_one(job))
+    progress.finish()
+    print(f"{progress.passed} passed, {progress.failed} failed")
+    return 0 if progress.failed == 0 else 1
 
 
-def _report(outcome, passed: int, failed: int) -> tuple[int, int]:
-    seed, code, detail, command = outcome
-    if code == 0:
-        return passed + 1, failed
-    print(f"seed {seed} failed (exit {code}): {detail}\n  replay: {command}", flush=True)
-    sys.stdout.flush()
-    return passed, failed + 1
+class _Progress:
+    """Failures as they come (with their replay commands); on a terminal, a running count."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.passed = self.failed = 0
+        self._started = time.monotonic()
+        self._is_terminal = sys.stderr.isatty()
+
+    def report(self, outcome: tuple) -> None:
+        seed, workload, code, detail, command = outcome
+        if code == 0:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self._clear()
+            print(f"seed {seed} ({workload}) failed (exit {code}): {detail}\n  replay: {command}", flush=True)
+        if self._is_terminal:
+            done = self.passed + self.failed
+            rate = done / max(time.monotonic() - self._started, 1e-9) * 60
+            sys.stderr.write(f"\r{done}/{self.total} runs: {self.passed} passed, {self.failed} failed "
+                             f"({rate:.0f}/min)")
+            sys.stderr.flush()
+
+    def _clear(self) -> None:
+        if self._is_terminal:
+            sys.stderr.write("\r\033[K")
+
+    def finish(self) -> None:
+        self._clear()
+
+
+def cmd_plants(args) -> int:
+    from sim.plants import PLANTS
+    for name in sorted(PLANTS):
+        plant = PLANTS[name]
+        print(f"{plant.name} {plant.workload} {plant.seeds}")
+    return 0

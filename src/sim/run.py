@@ -20,6 +20,7 @@ from bkcore.metaops import Get, MetaCode
 from sim.checker import Violation, check
 from sim.history import History
 from sim.nemesis import FaultStep, Nemesis, apply_schedule
+from sim.plants import planted
 from sim.scenario import MS, S, Scenario
 from sim.workload import LedgerWorkload
 from sim.world import SimWorld
@@ -54,9 +55,11 @@ class RunResult:
         return EXIT_OK
 
 
-def replay_command(scenario: Scenario) -> str:
+def replay_command(scenario: Scenario, plant: str | None = None) -> str:
     command = (f"bk sim run --workload {scenario.workload} --seed {scenario.seed} "
                f"--duration {scenario.duration_ns / S:g}")
+    if plant is not None:
+        command += f" --plant {plant}"
     if scenario.faults != Scenario.draw(seed=scenario.seed).faults:
         command += f" --faults {','.join(sorted(scenario.faults)) or 'none'}"
     if scenario.is_liveness:
@@ -105,8 +108,12 @@ def _young_collections_every(allocation_count: int):
         gc.set_threshold(*thresholds)
 
 
-def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = ()) -> RunResult:
-    with _young_collections_every(GC_YOUNG_THRESHOLD):
+RUNNABLE_WORKLOADS = ("ledger", "stream")
+
+
+def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = (), plant: str | None = None) -> RunResult:
+    """Run the scenario (with the named planted bug swapped in, if any: sim.plants)."""
+    with _young_collections_every(GC_YOUNG_THRESHOLD), planted(plant):
         if scenario.workload == "ledger":
             return _run_scenario(scenario, schedule)
         return _run_service_scenario(scenario, schedule)

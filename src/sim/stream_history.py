@@ -67,6 +67,11 @@ class StreamViolation:
         return f"{self.kind}: {self.detail}"
 
 
+def _short(payload: bytes | None) -> str:
+    """A payload as a violation shows it: the workload puts its identity first."""
+    return repr(payload if payload is None or len(payload) <= 24 else payload[:24] + b"...")
+
+
 def check_stream_history(history: StreamHistory) -> list[StreamViolation]:
     violations: list[StreamViolation] = []
     if history.final_records is None:
@@ -96,11 +101,11 @@ def _acks_kept(history: StreamHistory, truncated_to: DLSN, final_at: dict) -> li
             continue
         end = sealed_end.get(dlsn.segment)
         if end is not None and dlsn > end:
-            found.append(StreamViolation("fenced-ack", f"{writer} was acknowledged {payload!r} at {dlsn}, past the "
+            found.append(StreamViolation("fenced-ack", f"{writer} was acknowledged {_short(payload)} at {dlsn}, past the "
                                                        f"end {end} its segment was sealed at"))
         else:
-            found.append(StreamViolation("lost-ack", f"{writer}'s acknowledged {payload!r} at {dlsn} is not in the "
-                                                     f"final stream (there: {final_at.get(dlsn)!r})"))
+            found.append(StreamViolation("lost-ack", f"{writer}'s acknowledged {_short(payload)} at {dlsn} is not in the "
+                                                     f"final stream (there: {_short(final_at.get(dlsn))})"))
     return found[:5]
 
 
@@ -114,7 +119,7 @@ def _one_content_per_position(history: StreamHistory) -> list[StreamViolation]:
     for who, dlsn, payload in observations:
         before = seen.setdefault(dlsn, payload)
         if before != payload:
-            found.append(StreamViolation("two-contents", f"{dlsn} held {before!r}, then {who} saw {payload!r}"))
+            found.append(StreamViolation("two-contents", f"{dlsn} held {_short(before)}, then {who} saw {_short(payload)}"))
     return found[:5]
 
 

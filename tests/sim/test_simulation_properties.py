@@ -27,13 +27,13 @@ def assert_clean(scenario: Scenario) -> None:
        faults=st.sets(st.sampled_from(FAULT_KINDS)),
        duration_s=st.integers(min_value=1, max_value=4))
 def test_any_fault_mix_keeps_the_invariants(seed, faults, duration_s):
-    assert_clean(Scenario.draw(seed=seed, faults=faults, duration_ns=duration_s * S))
+    assert_clean(Scenario.draw(seed=seed, faults=faults, duration_ns=duration_s * S, workload="ledger"))
 
 
 @settings(max_examples=10 if IS_CI else 4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
 def test_liveness_after_healing(seed):
-    assert_clean(Scenario.draw(seed=seed, duration_ns=3 * S, is_liveness=True))
+    assert_clean(Scenario.draw(seed=seed, duration_ns=3 * S, is_liveness=True, workload="ledger"))
 
 
 fault_steps = st.lists(
@@ -47,7 +47,7 @@ fault_steps = st.lists(
 def test_generated_fault_schedules_keep_the_invariants(seed, schedule):
     # The seed's own random faults are off: only the generated schedule strikes, so a failure
     # shrinks to the few steps that matter.
-    scenario = Scenario.draw(seed=seed, faults=(), duration_ns=3 * S, is_liveness=True)
+    scenario = Scenario.draw(seed=seed, faults=(), duration_ns=3 * S, is_liveness=True, workload="ledger")
     result = run_scenario(scenario, schedule=schedule)
     problems = [str(v) for v in result.violations] + result.liveness_failures
     assert not problems, f"{problems[:5]}\nschedule: {schedule}"
@@ -60,7 +60,7 @@ CHUNK_SIZE = 50
 def test_seed_sweep(chunk_start):
     failures = []
     for seed in range(chunk_start, min(chunk_start + CHUNK_SIZE, SWEEP_SEED_COUNT)):
-        scenario = Scenario.draw(seed=seed, duration_ns=SWEEP_DURATION_NS, is_liveness=seed % 2 == 0)
+        scenario = Scenario.draw(seed=seed, duration_ns=SWEEP_DURATION_NS, is_liveness=seed % 2 == 0, workload="ledger")
         result = run_scenario(scenario)
         problems = [str(v) for v in result.violations] + result.liveness_failures
         if problems:
