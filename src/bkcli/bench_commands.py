@@ -66,6 +66,8 @@ def _add_sim(sub) -> None:
     sim.add_argument("--seeds", type=int, default=5, help="seeds to run (default 5)")
     sim.add_argument("--start", type=int, default=1)
     sim.add_argument("--duration", type=float, default=10.0, help="simulated seconds per seed")
+    sim.add_argument("--workload", default="ledger", choices=("ledger", "stream", "table", "mixed", "all"),
+                     help="whose standard scenario (default ledger; all: each the simulator runs)")
 
 
 def _add_journal(sub) -> None:
