@@ -112,7 +112,7 @@ def plot_runs(runs: list[LatencyRun], path: str) -> str:
 
 def run_failover(*, seconds: float, rate: float, entry_size: int, directory: str | None) -> list[LatencyRun]:
     from bklocal.standalone import StandaloneCluster
-    from transports.library import connect
+    from bkclient.library import connect
 
     root = tempfile.mkdtemp(dir=directory, prefix="bench-failover-")
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=4)

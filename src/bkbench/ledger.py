@@ -193,7 +193,7 @@ async def _tail_visibility(bk, args, payload: bytes) -> dict:
 def bench_ledger(args) -> int:
     from bklocal.standalone import StandaloneCluster
     from transports.gc_tuning import tune_gc
-    from transports.library import connect
+    from bkclient.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
     # The floor the disk itself sets for an add: its bookies' journals all live on it.

@@ -52,7 +52,7 @@ def _run_clients(address: str, clients: int, seconds: float, operation,
 
 
 def _run_client_threads(address: str, clients: int, seconds: float, operation) -> dict:
-    from transports.storage_client import StorageClient
+    from bkclient.storage_client import StorageClient
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0]
     start = threading.Barrier(clients + 1)
@@ -82,7 +82,7 @@ def _run_client_threads(address: str, clients: int, seconds: float, operation) -
 
 
 def _watch_latency(address: str, samples: int = 300) -> dict:
-    from transports.storage_client import StorageClient
+    from bkclient.storage_client import StorageClient
     delays: list[float] = []
     put_at: dict[bytes, float] = {}
     ready = threading.Event()
@@ -117,7 +117,7 @@ def _watch_latency(address: str, samples: int = 300) -> dict:
 
 
 def bench_table(args) -> int:
-    from transports.storage_client import StorageClient
+    from bkclient.storage_client import StorageClient
     root, cluster = _cluster(args, with_stream_storage=True)
     value = os.urandom(args.value_size)
     try:
@@ -224,7 +224,7 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
 def bench_stream(args) -> int:
     import trio
 
-    from transports.library import connect
+    from bkclient.library import connect
     root, cluster = _cluster(args, with_stream_storage=False)
     payload = os.urandom(args.record_size)
     try:

@@ -5,7 +5,7 @@ process of its own, in three styles, and drives it with the same 16-thread block
     sync        grpc.server with a thread pool, the handler answers in its thread
     sync_trio   the same, but each call is handed to a trio loop with trio.from_thread.run
                 (the server's way until it had its own bridge): what that handoff costs
-    sync_bridge the same through transports.grpc_bridge.TrioBridge, the server's handoff now
+    sync_bridge the same through streamstorage.grpc_bridge.TrioBridge, the server's handoff now
                 (many calls per wakeup of the loop)
     aio         grpc.aio.server, handlers are coroutines of its asyncio loop
     aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
@@ -97,7 +97,7 @@ def _serve_sync(kind: str, ready) -> None:
         return
 
     async def main() -> None:
-        from transports.grpc_bridge import TrioBridge
+        from streamstorage.grpc_bridge import TrioBridge
         token = trio.lowlevel.current_trio_token()
         if kind == "sync_bridge":
             run = TrioBridge(token).run
@@ -145,7 +145,7 @@ def _serve_aio_bridge(ready) -> None:
 
     import trio
 
-    from transports.grpc_bridge import TrioBridge
+    from streamstorage.grpc_bridge import TrioBridge
 
     async def main() -> None:
         bridge = TrioBridge(trio.lowlevel.current_trio_token())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -80,7 +81,7 @@ async def run_bookie(uri: str, config) -> int:
             if config.autorecovery:
                 nursery.start_soon(run_autorecovery, uri, config)
             if config.stream_storage:
-                await nursery.start(run_stream_storage, uri, config)
+                await nursery.start(stream_storage_in_bookie, uri, config)
 
             async def shut_down(signum: int) -> None:
                 print(f"bookie {config.bookie_id}: {signal.Signals(signum).name}, shutting down", flush=True)
@@ -93,22 +94,20 @@ async def run_bookie(uri: str, config) -> int:
 async def run_autorecovery(uri: str, config) -> None:
     """The autorecovery daemon of this bookie: an auditor candidate and a replication worker."""
     from transports.autorecovery import Autorecovery
-    from transports.library import connect
+    from bkclient.library import connect
     async with connect(uri) as bk:
         await Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
                            audit_interval_s=config.audit_interval_s, name=f"bookie-{config.bookie_id}").run()
 
 
-async def run_stream_storage(uri: str, config, task_status) -> None:
+async def stream_storage_in_bookie(uri: str, config, task_status) -> None:
     """Stream storage inside the bookie process: its own client of the cluster, the gRPC endpoint."""
     import trio
 
-    from transports.grpc_gateway import GrpcGateway
-    from transports.library import connect
-    async with connect(uri) as bk:
-        async with trio.open_nursery() as nursery:
-            gateway = await nursery.start(GrpcGateway(
-                bk, host=config.host, port=config.stream_storage_port,
-                index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes")).run)
-            print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
-            task_status.started()
+    from streamstorage.server import run_stream_storage
+    async with trio.open_nursery() as nursery:
+        gateway = await nursery.start(functools.partial(
+            run_stream_storage, uri, host=config.host, port=config.stream_storage_port,
+            index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes")))
+        print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
+        task_status.started()

@@ -13,6 +13,7 @@ Names are NAME (namespace "default") or NAMESPACE/NAME. Errors print what failed
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -107,27 +108,26 @@ def cmd_stream_storage(args) -> int:
 async def _serve(args) -> int:
     import trio
 
-    import bkclient
     from bkcli.signals import cancel_on_stop_signal
-    from transports.grpc_gateway import GrpcGateway
+    from streamstorage.server import run_stream_storage
 
-    async with bkclient.connect(metastore_uri(args)) as bk:
-        async with trio.open_nursery() as nursery:
-            data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
-            gateway = await nursery.start(GrpcGateway(bk, host=args.host, port=args.port,
-                                                      index_dir=os.path.join(data_dir, "table-indexes")).run)
-            print(f"stream storage listening on {gateway.host}:{gateway.port}", flush=True)
-            await cancel_on_stop_signal(nursery)
+    data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
+    async with trio.open_nursery() as nursery:
+        gateway = await nursery.start(functools.partial(
+            run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
+            index_dir=os.path.join(data_dir, "table-indexes")))
+        print(f"stream storage listening on {gateway.host}:{gateway.port}", flush=True)
+        await cancel_on_stop_signal(nursery)
     return 0
 
 
 def _client(args):
-    from transports.storage_client import StorageClient
+    from bkclient.storage_client import StorageClient
     return StorageClient(_server(args))
 
 
 def cmd_stream(args) -> int:
-    from transports.storage_client import StorageError
+    from bkclient.storage_client import StorageError
     try:
         with _client(args) as client:
             if args.action == "namespace":
@@ -160,7 +160,7 @@ def _show(kv) -> str:
 
 
 def cmd_table(args) -> int:
-    from transports.storage_client import StorageError
+    from bkclient.storage_client import StorageError
     namespace, stream = split_name(args.table)
     try:
         with _client(args) as client:

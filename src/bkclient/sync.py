@@ -17,7 +17,7 @@ import threading
 
 import trio
 
-from transports.library import connect as async_connect
+from bkclient.library import connect as async_connect
 
 
 class _Portal:

@@ -27,7 +27,6 @@ import trio
 from bkcore.client.rereplication import fragments_on
 from bkcore.errors import BKException, NoSuchLedger
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
-from transports.library import BookKeeper
 
 log = logging.getLogger("bk.autorecovery")
 
@@ -40,13 +39,13 @@ class RecoveryReport:
     failures: list[str] = field(default_factory=list)
 
 
-async def live_bookies(bk: BookKeeper) -> tuple[set[str], set[str]]:
+async def live_bookies(bk) -> tuple[set[str], set[str]]:
     """(writable, all live) bookie ids: readonly bookies are alive but take no new copies."""
     writable = set(await bk.list_bookies())
     return writable, writable | set(await bk.list_bookies(readonly=True))
 
 
-async def replicate_ledger(bk: BookKeeper, ledger_id: int, lost: set[str], *, dry_run: bool = False,
+async def replicate_ledger(bk, ledger_id: int, lost: set[str], *, dry_run: bool = False,
                            report: RecoveryReport | None = None) -> bool:
     """Copy every final fragment of the ledger that lies on a `lost` bookie. True when none is
     left (or, with dry_run, when there was none)."""
@@ -81,7 +80,7 @@ async def replicate_ledger(bk: BookKeeper, ledger_id: int, lost: set[str], *, dr
     return not dry_run or report.fragments_copied == 0
 
 
-async def recover_bookie(bk: BookKeeper, bookie: str, *, dry_run: bool = False,
+async def recover_bookie(bk, bookie: str, *, dry_run: bool = False,
                          progress: Callable[[int, int], None] = lambda done, total: None) -> RecoveryReport:
     """Re-replicate every ledger fragment on `bookie` (which should be down for good)."""
     report = RecoveryReport()
@@ -92,7 +91,7 @@ async def recover_bookie(bk: BookKeeper, bookie: str, *, dry_run: bool = False,
     return report
 
 
-async def list_underreplicated(bk: BookKeeper) -> dict[int, list[str]]:
+async def list_underreplicated(bk) -> dict[int, list[str]]:
     """Marked ledgers and the lost bookies each mark names."""
     result = await bk.store.execute(Children(bk.layout.underreplicated_path))
     marks = {}
@@ -106,7 +105,7 @@ async def list_underreplicated(bk: BookKeeper) -> dict[int, list[str]]:
 
 
 class Autorecovery:
-    def __init__(self, bk: BookKeeper, *, lost_bookie_recovery_delay_s: float = 0.0,
+    def __init__(self, bk, *, lost_bookie_recovery_delay_s: float = 0.0,
                  audit_interval_s: float = 60.0, worker_interval_s: float = 1.0, name: str = "") -> None:
         self.bk = bk
         self.layout = bk.layout

@@ -4,7 +4,7 @@ import pytest
 
 from bkbench.cpu_usage import process_cpu_s
 from bkbench.table_ceiling import CEILING_KINDS, CeilingServer
-from transports.storage_client import StorageClient
+from bkclient.storage_client import StorageClient
 
 
 @pytest.mark.parametrize("kind", CEILING_KINDS)

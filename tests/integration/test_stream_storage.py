@@ -15,7 +15,7 @@ pytest.importorskip("bookkeeper", reason="the grpc extra (apache-bookkeeper-clie
 
 from bklocal.processes import free_port, spawn_bk  # noqa: E402
 from bklocal.standalone import StandaloneCluster  # noqa: E402
-from transports.storage_client import StorageClient  # noqa: E402
+from bkclient.storage_client import StorageClient  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 

@@ -54,7 +54,7 @@ class Tables:
         self._bk = bk
         self._rt = bk.runtime
         # Where ranges keep their applied state: `indexes.index_for(table, range_id)` (lmdb on
-        # a server: transports.lmdb_kv.LmdbRangeIndexes); None keeps them in memory (library
+        # a server: streamstorage.lmdb_kv.LmdbRangeIndexes); None keeps them in memory (library
         # use, tests, the simulator).
         self._indexes = indexes
         self._nursery = nursery

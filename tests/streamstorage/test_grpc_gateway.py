@@ -16,7 +16,7 @@ from bookkeeper.common.exceptions import BadRequest, NamespaceExistsError, Strea
 from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2  # noqa: E402
 
 from bkcore.stream.segments import stream_id_of  # noqa: E402
-from transports.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
+from streamstorage.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
 from bkcore.table.range import TABLES_NAMESPACE  # noqa: E402
 
 URI = "memory://grpc"

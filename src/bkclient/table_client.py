@@ -26,7 +26,7 @@ import trio
 
 from bkcore.stream.errors import StreamNotFound
 from bkcore.table.ownership import live_servers, owner_of
-from transports.storage_client import StorageClient, TableClient
+from bkclient.storage_client import StorageClient, TableClient
 from bkcore.table.service import range_of
 
 WATCH_BUFFER_EVENTS = 1000

@@ -21,14 +21,11 @@ import contextlib
 import ssl
 from typing import AsyncIterator
 
-import trio
-
 from bkcore.client.config import ClientConfig
 from bkcore.client.handles import DIGESTS, BookKeeperClient, ReadHandle, WriteHandle
 from metastore.api import MetadataStore
-from metastore.layout_node import resolve_layout
-from metastore.uri import parse_metastore_uri
 from transports.client_driver import ClientDriver
+from transports.client_session import open_client
 from transports.metadata_walk import ledger_ids_in_metadata
 
 __all__ = ["BookKeeper", "ReadHandle", "WriteHandle", "DIGESTS", "connect"]
@@ -44,8 +41,8 @@ class BookKeeper(BookKeeperClient):
 
     async def open_table(self, name: str):
         """The table (or PTable) of stream NAME or NAMESPACE/NAME, served by stream storage
-        (transports.table_client.AsyncTable)."""
-        from transports.table_client import open_table
+        (bkclient.table_client.AsyncTable)."""
+        from bkclient.table_client import open_table
         return await open_table(self, name)
 
     async def list_ledgers(self) -> list[int]:
@@ -65,26 +62,6 @@ async def connect(uri: str, *, config: ClientConfig = ClientConfig(), session_ti
     """Connect to the cluster whose metastore `uri` names (memory://, raft://, zk://). With
     `tls` bookie connections use TLS (the context verifies the bookies' certificates); with
     `auth_secret` each bookie connection first proves the cluster's shared secret."""
-    from metastore.uri import open_metastore
-
-    parsed = parse_metastore_uri(uri)
-    store = await open_metastore(parsed, session_timeout_s=session_timeout_s)
-    try:
-        layout = await resolve_layout(store, parsed)
-        driver = ClientDriver(store=store, layout=layout, config=config, tls=tls, auth_secret=auth_secret)
-        try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(driver.run)
-                try:
-                    yield BookKeeper(driver, store)
-                finally:
-                    driver.close()
-        except BaseExceptionGroup as group:
-            # The nursery only runs the driver; an error from the caller's block comes out
-            # as itself, so `except LedgerFenced:` around `async with connect()` works.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-    finally:
-        with trio.CancelScope(shield=True):
-            await store.aclose()
+    async with open_client(uri, config=config, session_timeout_s=session_timeout_s, tls=tls,
+                           auth_secret=auth_secret) as driver:
+        yield BookKeeper(driver, driver.store)

@@ -5,7 +5,7 @@ import threading
 import pytest
 import trio
 
-from transports.grpc_bridge import TrioBridge
+from streamstorage.grpc_bridge import TrioBridge
 
 
 def _in_threads(count: int, work) -> list:

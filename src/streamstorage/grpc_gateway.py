@@ -10,7 +10,7 @@ services so the stock `apache-bookkeeper-client` package works against it, and `
                              msgpack-encoded, from a revision
 
 The gRPC server runs its handlers in its own threads; each handler hands the call to the trio
-loop (transports.grpc_bridge) where the Tables and Streams objects live, so the event loop is
+loop (streamstorage.grpc_bridge) where the Tables and Streams objects live, so the event loop is
 never blocked and no lock is needed. Gets are the exception: a handler answers one itself from
 a snapshot of the range's index when the range is served here (Tables.read_in_thread), which
 saves the two thread switches that cost more than the read. Routing is by the stream id (a hash of the stream's name) and
@@ -41,8 +41,8 @@ from bkcore.table.commands import (
 )
 from bkcore.table.ownership import NotOwner
 from bkcore.table.service import Tables, _folded_end, range_of
-from transports.grpc_bridge import TrioBridge
-from transports.lmdb_kv import LmdbRangeIndexes
+from streamstorage.grpc_bridge import TrioBridge
+from streamstorage.lmdb_kv import LmdbRangeIndexes
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"

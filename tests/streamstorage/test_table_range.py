@@ -11,7 +11,7 @@ from bkcore.stream.errors import WriterFenced
 from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn,
 )
-from transports.lmdb_kv import LmdbRangeIndexes
+from streamstorage.lmdb_kv import LmdbRangeIndexes
 from bkcore.table.range import TABLES_NAMESPACE, TableRange, WatchCompacted
 
 URI = "memory://tables"

@@ -7,7 +7,7 @@ import pytest
 
 from bkcore.table.kv import MemoryKvIndex, RangeState
 from bkcore.table.commands import Increment, Put, RangeRead, Stamped
-from transports.lmdb_kv import IndexFull, LmdbRangeIndexes
+from streamstorage.lmdb_kv import IndexFull, LmdbRangeIndexes
 
 
 @pytest.fixture

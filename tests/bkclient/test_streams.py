@@ -230,7 +230,7 @@ async def test_a_ledger_read_error_reaches_the_reader_as_its_typed_error(bk, mon
     """Whatever the read-ahead meets below it (here every replica answering EIO) comes out of
     read_next() as that error, not as a closed channel or an exception group."""
     from bkcore.errors import BookieIOError
-    from transports.library import ReadHandle
+    from bkclient.library import ReadHandle
 
     streams = bk.streams
     await streams.create_stream("ns", "s")

@@ -1,0 +1,51 @@
+"""open_client: a running ClientDriver for a metastore URI, the connection to a cluster that a
+library user (bkclient.connect), a stream storage server or a tool makes.
+
+    async with open_client("raft://127.0.0.1:2281") as driver:
+        bk = BookKeeperClient(driver)          # bkcore.client.handles: ledgers and streams
+
+The metastore session is opened first and closed last (its ephemeral nodes vanish with it);
+the driver's tasks run in a nursery of their own while the block runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+from typing import AsyncIterator
+
+import trio
+
+from bkcore.client.config import ClientConfig
+from metastore.layout_node import resolve_layout
+from metastore.uri import open_metastore, parse_metastore_uri
+from transports.client_driver import ClientDriver
+
+
+@contextlib.asynccontextmanager
+async def open_client(uri: str, *, config: ClientConfig = ClientConfig(), session_timeout_s: float = 10.0,
+                      tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> AsyncIterator[ClientDriver]:
+    """A driver of the cluster whose metastore `uri` names (memory://, raft://, zk://). With
+    `tls` bookie connections use TLS (the context verifies the bookies' certificates); with
+    `auth_secret` each bookie connection first proves the cluster's shared secret."""
+    parsed = parse_metastore_uri(uri)
+    store = await open_metastore(parsed, session_timeout_s=session_timeout_s)
+    try:
+        layout = await resolve_layout(store, parsed)
+        driver = ClientDriver(store=store, layout=layout, config=config, tls=tls, auth_secret=auth_secret)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(driver.run)
+                try:
+                    yield driver
+                finally:
+                    driver.close()
+        except BaseExceptionGroup as group:
+            # The nursery only runs the driver; an error from the caller's block comes out
+            # as itself, so `except LedgerFenced:` around `async with connect()` works.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()
