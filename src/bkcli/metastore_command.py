@@ -23,7 +23,7 @@ def add_parser(commands) -> None:
 
 
 def cmd_metastore(args) -> int:
-    from metastore.raftlite.server import parse_peers
+    from transports.raftlite_server import parse_peers
     try:
         peers = parse_peers(args.peers)
     except ValueError as exc:
@@ -42,7 +42,7 @@ async def _serve(args, peers) -> int:
 
     from bkcli.signals import cancel_on_stop_signal
     from metastore.raftlite.core import MS, RaftConfig
-    from metastore.raftlite.server import run_raft_node
+    from transports.raftlite_server import run_raft_node
 
     config = RaftConfig(session_timeout_ns=args.session_timeout_ms * MS)
     host, port = peers[args.node_id]

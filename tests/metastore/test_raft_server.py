@@ -18,7 +18,7 @@ import trio
 from bkcore.metaops import Create, Get, MetaCode
 from metastore.raftlite.client import open_raft_store
 from metastore.raftlite.core import MS, PersistentState, RaftConfig
-from metastore.raftlite.server import RaftServer
+from transports.raftlite_server import RaftServer
 from metastore.raftlite.storage import RaftStorage, RaftStorageError
 from transports.timer import now_ns
 

@@ -7,7 +7,7 @@ import trio
 from bklocal.processes import free_port
 from bkcore.metaops import Create, Get, MetaCode
 from metastore.raftlite.core import MS, RaftConfig
-from metastore.raftlite.server import RaftServer
+from transports.raftlite_server import RaftServer
 from metastore.uri import open_metastore
 from store_contract import check_store_contract
 

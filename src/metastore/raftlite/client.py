@@ -18,7 +18,7 @@ import trio
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult, op_to_list, result_from_list
 from metastore.api import MetadataStore, Watch
-from metastore.raftlite.server import _Connection, is_connection_failure
+from metastore.raftlite.connection import RaftConnection, is_connection_failure
 
 log = logging.getLogger("bk.metastore.client")
 
@@ -43,7 +43,7 @@ class RaftStore(MetadataStore):
         self._cluster_timeout_s = session_timeout_s     # until a member says otherwise
         self.session_id: int | None = None
         self._lost = False
-        self._connection: _Connection | None = None
+        self._connection: RaftConnection | None = None
         self._state_changed = trio.Event()
         self._pending: dict[int, tuple[trio.Event, list]] = {}
         self._watches: dict[int, Watch] = {}
@@ -97,7 +97,7 @@ class RaftStore(MetadataStore):
         host, _, port = address.rpartition(":")
         with trio.fail_after(CONNECT_TIMEOUT_S):
             stream = await trio.open_tcp_stream(host, int(port))
-        connection = _Connection(stream)
+        connection = RaftConnection(stream)
         redirect: list[str | None] = []
         try:
             async with trio.open_nursery() as nursery:
@@ -114,7 +114,7 @@ class RaftStore(MetadataStore):
             await trio.aclose_forcefully(stream)
         return redirect[0] if redirect else None
 
-    async def _converse(self, connection: _Connection) -> None:
+    async def _converse(self, connection: RaftConnection) -> None:
         """Open or re-attach the session, then keep it alive until something fails."""
         sent_at = trio.current_time()
         if self.session_id is None:
@@ -145,7 +145,7 @@ class RaftStore(MetadataStore):
             while self._connection is None and not self._lost:
                 await self._state_changed.wait()
 
-    async def _read(self, connection: _Connection, nursery: trio.Nursery) -> None:
+    async def _read(self, connection: RaftConnection, nursery: trio.Nursery) -> None:
         try:
             async for message in connection.messages():
                 if message[0] == "r":
@@ -162,7 +162,7 @@ class RaftStore(MetadataStore):
         finally:
             nursery.cancel_scope.cancel()
 
-    async def _call(self, connection: _Connection, message: list):
+    async def _call(self, connection: RaftConnection, message: list):
         request_id = next(self._ids)
         event, answer = trio.Event(), []
         self._pending[request_id] = (event, answer)
@@ -261,7 +261,7 @@ async def member_status(address: str, *, timeout_s: float = 2.0) -> dict:
     host, _, port = address.rpartition(":")
     with trio.fail_after(timeout_s):
         stream = await trio.open_tcp_stream(host, int(port))
-        connection = _Connection(stream)
+        connection = RaftConnection(stream)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.write_loop)

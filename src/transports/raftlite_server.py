@@ -24,83 +24,27 @@ from __future__ import annotations
 import logging
 import random
 
-import msgpack
 import trio
 
 from bkcore.metaops import Children, Get, op_from_list, op_to_list
-from bkcore.wire import FrameDecoder, MalformedFrame, frame_body
 from metastore.api import Watch
 from metastore.raftlite.core import (
     Changed, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
 )
+from metastore.raftlite.connection import RaftConnection, encode, is_connection_failure
 from metastore.raftlite.storage import RaftStorage
 from metastore.watches import WatchTable
 from transports.timer import CoreTimer, now_ns
 
 log = logging.getLogger("bk.metastore")
 
-RECEIVE_SIZE = 256 * 1024
 EFFECT_BACKLOG_MAX = 1000      # effect batches waiting to be performed before inputs pause
-
-
-def encode(message: list) -> bytes:
-    return frame_body(msgpack.packb(message, use_bin_type=True))
-
-
-def decode(body: bytes):
-    try:
-        return [msgpack.unpackb(body, raw=False, strict_map_key=False)]
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise MalformedFrame(f"not msgpack: {exc}") from None
-
-
-CONNECTION_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError, trio.TooSlowError, MalformedFrame)
-
-
-def is_connection_failure(exc: BaseException) -> bool:
-    """A broken or bad connection (possibly inside an exception group from a nursery)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_connection_failure(e) for e in exc.exceptions)
-    return isinstance(exc, CONNECTION_ERRORS)
-
-
-class _Connection:
-    """A framed connection with a send queue drained by its own task."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.outbox: list[bytes] = []
-        self.wakeup = trio.Event()
-        self.is_closed = False
-
-    def send(self, message: list) -> None:
-        if not self.is_closed:
-            self.outbox.append(encode(message))
-            self.wakeup.set()
-
-    async def write_loop(self) -> None:
-        while True:
-            await self.wakeup.wait()
-            self.wakeup = trio.Event()
-            data, self.outbox = b"".join(self.outbox), []
-            if data:
-                await self.stream.send_all(data)
-
-    async def messages(self):
-        decoder = FrameDecoder(decode=decode)
-        while True:
-            data = await self.stream.receive_some(RECEIVE_SIZE)
-            if not data:
-                return
-            decoder.feed(data)
-            while (frame := decoder.next_frame()) is not None:
-                yield frame[0]
 
 
 class _RemoteWatch(Watch):
     """A watch whose firing is a notification to the client that set it."""
 
-    def __init__(self, connection: _Connection, watch_id: int) -> None:
+    def __init__(self, connection: RaftConnection, watch_id: int) -> None:
         super().__init__()
         self.connection = connection
         self.watch_id = watch_id
@@ -128,7 +72,7 @@ class RaftServer:
         self._effects_send, self._effects_receive = trio.open_memory_channel(float("inf"))
         self._effects_backlog = 0
         self._backlog_drained = trio.Event()
-        self._peer_outboxes: dict[int, _Connection | None] = {p: None for p in self.core.peer_ids}
+        self._peer_outboxes: dict[int, RaftConnection | None] = {p: None for p in self.core.peer_ids}
         self._peer_wakeups = {p: trio.Event() for p in self.core.peer_ids}
         self._peer_queues: dict[int, list[list]] = {p: [] for p in self.core.peer_ids}
         self.watches = WatchTable(Watch)
@@ -249,7 +193,7 @@ class RaftServer:
             task_status.started(listeners[0].socket.getsockname()[1])
 
     async def _handle(self, stream: trio.SocketStream) -> None:
-        connection = _Connection(stream)
+        connection = RaftConnection(stream)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.write_loop)
@@ -276,7 +220,7 @@ class RaftServer:
             connection.is_closed = True
             await trio.aclose_forcefully(stream)
 
-    def _on_client(self, connection: _Connection, message: list) -> None:
+    def _on_client(self, connection: RaftConnection, message: list) -> None:
         kind, request_id = message[0], message[1]
         core, at_ns = self.core, now_ns()
         if kind == "status":
