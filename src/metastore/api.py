@@ -30,30 +30,16 @@ import math
 import trio
 
 from bkcore.metaops import Children, Get, MetaOp, MetaResult
+from metastore.watches import OneShotWatch
 
 
-class Watch:
-    """A one-shot notification that something watched may have changed."""
+class Watch(OneShotWatch):
+    """A one-shot notification that something watched may have changed, for trio code."""
 
-    __slots__ = ("_event", "reason")
+    __slots__ = ()
 
     def __init__(self) -> None:
-        self._event = trio.Event()
-        self.reason = ""
-
-    def fire(self, reason: str = "changed") -> None:
-        if not self._event.is_set():
-            self.reason = reason
-            self._event.set()
-
-    @property
-    def is_fired(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> str:
-        """Wait until the watch fires; returns why ("changed", "connection lost", ...)."""
-        await self._event.wait()
-        return self.reason
+        super().__init__(trio.Event())
 
 
 class MetadataStore(abc.ABC):

@@ -13,6 +13,31 @@ from __future__ import annotations
 from typing import Callable
 
 
+class OneShotWatch:
+    """A one-shot notification that something watched may have changed, over an event of the
+    caller's runtime (trio's, for metastore.api.Watch; a simulated process's in the simulator)."""
+
+    __slots__ = ("_event", "reason")
+
+    def __init__(self, event) -> None:
+        self._event = event
+        self.reason = ""
+
+    def fire(self, reason: str = "changed") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    @property
+    def is_fired(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> str:
+        """Wait until the watch fires; returns why ("changed", "connection lost", ...)."""
+        await self._event.wait()
+        return self.reason
+
+
 def parent_of(path: str) -> str:
     parent = path.rpartition("/")[0]
     return parent or "/"

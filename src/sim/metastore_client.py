@@ -22,31 +22,10 @@ from __future__ import annotations
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult
 from metastore.memory import MemoryMetastore
-from metastore.watches import WatchTable
+from metastore.watches import OneShotWatch, WatchTable
 
 PING_FRACTION = 3              # pings per session timeout
 LEASE_FRACTION = 0.8           # of the session timeout, from the newest answered ping's send
-
-
-class SimWatch:
-    __slots__ = ("_event", "reason")
-
-    def __init__(self, runtime) -> None:
-        self._event = runtime.Event()
-        self.reason = ""
-
-    def fire(self, reason: str = "changed") -> None:
-        if not self._event.is_set():
-            self.reason = reason
-            self._event.set()
-
-    @property
-    def is_fired(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> str:
-        await self._event.wait()
-        return self.reason
 
 
 class SimMetastore(MemoryMetastore):
@@ -108,7 +87,7 @@ class SimMetadataStore:
         self._tree: SimMetastore = world.metastore
         self.session_id = self._tree.open_session()
         self._tree.last_heard_ns[self.session_id] = world.loop.now_ns
-        self._watches = WatchTable(lambda: SimWatch(runtime))
+        self._watches = WatchTable(lambda: OneShotWatch(runtime.Event()))
         self._tree.add_watch_table(self._watches)
         # Send time of the newest answered op or ping: the lease counts from it.
         self._lease_base_ns = world.loop.now_ns
@@ -120,14 +99,14 @@ class SimMetadataStore:
     async def execute(self, op: MetaOp) -> MetaResult:
         return await self._call(op, None)
 
-    async def execute_watch(self, op: Get | Children) -> tuple[MetaResult, SimWatch]:
+    async def execute_watch(self, op: Get | Children) -> tuple[MetaResult, OneShotWatch]:
         if not isinstance(op, (Get, Children)):
             raise TypeError(f"only Get and Children can be watched, not {type(op).__name__}")
         watches = []
         result = await self._call(op, lambda: watches.append(
             self._watches.add(op.path, is_children=isinstance(op, Children))))
         if not watches:
-            watch = SimWatch(self._rt)
+            watch = OneShotWatch(self._rt.Event())
             watch.fire("connection lost")
             return result, watch
         return result, watches[0]
@@ -162,7 +141,7 @@ class SimMetadataStore:
         """The process is gone: its watches will never be waited for again."""
         if self._watches is not None:
             self._tree.remove_watch_table(self._watches)
-            self._watches = WatchTable(lambda: SimWatch(self._rt))
+            self._watches = WatchTable(lambda: OneShotWatch(self._rt.Event()))
 
     async def _call(self, op: MetaOp | None, on_applied) -> MetaResult:
         """op, or a ping when None: there and back with the world's latency and faults."""

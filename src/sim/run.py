@@ -111,6 +111,15 @@ def _young_collections_every(allocation_count: int):
 RUNNABLE_WORKLOADS = ("ledger", "stream")
 
 
+def _new_world(scenario: Scenario) -> SimWorld:
+    """The scenario's cluster: its bookies, before any workload or fault."""
+    world = SimWorld(scenario=scenario, bookie_config=scenario.bookie_config(),
+                     client_config=scenario.client_config())
+    for index in range(scenario.bookie_count):
+        world.add_bookie(f"bookie-{index}")
+    return world
+
+
 def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = (), plant: str | None = None) -> RunResult:
     """Run the scenario (with the named planted bug swapped in, if any: sim.plants)."""
     with _young_collections_every(GC_YOUNG_THRESHOLD), planted(plant):
@@ -135,10 +144,7 @@ SERVICE_DRAIN_NS = 2 * S
 def _run_service_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:
     """The stream and table workloads: application processes over the simulated cluster."""
     started = time.perf_counter()
-    world = SimWorld(scenario=scenario, bookie_config=scenario.bookie_config(),
-                     client_config=scenario.client_config())
-    for index in range(scenario.bookie_count):
-        world.add_bookie(f"bookie-{index}")
+    world = _new_world(scenario)
     workload = _service_workload(world)
     workload.start()
     world.start_checkpoints()
@@ -180,10 +186,7 @@ def _run_service_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunR
 
 def _run_scenario(scenario: Scenario, schedule: list[FaultStep]) -> RunResult:
     started = time.perf_counter()
-    world = SimWorld(scenario=scenario, bookie_config=scenario.bookie_config(),
-                     client_config=scenario.client_config())
-    for index in range(scenario.bookie_count):
-        world.add_bookie(f"bookie-{index}")
+    world = _new_world(scenario)
     history = History()
     workload = LedgerWorkload(world=world, history=history)
     workload.start()

@@ -556,6 +556,19 @@ class SimNursery:
         return abort
 
 
+def _waiting_in(waiters: dict, value: object = None) -> Callable[[_Task], Callable[[], bool]]:
+    """A register function that files the parked task in `waiters` (with `value`) and whose
+    abort takes it out again."""
+    def register(task: _Task) -> Callable[[], bool]:
+        waiters[task] = value
+
+        def abort() -> bool:
+            waiters.pop(task, None)
+            return True
+        return abort
+    return register
+
+
 class SimEvent:
     __slots__ = ("_runtime", "_is_set", "_waiters")
 
@@ -579,15 +592,7 @@ class SimEvent:
         if self._is_set:
             await self._runtime.checkpoint()        # as trio's: a set event still yields
             return
-        await self._runtime._park(self._register)
-
-    def _register(self, task: _Task) -> Callable[[], bool]:
-        self._waiters[task] = None
-
-        def abort() -> bool:
-            self._waiters.pop(task, None)
-            return True
-        return abort
+        await self._runtime._park(_waiting_in(self._waiters))
 
 
 class SimLock:
@@ -605,16 +610,8 @@ class SimLock:
             runtime._raise_if_cancelled()
             self._owner = runtime.current_task
             return
-        await runtime._park(self._register)
+        await runtime._park(_waiting_in(self._waiters))
         assert self._owner is runtime.current_task
-
-    def _register(self, task: _Task) -> Callable[[], bool]:
-        self._waiters[task] = None
-
-        def abort() -> bool:
-            self._waiters.pop(task, None)
-            return True
-        return abort
 
     def release(self) -> None:
         assert self._owner is not None, "release of a lock that is not held"
@@ -644,7 +641,29 @@ class _ChannelState:
         self.receivers: dict[_Task, None] = {}
 
 
-class SimSendChannel:
+class _ClosesOnExit:
+    """`async with` / `with` a channel end closes it on the way out, as trio's do."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        self.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class SimSendChannel(_ClosesOnExit):
     def __init__(self, state: _ChannelState) -> None:
         self._state = state
 
@@ -671,15 +690,7 @@ class SimSendChannel:
             return
         except WouldBlock:
             pass
-
-        def register(task: _Task) -> Callable[[], bool]:
-            state.senders[task] = value
-
-            def abort() -> bool:
-                state.senders.pop(task, None)
-                return True
-            return abort
-        await state.runtime._park(register)
+        await state.runtime._park(_waiting_in(state.senders, value))
 
     def close(self) -> None:
         state = self._state
@@ -690,23 +701,8 @@ class SimSendChannel:
         for task in receivers:
             state.runtime._reschedule(task, error=EndOfChannel())
 
-    async def aclose(self) -> None:
-        self.close()
 
-    async def __aenter__(self) -> SimSendChannel:
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.close()
-
-    def __enter__(self) -> SimSendChannel:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-
-class SimReceiveChannel:
+class SimReceiveChannel(_ClosesOnExit):
     def __init__(self, state: _ChannelState) -> None:
         self._state = state
 
@@ -742,15 +738,7 @@ class SimReceiveChannel:
             return self.receive_nowait()
         except WouldBlock:
             pass
-
-        def register(task: _Task) -> Callable[[], bool]:
-            state.receivers[task] = None
-
-            def abort() -> bool:
-                state.receivers.pop(task, None)
-                return True
-            return abort
-        return await state.runtime._park(register)
+        return await state.runtime._park(_waiting_in(state.receivers))
 
     def close(self) -> None:
         state = self._state
@@ -762,9 +750,6 @@ class SimReceiveChannel:
         for task in senders:
             state.runtime._reschedule(task, error=BrokenResourceError("the channel's receive side is closed"))
 
-    async def aclose(self) -> None:
-        self.close()
-
     def __aiter__(self) -> SimReceiveChannel:
         return self
 
@@ -773,15 +758,3 @@ class SimReceiveChannel:
             return await self.receive()
         except EndOfChannel:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> SimReceiveChannel:
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.close()
-
-    def __enter__(self) -> SimReceiveChannel:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
