@@ -3,8 +3,9 @@
 The world performs the effects of the pure core the way a real deployment would, with faults:
 - Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
   node that is down, or that restarted since the message left, is dropped (its connection broke);
-- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then on_persisted
-  (in the order the writes were made, as one journal file persists them);
+- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then
+  answer_persisted, the early answers sent, and apply_persisted (in the order the writes were
+  made, as one journal file persists them);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
   answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
@@ -434,9 +435,16 @@ class SimWorld:
         pump(node)
 
     def _persisted(self, node: _BookieNode, token: int, now_ns: int) -> None:
+        """As a server does for a group it syncs itself: the adds' answers the first half gives
+        leave before the second half applies the records (the order of effects is the same as
+        on_persisted's, so one path serves both of the server's)."""
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", node.name, token))
-        node.core.on_persisted(token, now_ns)
+        core = node.core
+        core.answer_persisted(token, now_ns)
+        pump = node.pump
+        pump(node)
+        core.apply_persisted(now_ns)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
         node.timer_handle = None
