@@ -14,6 +14,7 @@ from bkcore.bookie.bookie import BookieConfig
 from bkcore.client.config import ClientConfig
 from sim.options import DiskOptions, NetworkOptions
 
+US = 1_000
 MS = 1_000_000
 S = 1_000_000_000
 
@@ -79,6 +80,10 @@ class Scenario:
     # group once the last is answered; more let a later write complete while answers are still
     # to come. Seeds draw it, so both orders of events are exercised.
     journal_writes_in_flight_max: int = 2
+    # How long a client's connection to a bookie stays busy writing after it was given sends:
+    # bookies the core names in a HeldSends meanwhile are pulled when it is done, so adds
+    # held across several inputs leave in one batch (0: every bookie is pulled at once).
+    client_write_busy_ns: int = 0
 
     def bookie_config(self) -> BookieConfig:
         return BookieConfig(journal_writes_in_flight_max=self.journal_writes_in_flight_max)
@@ -132,6 +137,7 @@ class Scenario:
         disk_capacity = rng.choice([1 << 40, 1 << 40, 48 << 10, 160 << 10])
         journal_prealloc = rng.choice([0, 4 << 10, 16 << 10])
         journal_writes_in_flight = rng.choice([1, 2, 3])
+        client_write_busy = rng.choice([0, 100 * US, 1 * MS])
         if "net" not in faults:
             network = dataclasses.replace(network, loss_probability=0.0, duplicate_probability=0.0,
                                           reorder_probability=0.0)
@@ -146,7 +152,8 @@ class Scenario:
             pause_probability_per_second=pause if "pause" in faults else 0.0,
             restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout,
             disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40,
-            journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight)
+            journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight,
+            client_write_busy_ns=client_write_busy)
 
     def describe(self) -> list[str]:
         return [
@@ -163,5 +170,6 @@ class Scenario:
             f"metastore: {self.metastore}",
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
             f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "
-            f"client_request_timeout={self.request_timeout_ns / MS:g}ms",
+            f"client_request_timeout={self.request_timeout_ns / MS:g}ms "
+            f"client_write_busy={self.client_write_busy_ns / MS:g}ms",
         ]

@@ -1,6 +1,7 @@
 """SimWorld: bookies, clients and the metastore as nodes of one deterministic event loop.
 
 The world performs the effects of the pure core the way a real deployment would, with faults:
+- HeldSends: the client's held sends pulled at once, or once a connection drawn busy is done;
 - Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
   node that is down, or that restarted since the message left, is dropped (its connection broke);
 - JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then
@@ -33,7 +34,7 @@ from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
-from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
+from bkcore.effects import Completed, HeldSends, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
 from metastore.memory import MemoryMetastore
@@ -162,6 +163,8 @@ class SimWorld:
         self.counts = WorldCounts()
         self.faults_enabled = True
         self._checkpoint_round = 0
+        # (client, bookie) -> until when that connection is busy writing (_pull_sends).
+        self._write_busy_until_ns: dict[tuple[str, str], int] = {}
         # Scenario tests drop chosen messages: filter(source, destination, message) -> deliver?
         self.message_filter: Callable[[str, str, object], bool] | None = None
         # What every pump with sends calls, bound once (a method looked up is a new object).
@@ -575,8 +578,42 @@ class SimWorld:
         elif kind is Completed:
             on_completed = node.on_completed
             on_completed(node.name, effect, now_ns)
+        elif kind is HeldSends:
+            self._pull_sends(node, effect.destinations)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
+
+    def _pull_sends(self, node: _ClientNode, destinations: list[str]) -> None:
+        """A client core holds sends for these bookies: pull them now, as the real driver does
+        for a connection that can write, except where the connection is still busy writing
+        what it was last given (scenario.client_write_busy_ns): those are pulled once it is
+        done, with whatever the core held for them meanwhile."""
+        now_ns = self.loop.now_ns
+        busy_ns = self.scenario.client_write_busy_ns
+        if not busy_ns:
+            node.core.pull_sends(destinations, now_ns=now_ns)
+            return
+        busy_until_ns = self._write_busy_until_ns
+        ready = []
+        for destination in destinations:
+            until_ns = busy_until_ns.get((node.name, destination), 0)
+            if until_ns > now_ns:
+                self.loop.call_at(until_ns, self._pull_when_written, node, destination)
+            else:
+                busy_until_ns[node.name, destination] = now_ns + busy_ns
+                ready.append(destination)
+        if ready:
+            node.core.pull_sends(ready, now_ns=now_ns)
+
+    def _pull_when_written(self, node: _ClientNode, destination: str) -> None:
+        now_ns = self.loop.now_ns
+        if node.paused_until_ns > now_ns:
+            self.loop.call_at(node.paused_until_ns, self._pull_when_written, node, destination)
+            return
+        self._write_busy_until_ns[node.name, destination] = now_ns + self.scenario.client_write_busy_ns
+        node.core.pull_sends([destination], now_ns=now_ns)
+        pump = node.pump
+        pump(node)
 
     def _metastore_latency_ns(self) -> int:
         options = self.scenario.metastore
