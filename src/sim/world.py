@@ -5,8 +5,8 @@ The world performs the effects of the pure core the way a real deployment would,
 - Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
   node that is down, or that restarted since the message left, is dropped (its connection broke);
 - JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then
-  answer_persisted, the early answers sent, and apply_persisted (in the order the writes were
-  made, as one journal file persists them);
+  answer_persisted and apply_persisted (in the order the writes were made, as one journal
+  file persists them);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
   answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
@@ -438,15 +438,14 @@ class SimWorld:
         pump(node)
 
     def _persisted(self, node: _BookieNode, token: int, now_ns: int) -> None:
-        """As a server does for a group it syncs itself: the adds' answers the first half gives
-        leave before the second half applies the records (the order of effects is the same as
-        on_persisted's, so one path serves both of the server's)."""
+        """In two inputs, as a server does for a group it syncs itself: the first gives the
+        adds' answers, the second applies the records. The caller's pump then sends the early
+        answers first, in the order the server writes them before the apply (a message
+        posted here reaches nobody sooner for being posted between the two)."""
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", node.name, token))
         core = node.core
         core.answer_persisted(token, now_ns)
-        pump = node.pump
-        pump(node)
         core.apply_persisted(now_ns)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:

@@ -154,8 +154,9 @@ class LedgerWriter:
         # Invariant: the context has every position's bookie named as held (ctx.hold).
         self._held: dict[int, list[_PendingAdd]] = {}
         # The common case kept apart: adds held for every position of an unstriped ledger
-        # (E == Qw) while no bookie has failed, one list for all. Whenever _held is used it has
-        # them spilled into it first (_spill_held_for_all), so the two never hold adds at once.
+        # (E == Qw) while no bookie has failed, one list for all. A position's adds to send are
+        # those in _held, then these (they are later entries); before _held is added to or a
+        # position is sent alone, these are spilled into it (_spill_held_for_all).
         self._held_for_all: list[_PendingAdd] = []
         self._held_for_all_acks: list = [0, 0, 0, 0]      # their group
         self._is_unstriped = metadata.ensemble_size == metadata.write_quorum_size
@@ -224,7 +225,7 @@ class LedgerWriter:
                 self.ctx.cancel_timer(self._explicit_lac_timer)
                 self._explicit_lac_timer = None
         failed = self._failed
-        if self._is_unstriped and not failed and not self._held:
+        if self._is_unstriped and not failed:
             held_for_all = self._held_for_all
             if not held_for_all:
                 self.ctx.hold(self, self.metadata.ensembles[-1][1], now_ns)
@@ -260,13 +261,18 @@ class LedgerWriter:
             self.ctx.hold(self, newly_held, now_ns)
 
     def _spill_held_for_all(self) -> None:
-        """Move the adds held for every position into each position's own list (_held)."""
+        """Move the adds held for every position to the end of each position's own list (_held)."""
         held_for_all, self._held_for_all = self._held_for_all, []
         if not held_for_all:
             return
         self._held_for_all_acks[_GROUP_COUNT] = len(held_for_all)
+        held = self._held
         for position in range(self.metadata.ensemble_size):
-            self._held[position] = held_for_all.copy()
+            adds = held.get(position)
+            if adds is None:
+                held[position] = held_for_all.copy()
+            else:
+                adds += held_for_all
 
     def _refusal(self) -> BKException:
         if self.state is WriterState.ERRORED:
@@ -285,7 +291,7 @@ class LedgerWriter:
         if self._lac_push_held_at_ns is not None:
             self._send_held_lac()
         if held_for_all:
-            if pulled_count == len(ensemble):
+            if pulled_count == len(ensemble) and not self._held:
                 # The usual case: every bookie at once. The same entries for each, so they are
                 # split into runs once, as one group per run.
                 self._held_for_all = []
@@ -299,7 +305,8 @@ class LedgerWriter:
                     for first_entry_id, bodies in runs:
                         self._send_run(first_entry_id, bodies, position, bookie, pulled[bookie])
                 return False
-            self._spill_held_for_all()       # some bookies now, the rest when they are pulled
+            self._spill_held_for_all()       # some bookies now, the rest when they are pulled (or
+            #                                  some held more than the rest)
         held = self._held
         # Bookies that hold the same span of entries share its runs.
         runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
@@ -366,7 +373,7 @@ class LedgerWriter:
                     acks[_ACKED] |= bit
                     acks[_ACK_COUNT] += 1
             else:
-                self._ack_each(max(start, 0), start + count, bit)
+                self._ack_groups(max(start, 0), start + count, bit)
             self._complete_ready(now_ns)
         elif code == Code.FENCED:
             self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
@@ -374,6 +381,25 @@ class LedgerWriter:
             self._fail(Unauthorized(f"ledger {self.ledger_id}: bookie {bookie} refused the master key"), now_ns)
         else:
             self._on_bookie_failed(position, bookie, code, now_ns)
+
+    def _ack_groups(self, start_index: int, end_index: int, bit: int) -> None:
+        """Acknowledge pending adds start_index .. end_index - 1 (with `bit`) a group at a time
+        while the span covers whole groups (a bookie pulled after the others gets the adds of
+        several groups in one run), and one by one (_ack_each) from a group it covers in part."""
+        pending = self._pending
+        end_index = min(end_index, len(pending))
+        index = start_index
+        while index < end_index:
+            add = pending[index]
+            acks = add[_ACKS]
+            count = acks[_GROUP_COUNT]
+            if acks[_GROUP_FIRST_ENTRY_ID] != add[_ENTRY_ID] or not 0 < count <= end_index - index:
+                self._ack_each(index, end_index, bit)
+                return
+            if not acks[_ACKED] & bit:
+                acks[_ACKED] |= bit
+                acks[_ACK_COUNT] += 1
+            index += count
 
     def _ack_each(self, start_index: int, end_index: int, bit: int) -> None:
         """Acknowledge pending adds start_index .. end_index - 1 one by one (with `bit`), each
@@ -641,7 +667,8 @@ class LedgerWriter:
         """Adds just completed. Readers learn the LAC from stored entries, which carry the LAC
         of their send time, so a writer with adds in flight has nothing to push: its next
         entries carry it. An idle one pushes its LAC at most once per explicit_lac_interval_ns:
-        once the driver has taken the effects of the input that completed its adds, or, if its application added
+        once the driver has taken the effects of the input that completed its adds (held for
+        its bookies, it leaves when the driver pulls them), or, if its application added
         again within the interval the last time it went idle (one add at a time, say), on a
         timer due explicit_lac_hold_ns later, which the next add cancels (that entry carries
         the LAC). A timer due at once would race the application's next add (in trio the two
