@@ -4,6 +4,8 @@ A state machine never performs I/O. It appends effects to its outbox; the driver
 with take_effects() and performs each one. Completions come back as inputs:
 
     Send            -> (nothing; replies arrive later as receive())
+    HeldSends       -> pull_sends(destinations)       when those bookies' connections can write
+                                                      (the held requests come out as Sends)
     JournalWrite    -> on_persisted(token)            once the bytes are durable (in the order
                                                       the writes were emitted)
     MetadataCall    -> on_metadata_result(token, r)   once the store answered (or failed)
@@ -31,6 +33,15 @@ class Send:
 
 
 @dataclass(slots=True)
+class HeldSends:
+    """The client core holds requests for these bookies (adds, which it groups into runs while
+    they wait) until the driver pulls them with pull_sends(): at once, or when a connection
+    that is busy writing can write again. Each bookie is named once until it is pulled."""
+
+    destinations: list[str]
+
+
+@dataclass(slots=True)
 class JournalWrite:
     """Append `data` to the journal and make it durable (write + fdatasync), then report."""
 
@@ -53,4 +64,4 @@ class Completed:
     error: BKException | None = None
 
 
-Effect = Send | JournalWrite | MetadataCall | Completed
+Effect = Send | HeldSends | JournalWrite | MetadataCall | Completed

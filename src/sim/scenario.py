@@ -14,6 +14,7 @@ from bkcore.bookie.bookie import BookieConfig
 from bkcore.client.config import ClientConfig
 from sim.options import DiskOptions, NetworkOptions
 
+US = 1_000
 MS = 1_000_000
 S = 1_000_000_000
 
@@ -82,6 +83,10 @@ class Scenario:
     # group once the last is answered; more let a later write complete while answers are still
     # to come. Seeds draw it, so both orders of events are exercised.
     journal_writes_in_flight_max: int = 2
+    # How long a client's connection to a bookie stays busy writing after it was given sends:
+    # bookies the core names in a HeldSends meanwhile are pulled when it is done, so adds
+    # held across several inputs leave in one batch (0: every bookie is pulled at once).
+    client_write_busy_ns: int = 0
     workload: str = "ledger"
     # Wall clocks of application processes differ by up to this much (TTLs, segment ctimes).
     clock_skew_max_ns: int = 0
@@ -144,6 +149,7 @@ class Scenario:
         disk_capacity = rng.choice([1 << 40, 1 << 40, 48 << 10, 160 << 10])
         journal_prealloc = rng.choice([0, 4 << 10, 16 << 10])
         journal_writes_in_flight = rng.choice([1, 2, 3])
+        client_write_busy = rng.choice([0, 100 * US, 1 * MS])
         # Knobs added later are drawn after the earlier ones, so those keep their values.
         clock_skew = rng.choice([0, 0, 5 * MS, 50 * MS])
         services = dict(stream_reader_count=rng.choice([1, 2, 3]),
@@ -168,6 +174,7 @@ class Scenario:
             restart_delay_mean_ns=restart_delay, request_timeout_ns=request_timeout,
             disk_capacity_size=disk_capacity if "disk" in faults else 1 << 40,
             journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight,
+            client_write_busy_ns=client_write_busy,
             workload=workload, clock_skew_max_ns=clock_skew,
             **services)
 
@@ -186,7 +193,8 @@ class Scenario:
             f"metastore: {self.metastore}",
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
             f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "
-            f"client_request_timeout={self.request_timeout_ns / MS:g}ms clock_skew_max={self.clock_skew_max_ns / MS:g}ms",
+            f"client_request_timeout={self.request_timeout_ns / MS:g}ms "
+            f"client_write_busy={self.client_write_busy_ns / MS:g}ms clock_skew_max={self.clock_skew_max_ns / MS:g}ms",
             f"streams: readers={self.stream_reader_count} rolling_size={self.stream_rolling_size} "
             f"retention_size={self.stream_retention_size}",
         ]

@@ -1,10 +1,12 @@
 """SimWorld: bookies, clients and the metastore as nodes of one deterministic event loop.
 
 The world performs the effects of the pure core the way a real deployment would, with faults:
+- HeldSends: the client's held sends pulled at once, or once a connection drawn busy is done;
 - Send: over SimNetwork (latency, loss, duplication, reordering, partitions); a message to a
   node that is down, or that restarted since the message left, is dropped (its connection broke);
-- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then on_persisted
-  (in the order the writes were made, as one journal file persists them);
+- JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then
+  answer_persisted and apply_persisted (in the order the writes were made, as one journal
+  file persists them);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
   answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
@@ -32,7 +34,7 @@ from bkcore.bookie.gc import collect_garbage
 from bkcore.bookie.stack import BookieStack
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
-from bkcore.effects import Completed, JournalWrite, MetadataCall, Send
+from bkcore.effects import Completed, HeldSends, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
 from sim.filesystem import SimFileSystem
@@ -161,6 +163,8 @@ class SimWorld:
         self.counts = WorldCounts()
         self.faults_enabled = True
         self._checkpoint_round = 0
+        # (client, bookie) -> until when that connection is busy writing (_pull_sends).
+        self._write_busy_until_ns: dict[tuple[str, str], int] = {}
         # Scenario tests drop chosen messages: filter(source, destination, message) -> deliver?
         self.message_filter: Callable[[str, str, object], bool] | None = None
         # What every pump with sends calls, bound once (a method looked up is a new object).
@@ -443,9 +447,15 @@ class SimWorld:
         pump(node)
 
     def _persisted(self, node: _BookieNode, token: int, now_ns: int) -> None:
+        """In two inputs, as a server does for a group it syncs itself: the first gives the
+        adds' answers, the second applies the records. The caller's pump then sends the early
+        answers first, in the order the server writes them before the apply (a message
+        posted here reaches nobody sooner for being posted between the two)."""
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", node.name, token))
-        node.core.on_persisted(token, now_ns)
+        core = node.core
+        core.answer_persisted(token, now_ns)
+        core.apply_persisted(now_ns)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
         node.timer_handle = None
@@ -578,8 +588,44 @@ class SimWorld:
         elif kind is Completed:
             on_completed = node.on_completed
             on_completed(node.name, effect, now_ns)
+        elif kind is HeldSends:
+            self._pull_sends(node, effect.destinations)
         else:
             raise AssertionError(f"unknown effect {effect!r}")
+
+    def _pull_sends(self, node: _ClientNode, destinations: list[str]) -> None:
+        """A client core holds sends for these bookies: pull them now, as the real driver does
+        for a connection that can write, except where the connection is still busy writing
+        what it was last given (scenario.client_write_busy_ns): those are pulled once it is
+        done, with whatever the core held for them meanwhile."""
+        now_ns = self.loop.now_ns
+        busy_ns = self.scenario.client_write_busy_ns
+        if not busy_ns:
+            node.core.pull_sends(destinations, now_ns=now_ns)
+            return
+        busy_until_ns = self._write_busy_until_ns
+        ready = []
+        for destination in destinations:
+            until_ns = busy_until_ns.get((node.name, destination), 0)
+            if until_ns > now_ns:
+                self.loop.call_at(until_ns, self._pull_when_written, node, destination)
+            else:
+                busy_until_ns[node.name, destination] = now_ns + busy_ns
+                ready.append(destination)
+        if ready:
+            node.core.pull_sends(ready, now_ns=now_ns)
+
+    def _pull_when_written(self, node: _ClientNode, destination: str) -> None:
+        if not node.is_up:           # its process stopped meanwhile
+            return
+        now_ns = self.loop.now_ns
+        if node.paused_until_ns > now_ns:
+            self.loop.call_at(node.paused_until_ns, self._pull_when_written, node, destination)
+            return
+        self._write_busy_until_ns[node.name, destination] = now_ns + self.scenario.client_write_busy_ns
+        node.core.pull_sends([destination], now_ns=now_ns)
+        pump = node.pump
+        pump(node)
 
     def draw_metastore_answer_lost(self) -> bool:
         """Whether the answer to an applied op is lost on its way back."""

@@ -337,6 +337,9 @@ class BookieServer:
         core = self.core
         answered = set()
         while effects := core.take_effects():
+            # One write per round is synced here (the first, when small): its early answers are
+            # then all the core has to give (nothing else reached the core since `effects`).
+            has_synced_inline = False
             for effect in effects:
                 kind = type(effect)
                 if kind is Send:
@@ -353,7 +356,9 @@ class BookieServer:
                     # A small one, with the journal thread idle (so nothing is written before
                     # it), is written and synced here and now: a thread handoff would cost as
                     # much as its fdatasync.
-                    if len(effect.data) <= self._sync_inline_size_max and not self._journal.outstanding:
+                    if (len(effect.data) <= self._sync_inline_size_max and not self._journal.outstanding
+                            and not has_synced_inline):
+                        has_synced_inline = True
                         started = time.perf_counter()
                         try:
                             self._write_and_sync([effect])
@@ -362,7 +367,7 @@ class BookieServer:
                             continue
                         # Its adds' answers go out now, before their records reach the
                         # write cache; any others in the next round of this loop.
-                        self._journaled(effect, started, send_answers=self._send_answers_now)
+                        self._journaled(effect, started, answer_first=True)
                     else:
                         self._journal.submit(effect)
                 else:
@@ -436,15 +441,22 @@ class BookieServer:
         raise SystemExit(f"bookie {self.config.bookie_id}: journal write failed ({error!r}); check {where} "
                          f"and restart (the journal replays what was synced)")
 
-    def _journaled(self, effect: JournalWrite, started: float, *,
-                   send_answers: Callable[[list[Send]], None] | None = None) -> None:
+    def _journaled(self, effect: JournalWrite, started: float, *, answer_first: bool = False) -> None:
+        """Tell the core the write is durable. answer_first: in two inputs, writing the adds'
+        answers the first one gives to their connections before the second applies the
+        records, so the client hears of its add while the bookie still fills its write cache."""
         took = time.perf_counter() - started
-        self.core.on_persisted(effect.token, now_ns(), send_answers=send_answers)
+        core = self.core
+        if answer_first:
+            core.answer_persisted(effect.token, now_ns())
+            self._send_answers_now(core.take_effects())
+            core.apply_persisted(now_ns())
+        else:
+            core.on_persisted(effect.token, now_ns())
         self.journal_write_latency.observe(took)
 
     def _send_answers_now(self, answers: list[Send]) -> None:
-        """Write answers to their connections at once (core.on_persisted's send_answers): the
-        client hears of its add while the bookie still applies it to the write cache."""
+        """Write answers to their connections at once (what core.answer_persisted gives)."""
         connections = set()
         for answer in answers:
             connection = self.connections.get(answer.destination)

@@ -11,11 +11,13 @@ not dialled again until a backoff (doubling up to RECONNECT_BACKOFF_MAX_S) has p
 meanwhile fail immediately, which the core turns into ensemble changes or other replicas.
 Everything queued for a bookie between two writes leaves in one frame; at the end of each
 pump the connections it sent on are flushed, so a lone add leaves without a hop to a task.
-The core sends the adds of one pump to a bookie as AddBatchRequests itself; adds that left it
-in separate pumps but wait for the same write are joined into AddBatchRequests here
-(bkcore.client.batching) and expanded back for the core on return. Adds started with start_add (pipelined) are
-pumped together once the caller yields, so a burst of them makes one batch per bookie (a long
-burst, one per PIPELINED_ADDS_PER_PUMP_MAX adds).
+The driver groups nothing: the core holds adds for a bookie and names it in a HeldSends
+effect; the driver pulls that bookie's sends (Client.pull_sends) at once if its connection
+can write, or else when it can: once the connection's writer task has written what it had
+(FramedConnection's on_writable), or the connection is open or has failed. Adds that queue
+meanwhile, in any number of pumps, leave as one AddBatchRequest per run, made by the core.
+Adds started with start_add (pipelined) are pumped together once the caller yields, so a burst
+of them makes one batch per bookie (a long burst, one per PIPELINED_ADDS_PER_PUMP_MAX adds).
 """
 
 from __future__ import annotations
@@ -28,14 +30,13 @@ from typing import Callable
 
 import trio
 
-from bkcore.client.batching import DRIVER_BATCH_ID_BASE, coalesce_adds, expand_batch_response
 from bkcore.client.client import Client
 from bkcore.client.config import ClientConfig
-from bkcore.effects import Completed, MetadataCall, Send
+from bkcore.effects import Completed, HeldSends, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, MetaCode, MetaResult
 from bkcore.errors import BKException, Code
-from bkcore.wire import AddBatchResponse, AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
+from bkcore.wire import AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection
 from transports.timer import CoreTimer, now_ns
@@ -79,12 +80,9 @@ class _BookieLink:
         self.is_connecting = False
         self.retry_after: float = 0.0         # trio time before which we do not dial again
         self.backoff_s = RECONNECT_BACKOFF_MIN_S
-        # AddBatchRequests in flight on the current connection: batch id -> the adds it carries.
-        self.batches: dict[int, list] = {}
-        self.batch_ids = itertools.count(DRIVER_BATCH_ID_BASE)
-
-    def coalesce(self, messages: list) -> list:
-        return coalesce_adds(messages, self.batch_ids.__next__, self.batches)
+        # The core holds sends for this bookie that could not be pulled when it named them
+        # (connecting, or the connection writing): pull them once that is over.
+        self.wants_pull = False
 
 
 class ClientDriver:
@@ -192,6 +190,10 @@ class ClientDriver:
                         self._complete(effect)
                 elif kind is Send:
                     sent_on.add(self._send(effect.destination, effect.message, wake_writer=False))
+                elif kind is HeldSends:
+                    ready = self._writable_now(effect.destinations)
+                    if ready:       # (their Sends come in the next round)
+                        client.pull_sends(ready, now_ns=now_ns())
                 elif kind is MetadataCall:
                     self._nursery.start_soon(self._call_metastore, effect)
                 else:
@@ -201,6 +203,33 @@ class ClientDriver:
                 connection.flush()      # what this pump sends leaves now, not after a task hop
         deadline_ns = client.next_deadline_ns()
         self._timer.set(deadline_ns)
+
+    def _writable_now(self, destinations: list[str]) -> list[str]:
+        """Of these bookies, those whose sends can be written now. The others are connecting
+        or their connection is writing: they are pulled when that is over (_pull_wanted)."""
+        ready = []
+        links = self._links
+        for bookie_id in destinations:
+            link = links.get(bookie_id)
+            if link is not None and (link.is_connecting or (link.connection is not None
+                                                            and link.connection.is_writing)):
+                link.wants_pull = True
+            else:
+                ready.append(bookie_id)
+        return ready
+
+    def _pull_wanted(self, link: _BookieLink) -> None:
+        """The sends the core held for this bookie while it could not write leave now (to its
+        connection, or to the next attempt to open one, or fail if it may not be dialled)."""
+        if link.wants_pull:
+            link.wants_pull = False
+            self.client.pull_sends([link.bookie_id], now_ns=now_ns())
+
+    def _on_writable(self, connection: FramedConnection) -> None:
+        link = self._links.get(connection.name)
+        if link is not None and link.wants_pull and link.connection is connection:
+            self._pull_wanted(link)
+            self.pump()
 
     def _complete(self, effect: Completed) -> None:
         on_done = self._on_completed.pop(effect.op_id, None)
@@ -297,10 +326,11 @@ class ClientDriver:
             at_ns = now_ns()
             for message in waiting:
                 self.client.on_send_failed(message, destination=link.bookie_id, now_ns=at_ns)
+            self._pull_wanted(link)           # (they fail at once: no dialling before retry_after)
             self.pump()
             return
         connection = FramedConnection(stream, name=link.bookie_id, on_messages=self._on_messages,
-                                      prepare=link.coalesce)
+                                      on_writable=self._on_writable)
         link.connection = connection
         link.is_connecting = False
         link.backoff_s = RECONNECT_BACKOFF_MIN_S
@@ -309,27 +339,25 @@ class ClientDriver:
         waiting, link.waiting = link.waiting, []
         for message in waiting:
             connection.send(message)
+        if link.wants_pull:
+            self._pull_wanted(link)
+            self.pump()
         try:
             await connection.run()
         finally:
             if link.connection is connection:
                 link.connection = None
-                link.batches.clear()     # their adds fail with the connection, below
             log.info("connection to bookie %s closed: %s", link.bookie_id, connection.close_reason)
             self.client.on_connection_lost(link.bookie_id, now_ns=now_ns())
+            self._pull_wanted(link)           # to the next connection, or failed at once
             self.pump()
 
     def _on_messages(self, messages: list, connection: FramedConnection) -> None:
         client = self.client
         at_ns = now_ns()
         source = connection.name
-        link = self._links[source]
         for message in messages:
-            if type(message) is AddBatchResponse and message.request_id >= DRIVER_BATCH_ID_BASE:
-                requests = link.batches.pop(message.request_id, None)
-                for response in expand_batch_response(message, requests) if requests else ():
-                    client.receive(response, source=source, now_ns=at_ns)
-            elif type(message) is BookieInfoResponse:
+            if type(message) is BookieInfoResponse:
                 waiter = self._info_waiters.pop(message.request_id, None)
                 if waiter is not None:
                     waiter.result = message

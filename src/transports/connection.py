@@ -11,7 +11,10 @@ packs everything queued since its last write into as few frames as FRAME_SIZE_MA
 replies produced by one batch leave in one write. An owner that has queued all it has for now
 may call flush(): over a plain TCP socket, with the writer task idle, the queue is framed and
 written right away by a non-blocking write, sparing the hop to the writer task (some 40 us of
-a small answer's latency); the writer task sends whatever the socket did not take.
+a small answer's latency); the writer task sends whatever the socket did not take. Messages
+are framed as given: nothing here joins or rewrites them. is_writing says whether something
+sent now would wait behind an earlier write; on_writable is called when that is over, so an
+owner that holds messages back meanwhile (a client core's adds) can hand them over then.
 
 Backpressure: while more than send_queue_size_max bytes wait to be sent, the connection stops
 reading, so a peer that does not read its answers fills its own TCP window instead of this
@@ -80,13 +83,14 @@ class FramedConnection:
                  on_messages: Callable[[list, "FramedConnection"], None],
                  frame_size_max: int = FRAME_SIZE_MAX,
                  send_queue_size_max: int = SEND_QUEUE_SIZE_MAX_DEFAULT,
-                 prepare: Callable[[list], list] | None = None,
+                 on_writable: Callable[["FramedConnection"], None] | None = None,
                  receive_gate: ReceiveGate | None = None) -> None:
         self.stream = stream
         self._receive_gate = receive_gate or ReceiveGate()
-        # Rewrites each batch of queued messages just before it is framed (a client coalesces
-        # adds there, when it knows everything that is waiting).
-        self._prepare = prepare
+        # Called by the writer task each time it has written everything it was given and
+        # is_writing turned false: an owner that keeps messages back while the connection
+        # writes (a client's held adds) hands them over then.
+        self._on_writable = on_writable
         self.name = name
         self._on_messages = on_messages
         self._frame_size_max = frame_size_max
@@ -128,6 +132,13 @@ class FramedConnection:
         return True
 
     @property
+    def is_writing(self) -> bool:
+        """Whether what is sent now would wait for an earlier write: the writer task is writing
+        or has been woken to, or a flush() left bytes unwritten. (Messages merely queued by
+        the caller's own pump, which it flushes before yielding, do not count.)"""
+        return self._is_writing or bool(self._unsent) or self._send_wakeup.is_set()
+
+    @property
     def is_backed_up(self) -> bool:
         return self.send_queue_size > self.send_queue_size_max
 
@@ -156,8 +167,6 @@ class FramedConnection:
     def _take_frames(self) -> list[bytes]:
         messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
         self._wake_reader()
-        if self._prepare is not None:
-            messages = self._prepare(messages)
         frames = self._frames(messages)
         self.sent_frame_count += len(frames)
         return frames
@@ -169,6 +178,7 @@ class FramedConnection:
             if not self._send_queue and not self._unsent:
                 if self.is_closed:
                     return
+                self._writable()            # (a flush() wrote what it was woken for)
                 continue
             self._is_writing = True
             if self._unsent:
@@ -180,6 +190,11 @@ class FramedConnection:
             self._is_writing = False
             if self.is_closed and not self._send_queue:
                 return
+            self._writable()
+
+    def _writable(self) -> None:
+        if self._on_writable is not None and not self.is_writing and not self.is_closed:
+            self._on_writable(self)
 
     def _wake_reader(self) -> None:
         """The queue just shrank: a reader waiting out backpressure looks again."""

@@ -36,7 +36,8 @@ class Driver:
 
     def __init__(self, storage=None, *, answers_early: bool = False, **config) -> None:
         self.config = BookieConfig(**config)
-        # Persist as the server does for a small group: adds answered through send_answers.
+        # Persist as the server does for a small group: in two inputs, the first half's answers
+        # taken before the second half applies the records.
         self.answers_early = answers_early
         self.storage = MemoryLedgerStorage() if storage is None else storage
         self.bookie = Bookie(bookie_id="b", config=self.config, storage=self.storage)
@@ -69,14 +70,16 @@ class Driver:
         while self.in_flight:
             write = self.in_flight.pop(0)
             self.journal += write.data
-            self.bookie.on_persisted(write.token, self.now_ns,
-                                     send_answers=self.take_early_answers if self.answers_early else None)
+            if self.answers_early:
+                self.bookie.answer_persisted(write.token, self.now_ns)
+                self.bookie.invariants()
+                for answer in self.bookie.take_effects():
+                    assert isinstance(answer.message, (AddResponse, AddBatchResponse)) and answer.destination == "client"
+                    self.sent.append(answer.message)
+                self.bookie.apply_persisted(self.now_ns)
+            else:
+                self.bookie.on_persisted(write.token, self.now_ns)
             self.collect()
-
-    def take_early_answers(self, answers: list) -> None:
-        for answer in answers:
-            assert isinstance(answer.message, (AddResponse, AddBatchResponse)) and answer.destination == "client"
-            self.sent.append(answer.message)
 
     def answers(self, kind=None) -> list:
         found = [m for m in self.sent if kind is None or isinstance(m, kind)]
@@ -393,20 +396,40 @@ def test_adds_answered_early_go_before_their_entries_are_applied_and_the_rest_ke
     d.send(add(2, request_id=77, is_recovery=True))
     d.tick()
     (write,) = d.in_flight
-    seen_early = []
-
-    def send_answers(answers: list) -> None:
-        seen_early.extend(answer.message for answer in answers)
-        assert d.storage.get_entry(1, 0) is None, "sent before the group is applied"
-
-    d.bookie.on_persisted(write.token, d.now_ns, send_answers=send_answers)
+    d.bookie.answer_persisted(write.token, d.now_ns)
+    seen_early = [effect.message for effect in d.bookie.take_effects()]
     assert seen_early == [AddResponse(100, Code.OK, 1, 0), AddResponse(101, Code.OK, 1, 1)]
+    assert d.storage.get_entry(1, 0) is None, "answered before the group is applied"
+    assert d.bookie.is_applying and d.bookie.take_effects() == ()
+    d.bookie.apply_persisted(d.now_ns)
     fence_answer, recovery_answer = (effect.message for effect in d.bookie.take_effects())
     assert fence_answer.request_id == 9 and fence_answer.code == Code.OK and fence_answer.entry_id == 2
     assert recovery_answer == AddResponse(77, Code.OK, 1, 2)
     assert [d.storage.get_entry(1, e) for e in range(3)] == [body(0), body(1), body(2)]
     assert d.bookie.statistics().adds_ok_count == 3
     d.bookie.invariants()
+
+
+def test_no_other_input_comes_between_the_early_answers_and_the_apply():
+    d = Driver()
+    d.send(add(0))
+    d.tick()
+    (write,) = d.in_flight
+    d.bookie.answer_persisted(write.token, d.now_ns)
+    assert [effect.message for effect in d.bookie.take_effects()] == [AddResponse(100, Code.OK, 1, 0)]
+    for refused in (lambda: d.bookie.receive(ReadRequest(request_id=5, ledger_id=1, entry_id=0), source="client", now_ns=d.now_ns),
+                    lambda: d.bookie.receive_batch([ReadRequest(request_id=5, ledger_id=1, entry_id=0)], source="client", now_ns=d.now_ns),
+                    lambda: d.bookie.on_timer(d.now_ns),
+                    lambda: d.bookie.answer_persisted(write.token, d.now_ns)):
+        with pytest.raises(BookieUsageError):
+            refused()
+        assert d.bookie.take_effects() == () and d.storage.get_entry(1, 0) is None
+    d.bookie.apply_persisted(d.now_ns)
+    assert not d.bookie.is_applying and d.storage.get_entry(1, 0) == body(0)
+    with pytest.raises(BookieUsageError):
+        d.bookie.apply_persisted(d.now_ns)          # nothing left to apply
+    d.send(ReadRequest(request_id=5, ledger_id=1, entry_id=0))
+    assert d.answers(ReadResponse)[0].body == body(0)
 
 
 def test_a_group_without_adds_answers_nothing_early():

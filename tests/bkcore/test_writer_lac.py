@@ -1,5 +1,5 @@
-"""When an idle writer pushes its LAC, stepped by hand: with the effects of the input that
-completed its adds, unless its application adds again right after going idle (then on a timer
+"""When an idle writer pushes its LAC, stepped by hand: once the effects of the input that
+completed its adds are taken (held for its bookies like an add, it leaves when they are pulled), unless its application adds again right after going idle (then on a timer
 explicit_lac_hold_ns later, cancelled by its next add), and never twice within explicit_lac_interval_ns."""
 
 import random
@@ -13,6 +13,7 @@ from bkcore.errors import Code
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.ledger.metadata import LedgerMetadata, password_hash
 from bkcore.wire import AddRequest, AddResponse, WriteLacRequest
+from tests.bkcore.test_writer_batches import take
 
 INTERVAL_NS = 1_000
 HOLD_NS = 7_000
@@ -31,11 +32,11 @@ def writer() -> LedgerWriter:
 def add_and_ack(w: LedgerWriter, op_id: int, *, at_ns: int, acked_at_ns: int) -> list:
     """One add, acknowledged by two bookies at acked_at_ns; returns the effects of that input."""
     w.add(op_id, b"x", now_ns=at_ns)
-    requests = [e for e in w.ctx.take_effects() if type(e) is Send and type(e.message) is AddRequest]
+    requests = [e for e in take(w) if type(e) is Send and type(e.message) is AddRequest]
     for send in requests[:2]:
         w.ctx.on_response(AddResponse(send.message.request_id, Code.OK, 7, send.message.entry_id), send.destination,
                           acked_at_ns)
-    return w.ctx.take_effects()
+    return take(w)
 
 
 def lac_pushes(effects: list) -> list[int]:
@@ -58,7 +59,7 @@ def test_pushes_are_at_most_one_per_interval():
     assert lac_pushes(add_and_ack(w, 3, at_ns=7_000, acked_at_ns=5_500)) == []
     assert w.ctx.next_deadline_ns() == 5_010 + INTERVAL_NS
     w.ctx.on_timer(5_010 + INTERVAL_NS)
-    assert lac_pushes(w.ctx.take_effects()) == [2, 2, 2]
+    assert lac_pushes(take(w)) == [2, 2, 2]
 
 
 def test_a_writer_that_adds_right_after_going_idle_leaves_the_lac_to_its_next_add():
@@ -68,16 +69,29 @@ def test_a_writer_that_adds_right_after_going_idle_leaves_the_lac_to_its_next_ad
     effects = add_and_ack(w, 2, at_ns=110, acked_at_ns=2_000)
     assert lac_pushes(effects) == [] and w.ctx.next_deadline_ns() == 2_000 + HOLD_NS
     w.add(3, b"y", now_ns=2_050)                                     # came first: it carries LAC 1
-    assert [e.message.body for e in w.ctx.take_effects() if type(e.message) is AddRequest][0][16:24] \
+    assert [e.message.body for e in take(w) if type(e.message) is AddRequest][0][16:24] \
         == (1).to_bytes(8, "big", signed=True)
     assert w.ctx.next_deadline_ns() > 1_000_000                      # the timer is gone
     w.ctx.on_timer(2_000 + HOLD_NS)
-    assert lac_pushes(w.ctx.take_effects()) == []
+    assert lac_pushes(take(w)) == []
     # Without an add before the timer, the timer pushes, explicit_lac_hold_ns after going idle.
     w2 = writer()
     add_and_ack(w2, 1, at_ns=0, acked_at_ns=10)
     add_and_ack(w2, 2, at_ns=110, acked_at_ns=2_000)
     w2.ctx.on_timer(2_000 + HOLD_NS - 1)
-    assert lac_pushes(w2.ctx.take_effects()) == []
+    assert lac_pushes(take(w2)) == []
     w2.ctx.on_timer(2_000 + HOLD_NS)
-    assert lac_pushes(w2.ctx.take_effects()) == [1, 1, 1]
+    assert lac_pushes(take(w2)) == [1, 1, 1]
+
+
+def test_a_held_push_is_dropped_when_the_application_adds_before_the_bookies_are_pulled():
+    w = writer()
+    w.add(1, b"x", now_ns=0)
+    requests = [e for e in take(w) if type(e) is Send]
+    for send in requests[:2]:
+        w.ctx.on_response(AddResponse(send.message.request_id, Code.OK, 7, 0), send.destination, 10)
+    completed, held = w.ctx.take_effects()            # the push waits for the pull
+    assert completed.result == 0 and sorted(held.destinations) == ["b0", "b1", "b2"]
+    w.add(2, b"y", now_ns=20)                         # the application, told of entry 0, adds at once
+    w.ctx.pull_sends(held.destinations, 20)
+    assert lac_pushes(take(w)) == [] and w.pending_adds_count == 1

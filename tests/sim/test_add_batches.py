@@ -1,10 +1,13 @@
-"""The writer's own add batches: adds pushed before the client's effects are taken leave as one
-request per bookie and run of consecutive entries, are answered once, and go again as batches
-after an ensemble change."""
+"""The writer's own add batches: adds pushed before the client's effects are taken, or held in
+separate inputs while a bookie's connection is busy, leave as one request per bookie and run of
+consecutive entries, are answered once, and go again as batches after an ensemble change."""
+
+import dataclasses
 
 from bkcore.ledger.schedule import write_set
 from bkcore.wire import AddBatchRequest, AddRequest
 from sim.harness import Harness
+from sim.scenario import MS
 
 
 def watch_adds(h: Harness) -> list[tuple[str, object]]:
@@ -59,6 +62,22 @@ def test_adds_of_one_input_travel_as_one_batch_per_bookie():
     seen.clear()
     assert h.add(writer, b"alone") == 10
     assert [type(message) for _, message in seen] == [AddRequest] * 3
+
+
+def test_adds_of_separate_inputs_held_while_the_connections_write_leave_as_one_batch():
+    h = Harness()
+    h.world.scenario = dataclasses.replace(h.world.scenario, client_write_busy_ns=1 * MS)
+    writer = h.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+    h.advance(10 * MS)                             # (the connections idle again)
+    seen = watch_adds(h)
+    keys = []
+    for index in range(4):                         # one at a time, 0.1 ms apart: each its own input
+        keys.append(h.start("client", lambda op: writer.add(op, b"one-%d" % index, now_ns=h.now_ns)))
+        h.advance(MS // 10)
+    assert [h.wait(key).result for key in keys] == list(range(4))
+    runs = sorted((destination, entry_ids(message)) for destination, message in seen)
+    # The first leaves at once; the next three wait for the connections and leave together.
+    assert runs == sorted((bookie, ids) for bookie in writer.metadata.last_ensemble for ids in ([0], [1, 2, 3]))
 
 
 def test_striped_batches_carry_each_write_set_exactly_once():

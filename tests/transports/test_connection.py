@@ -135,3 +135,29 @@ async def test_a_shut_gate_stops_every_connection_sharing_it_from_reading():
                 await trio.sleep(0.01)
         assert sorted(message.request_id for message in received) == [0, 1]
         nursery.cancel_scope.cancel()
+
+
+async def test_is_writing_until_the_writer_task_is_done_then_on_writable():
+    near, far = await connected_pair()
+    writable = []
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None,
+                                  on_writable=lambda c: writable.append(c.send_queue_size))
+    big = ReadResponse(request_id=1, code=0, ledger_id=7, entry_id=1, body=bytes(range(256)) * 16_384)  # 4 MiB
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        await trio.sleep(0)
+        assert not connection.is_writing
+        connection.send(answer(1), wake_writer=False)
+        assert not connection.is_writing           # queued by its owner's pump, which flushes
+        connection.flush()
+        assert not connection.is_writing and writable == []
+        connection.send(big, wake_writer=False)
+        connection.flush()                          # the peer reads nothing yet: the socket takes a part
+        assert connection.is_writing
+        messages = await receive_messages(far, 2)
+        with trio.fail_after(10):
+            while not writable:
+                await trio.sleep(0.01)
+        assert not connection.is_writing and writable == [0]
+        connection.close()
+    assert messages == [answer(1), big]

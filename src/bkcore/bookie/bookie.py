@@ -1,8 +1,10 @@
 """Bookie: answers clients' adds, reads, fences and LAC requests; owns durability ordering.
 
-Inputs: receive(message), on_persisted(token) when a JournalWrite is durable, on_timer(now)
-when next_deadline_ns() is due. Outputs: Send (responses) and JournalWrite effects. After a
-restart, replay_journal() (or replay_records()) rebuilds storage before anything is served.
+Inputs: receive(message), on_persisted(token) when a JournalWrite is durable (or its two
+halves, answer_persisted(token) then apply_persisted(), for a driver that writes the early
+answers before the apply), on_timer(now) when next_deadline_ns() is due. Outputs: Send
+(responses) and JournalWrite effects. After a restart, replay_journal() (or replay_records())
+rebuilds storage before anything is served.
 
 Batched adds (AddBatchRequest: consecutive entries of one ledger) are checked as a whole,
 journaled as one ENTRIES record and answered once; otherwise they follow the rules of adds.
@@ -22,9 +24,10 @@ journal_writes_in_flight_max JournalWrites are in flight; the group is written w
 room for one more and its oldest record has waited journal_max_group_wait_ns, or it holds
 journal_buffered_writes_threshold_size bytes, or journal_flush_when_queue_empty is set and
 something waits on the group. Writes become durable in the order they were emitted (a driver
-may sync several with one fdatasync), and on_persisted() is told in that order: it applies the
-group's records, answers everything that waited on it, then writes the next group if it is
-due. With two in flight, a driver writing one group can take the next the moment the first is
+may sync several with one fdatasync), and on_persisted() is told in that order: it answers the
+adds at the front of the group, applies the group's records, answers everything else that
+waited on it, then writes the next group if it is due. Split in two inputs, the first
+answers are effects the driver can take and write before the second applies the records. With two in flight, a driver writing one group can take the next the moment the first is
 synced, instead of waiting for the answers to go out first (BookKeeper's journal thread keeps
 writing while its force-write thread syncs). Two kinds of request are answered before their
 record is journaled, and wait for no write: deferred-sync adds (their writer asked for that)
@@ -39,7 +42,6 @@ TOO_MANY_REQUESTS and counted. Ill-typed input is counted as malformed and dropp
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from bkcore.bookie.journal import (
@@ -263,6 +265,11 @@ class Bookie:
         # (token, group) of every JournalWrite emitted and not yet persisted, oldest first.
         self._in_flight: deque[tuple[int, _Group]] = deque()
         self._in_flight_max = config.journal_writes_in_flight_max
+        # The group answer_persisted() took off _in_flight, until apply_persisted() applies it
+        # (None otherwise: every other input is refused meanwhile), and how many of its waiters
+        # (adds at its front) it answered.
+        self._unapplied: _Group | None = None
+        self._unapplied_answered_count = 0
         self._next_token = 1
         self._pending_adds_count = 0
         self._pending_syncs_count = 0
@@ -309,6 +316,8 @@ class Bookie:
         return poll_deadline
 
     def on_timer(self, now_ns: int) -> None:
+        if self._unapplied is not None:
+            self._refuse_before_apply()
         poll_deadline = self._long_polls.next_deadline_ns()
         if poll_deadline is not None and poll_deadline <= now_ns:    # else none has expired
             for waiter in self._long_polls.pop_expired(now_ns):
@@ -318,6 +327,8 @@ class Bookie:
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
         """receive_batch() of one message, without building the batch."""
+        if self._unapplied is not None:
+            self._refuse_before_apply()
         self._has_served = True
         row = _REQUEST_TABLE.get(type(message))
         if row is None or not row[0](message):
@@ -330,6 +341,8 @@ class Bookie:
     def receive_batch(self, messages, *, source: str, now_ns: int) -> None:
         """Handle every request of one receive buffer, then decide about the journal once: a
         bookie flushing "when the queue is empty" treats the end of a batch as empty."""
+        if self._unapplied is not None:
+            self._refuse_before_apply()
         self._has_served = True
         for message in messages:
             row = _REQUEST_TABLE.get(type(message))
@@ -339,27 +352,42 @@ class Bookie:
             row[1](self, message, source, now_ns)
         self._maybe_flush(now_ns)
 
-    def on_persisted(self, token: int, now_ns: int, *, send_answers: Callable[[list[Send]], None] | None = None) -> None:
+    def on_persisted(self, token: int, now_ns: int) -> None:
         """The JournalWrite `token` is durable: the oldest in flight (they persist in order).
-        Its records are applied to storage and everything that waited on it is answered.
+        Everything that waited on it is answered and its records are applied to storage:
+        answer_persisted() and apply_persisted() as one input, for a driver that has nothing
+        to write before the apply."""
+        self.answer_persisted(token, now_ns)
+        self.apply_persisted(now_ns)
 
-        send_answers is for a driver that puts answers on the wire itself: it is called once,
-        before the records are applied, with the Sends answering the adds at the front of the
-        group (all of them, unless a fence read or force waits among them), which
-        take_effects() then does not give. The adds are durable, so they may be acknowledged
-        first; nothing else reaches this bookie before on_persisted returns, so nobody can see
-        storage without them. The rest are answered after the apply, as without it."""
+    def answer_persisted(self, token: int, now_ns: int) -> None:
+        """The first half of on_persisted(): the JournalWrite `token` is durable, and the Sends
+        acknowledging the adds at the front of its group (all of them, unless a fence read or
+        force waits among them) become effects now. Its records wait for apply_persisted(),
+        which must be the next input. A driver that puts answers on the wire itself takes these
+        effects and writes them in between, so that a client hears of its add while the bookie
+        still applies it. The adds are durable, so they may be acknowledged first; and no
+        other input reaches this bookie before apply_persisted() (any other is refused), so
+        nobody can see storage without them."""
+        if self._unapplied is not None:
+            self._refuse_before_apply()
         in_flight = self._in_flight
         if not in_flight or in_flight[0][0] != token:
             raise BookieUsageError(f"journal token {token} is not the oldest write in flight "
                                    f"({in_flight[0][0] if in_flight else 'none'})")
         group = in_flight.popleft()[1]
-        waiters = group.waiters
-        answered_count = 0
-        if send_answers is not None:
-            answers: list[Send] = []
-            answered_count = self._answer_adds(waiters, answers)
-            send_answers(answers)
+        self._unapplied = group
+        self._unapplied_answered_count = self._answer_adds(group.waiters, self._effects)
+
+    def apply_persisted(self, now_ns: int) -> None:
+        """The second half of on_persisted(): apply the records of the write answer_persisted()
+        was told of, answer what waited on it behind its first adds (fence reads, forces and
+        anything after them: only now can they see the records), in order, then write the next
+        group if it is due."""
+        group = self._unapplied
+        if group is None:
+            raise BookieUsageError("apply_persisted() without a write told durable by answer_persisted()")
+        self._unapplied = None
         storage = self.storage
         for record in group.records:
             if type(record) is AddRequest or type(record) is EntryRecord:
@@ -374,11 +402,22 @@ class Bookie:
                         self._learn_lac(ledger_id, header[2])
             else:
                 self._apply(record)
+        waiters = group.waiters
+        answered_count = self._unapplied_answered_count
         if answered_count < len(waiters):
             rest = waiters[answered_count:] if answered_count else waiters
             for request, source in rest[self._answer_adds(rest, self._effects):]:
                 self._complete(request, source)
         self._maybe_flush(now_ns)
+
+    @property
+    def is_applying(self) -> bool:
+        """Whether a write told durable by answer_persisted() awaits apply_persisted()."""
+        return self._unapplied is not None
+
+    def _refuse_before_apply(self) -> None:
+        raise BookieUsageError("a write told durable by answer_persisted() awaits apply_persisted(); "
+                               "no other input may come first")
 
     def _answer_adds(self, waiters: list[tuple[object, str]], answers: list) -> int:
         """Append to `answers` the Sends acknowledging the adds at the front of `waiters`, up to
@@ -879,6 +918,10 @@ class Bookie:
         assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
         groups = [group for _, group in self._in_flight] + ([self._collecting] if self._collecting is not None else [])
         waiters = [request for group in groups for request, _ in group.waiters]
+        unapplied = self._unapplied
+        if unapplied is not None:     # durable, its first adds answered, its records not yet applied
+            waiters += [request for request, _ in unapplied.waiters[self._unapplied_answered_count:]]
+            groups.append(unapplied)
         adds = [r for r in waiters if type(r) is AddRequest or type(r) is AddBatchRequest]
         assert sum(map(_entry_count, adds)) == self._pending_adds_count <= config.pending_adds_count_max
         assert len(waiters) - len(adds) == self._pending_syncs_count <= config.pending_syncs_count_max

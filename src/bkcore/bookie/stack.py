@@ -5,7 +5,7 @@ and real processes run the same sequence:
   start()          check the cookies, replay the journal from the LastLogMark into storage;
   write_journal()  append a JournalWrite's group (remembering where it ends);
   sync_journal()   make it durable (and the writes before it); the driver then calls
-                   core.on_persisted(token) for each, oldest first;
+                   core.on_persisted(token) for each, oldest first (or its two halves);
   checkpoint()     storage first (entry logs flushed, index committed), then the LastLogMark,
                    then delete journals it made unnecessary — the order that loses nothing
                    (also in steps, begin/write/finish/advance, for threaded drivers).
@@ -71,6 +71,7 @@ class BookieStack:
             del marks[older]
 
     def checkpoint(self) -> LogMark:
+        assert not self.core.is_applying, "a checkpoint between answer_persisted and apply_persisted"
         mark = self.persisted_mark
         self.storage.checkpoint()
         self.advance_last_mark(mark)
@@ -83,6 +84,7 @@ class BookieStack:
 
     def begin_checkpoint(self) -> tuple[LogMark, CheckpointPlan]:
         """The mark covers exactly the records applied so far, which are what the plan holds."""
+        assert not self.core.is_applying, "a checkpoint between answer_persisted and apply_persisted"
         return self.persisted_mark, self.storage.begin_checkpoint()
 
     def write_checkpoint(self, plan: CheckpointPlan) -> None:

@@ -6,7 +6,8 @@ exactly one `Completed(op_id, result, error)` effect. Handles returned by create
 `writer.add(op_id, payload, now_ns=...)`, `reader.read(op_id, first, last, now_ns=...)`.
 
 Inputs from the driver: receive() for bookie responses, on_metadata_result() for metastore
-answers, on_timer() when next_deadline_ns() is due. Output: take_effects().
+answers, on_timer() when next_deadline_ns() is due, pull_sends() for bookies a HeldSends
+effect named, once their connections can write. Output: take_effects().
 """
 
 from __future__ import annotations
@@ -90,6 +91,12 @@ class Client:
     def on_timer(self, now_ns: int) -> None:
         self.ctx.now_ns = now_ns
         self.ctx.on_timer(now_ns)
+
+    def pull_sends(self, destinations, *, now_ns: int) -> None:
+        """The driver can write to these bookies (named in a HeldSends effect): the requests
+        held for them leave now, as Sends (adds in one request per run)."""
+        self.ctx.now_ns = now_ns
+        self.ctx.pull_sends(destinations, now_ns)
 
     def take_effects(self) -> list:
         return self.ctx.take_effects()

@@ -4,6 +4,13 @@ It owns the effect outbox, request ids and the callbacks waiting on bookie respo
 tokens and their callbacks, and one timer heap. Sub-machines (writer, reads, recovery) never keep
 their own clocks or ids; they ask the context, which keeps lookups O(1) and deadlines in a heap.
 
+Sub-machines that group requests (writers: adds into runs) hold them per bookie instead of
+sending them: hold() names a bookie to the driver once, in a HeldSends effect, and the driver
+pulls it (pull_sends) when that bookie's connection can write, at once or once a busy one is
+done; then every holder sends what it has for that bookie. Taking effects only drains the
+outbox. A bookie left unpulled for add_entry_timeout_ns is pulled by on_timer, so a connection
+that never drains fails its requests as it did when they waited in its queue.
+
 Rules:
 - A request is answered at most once: the first response or its timeout wins; duplicates and
   late answers are counted and dropped.
@@ -18,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from bkcore.effects import Completed, MetadataCall, Send
+from bkcore.effects import Completed, HeldSends, MetadataCall, Send
 from bkcore.errors import BKException
 from bkcore.client.config import ClientConfig
 from bkcore.ledger.layout import LedgerLayout
@@ -53,8 +60,13 @@ class ClientContext:
         self.rng = rng
         self.layout = layout
         self._effects: list = []
-        # Called before effects are taken: writers that hold adds back to send them together.
-        self._before_take: list[Callable[[], None]] = []
+        # Bookies named in a HeldSends and not pulled yet -> when the first request was held for
+        # them since they were last pulled (what a held add's deadline runs from).
+        self._held_since_ns: dict[str, int] = {}
+        # Sub-machines that may hold requests, in the order they first held (a dict used as an
+        # ordered set: iterated in insertion order, never by hash). One that holds nothing more
+        # after a pull is dropped.
+        self._holders: dict[object, None] = {}
         # Time of the input being handled; set by the Client at every input so completions
         # that carry no time of their own (writer -> recovery) can schedule from it.
         self.now_ns = 0
@@ -89,20 +101,34 @@ class ClientContext:
     # -- outbox ---------------------------------------------------------------------------
 
     def take_effects(self) -> list | tuple:
-        if self._before_take:
-            before_take, self._before_take = self._before_take, []
-            for send_held in before_take:
-                send_held()
         effects = self._effects
         if not effects:
             return _NO_EFFECTS
         self._effects = []
         return effects
 
-    def before_take(self, send_held: Callable[[], None]) -> None:
-        """Run `send_held()` once, when effects are next taken (it adds its Sends then): how
-        a writer gathers the adds of many calls into one request per bookie."""
-        self._before_take.append(send_held)
+    def hold(self, holder, destinations, now_ns: int) -> None:
+        """`holder` keeps requests for `destinations` until they are pulled: the ones not yet
+        named to the driver are named now. On a pull, holder.send_held({destination:
+        held_since_ns}) sends what it has for those bookies and says whether it holds more."""
+        self._holders[holder] = None
+        held_since_ns = self._held_since_ns
+        named = [d for d in destinations if d not in held_since_ns]
+        if named:
+            for destination in named:
+                held_since_ns[destination] = now_ns
+            self._effects.append(HeldSends(named))
+
+    def pull_sends(self, destinations, now_ns: int) -> None:
+        """The driver can write to these bookies: what is held for them is sent now (timed
+        from when it was first held). Bookies with nothing held are ignored."""
+        held_since_ns = self._held_since_ns
+        pulled = {d: held_since_ns.pop(d) for d in destinations if d in held_since_ns}
+        if pulled:
+            holders = self._holders
+            for holder in list(holders):
+                if not holder.send_held(pulled):
+                    del holders[holder]
 
     def complete(self, op_id: int, result: object = None, error: BKException | None = None) -> None:
         self._effects.append(Completed(op_id, result, error))
@@ -132,6 +158,10 @@ class ClientContext:
         while timers and timers[0][1] not in callbacks:
             heapq.heappop(timers)
         deadline = timers[0][0] if timers else None
+        if self._held_since_ns:              # held too long: see on_timer
+            held_deadline = min(self._held_since_ns.values()) + self.config.add_entry_timeout_ns
+            if deadline is None or held_deadline < deadline:
+                deadline = held_deadline
         pending = self._pending_requests
         for bucket in self._request_deadlines.values():
             while bucket:
@@ -150,6 +180,14 @@ class ClientContext:
             callback = self._timer_callbacks.pop(key, None)
             if callback is not None:
                 callback(now_ns)
+        if self._held_since_ns:
+            # Held for a bookie whose connection has not drained for a whole add timeout: sent
+            # now, with deadlines from when they were held, so that they time out below (as
+            # requests waiting in that connection's queue would) and the writer replaces it.
+            timeout_ns = self.config.add_entry_timeout_ns
+            overdue = [d for d, since_ns in self._held_since_ns.items() if since_ns + timeout_ns <= now_ns]
+            if overdue:
+                self.pull_sends(overdue, now_ns)
         for timeout_ns in sorted(self._request_deadlines):
             bucket = self._request_deadlines[timeout_ns]
             while bucket and bucket[0][0] <= now_ns:
@@ -233,6 +271,11 @@ class ClientContext:
         self.call_at(now_ns + self.config.metadata_retry_delay_ns, action)
 
     # -- introspection --------------------------------------------------------------------
+
+    @property
+    def held_destinations(self):
+        """Bookies named in a HeldSends and not pulled since (a read-only view)."""
+        return self._held_since_ns.keys()
 
     @property
     def pending_requests_count(self) -> int:

@@ -7,9 +7,10 @@ Rules that never bend:
   Qa of those bookies acknowledged it durably AND every earlier entry has completed;
 - LAC (last add confirmed) is the last completed entry; each add carries the LAC of its send
   time (piggyback), and an idle writer sends the LAC explicitly;
-- adds are held until the context's effects are taken, then each bookie gets one request per
-  run of consecutive entries (an AddBatchRequest, or an AddRequest for one entry), answered
-  once for the whole run;
+- adds are held per bookie until the driver pulls that bookie (ClientContext.hold: when its
+  connection can write), then it gets one request per run of consecutive entries held for it
+  (an AddBatchRequest, or an AddRequest for one entry), answered once for the whole run: the
+  one place adds are grouped;
 - a failed or timed-out bookie is replaced by an ensemble change: CAS new metadata whose last
   ensemble starts at LAC + 1, then resend every pending add to the new bookies; no add completes
   while a change is in flight;
@@ -144,14 +145,18 @@ class LedgerWriter:
         self._idle_since_ns: int | None = None
         self._adds_follow_at_once = False
         self._explicit_lac_timer: int | None = None
+        # When an explicit LAC push was held for the ensemble's bookies (None: none held); it
+        # is sent when the driver pulls any of them (send_held), if the writer is still idle.
+        self._lac_push_held_at_ns: int | None = None
         self._unusable_bookies: set[str] = set()
         # Adds pushed but not yet sent: position -> adds in entry id order. They leave when the
-        # context's effects are next taken (_send_held), timed from the first one's push.
+        # driver pulls that position's bookie (send_held), timed from when it was first held.
+        # Invariant: the context has every position's bookie named as held (ctx.hold).
         self._held: dict[int, list[_PendingAdd]] = {}
-        self._held_since_ns = 0
         # The common case kept apart: adds held for every position of an unstriped ledger
-        # (E == Qw) while no bookie has failed, one list for all. Whenever _held is used it has
-        # them spilled into it first (_spill_held_for_all), so the two never hold adds at once.
+        # (E == Qw) while no bookie has failed, one list for all. A position's adds to send are
+        # those in _held, then these (they are later entries); before _held is added to or a
+        # position is sent alone, these are spilled into it (_spill_held_for_all).
         self._held_for_all: list[_PendingAdd] = []
         self._held_for_all_acks: list = [0, 0, 0, 0]      # their group
         self._is_unstriped = metadata.ensemble_size == metadata.write_quorum_size
@@ -220,11 +225,10 @@ class LedgerWriter:
                 self.ctx.cancel_timer(self._explicit_lac_timer)
                 self._explicit_lac_timer = None
         failed = self._failed
-        if self._is_unstriped and not failed and not self._held:
+        if self._is_unstriped and not failed:
             held_for_all = self._held_for_all
             if not held_for_all:
-                self._held_since_ns = now_ns
-                self.ctx.before_take(self._send_held)
+                self.ctx.hold(self, self.metadata.ensembles[-1][1], now_ns)
                 self._held_for_all_acks = [0, 0, entry_id, 0]     # counted when they leave
             add = [entry_id, op_id, body, length, self._held_for_all_acks]
             pending.append(add)
@@ -243,46 +247,71 @@ class LedgerWriter:
         held = self._held
         if self._held_for_all:
             self._spill_held_for_all()
-        elif not held:
-            self._held_since_ns = now_ns
-            self.ctx.before_take(self._send_held)
+        newly_held = None
         for position in positions:
             adds = held.get(position)
             if adds is None:
                 held[position] = [add]
+                if newly_held is None:
+                    newly_held = []
+                newly_held.append(self.metadata.ensembles[-1][1][position])
             else:
                 adds.append(add)
+        if newly_held is not None:
+            self.ctx.hold(self, newly_held, now_ns)
 
     def _spill_held_for_all(self) -> None:
-        """Move the adds held for every position into each position's own list (_held)."""
+        """Move the adds held for every position to the end of each position's own list (_held)."""
         held_for_all, self._held_for_all = self._held_for_all, []
         if not held_for_all:
             return
         self._held_for_all_acks[_GROUP_COUNT] = len(held_for_all)
+        held = self._held
         for position in range(self.metadata.ensemble_size):
-            self._held[position] = held_for_all.copy()
+            adds = held.get(position)
+            if adds is None:
+                held[position] = held_for_all.copy()
+            else:
+                adds += held_for_all
 
     def _refusal(self) -> BKException:
         if self.state is WriterState.ERRORED:
             return self.error
         return LedgerClosed(f"ledger {self.ledger_id} is closed for adds")
 
-    def _send_held(self) -> None:
-        """Send what _push and ensemble changes held back: per bookie, a request per run."""
-        held, self._held = self._held, {}
-        held_for_all, self._held_for_all = self._held_for_all, []
+    def send_held(self, pulled: dict[str, int]) -> bool:
+        """The driver pulled these bookies (bookie -> when it was first held, which the
+        requests are timed from): send what is held for them, per bookie a request per run.
+        Returns whether anything is still held (for bookies not pulled)."""
         ensemble = self.metadata.ensembles[-1][1]
-        # Unstriped ledgers hold the same entries for every bookie: split them into runs once.
+        held_for_all = self._held_for_all
+        pulled_count = sum(bookie in pulled for bookie in ensemble)
+        if not pulled_count:         # (another writer's bookies)
+            return bool(held_for_all or self._held or self._lac_push_held_at_ns is not None)
+        if self._lac_push_held_at_ns is not None:
+            self._send_held_lac()
+        if held_for_all:
+            if pulled_count == len(ensemble) and not self._held:
+                # The usual case: every bookie at once. The same entries for each, so they are
+                # split into runs once, as one group per run.
+                self._held_for_all = []
+                runs = _runs(held_for_all)
+                self._group_by_run(held_for_all, runs)
+                # Bookies in the order of the first add's write set, as if held one by one:
+                # which bookie hears first rotates with the entries.
+                write_sets_ = self._write_sets
+                for position in write_sets_[held_for_all[0][_ENTRY_ID] % len(write_sets_)]:
+                    bookie = ensemble[position]
+                    for first_entry_id, bodies in runs:
+                        self._send_run(first_entry_id, bodies, position, bookie, pulled[bookie])
+                return False
+            self._spill_held_for_all()       # some bookies now, the rest when they are pulled (or
+            #                                  some held more than the rest)
+        held = self._held
+        # Bookies that hold the same span of entries share its runs.
         runs_by_span: dict[tuple[int, int], list[tuple[int, list[bytes]]]] = {}
-        if held_for_all:            # then nothing is in `held` (see _spill_held_for_all)
-            # Bookies in the order of the first add's write set, as if held one by one: which
-            # bookie hears first rotates with the entries.
-            write_sets_ = self._write_sets
-            held = dict.fromkeys(write_sets_[held_for_all[0][_ENTRY_ID] % len(write_sets_)], held_for_all)
-            runs = runs_by_span[(held_for_all[0][_ENTRY_ID], len(held_for_all))] = _runs(held_for_all)
-            self._group_by_run(held_for_all, runs)
-        now_ns = self._held_since_ns
-        for position, adds in held.items():
+        for position in [p for p in held if ensemble[p] in pulled]:
+            adds = held.pop(position)
             span = (adds[0][_ENTRY_ID], len(adds))
             if adds[-1][_ENTRY_ID] - span[0] == span[1] - 1:      # consecutive: the span says which
                 runs = runs_by_span.get(span)
@@ -292,7 +321,8 @@ class LedgerWriter:
                 runs = _runs(adds)
             bookie = ensemble[position]
             for first_entry_id, bodies in runs:
-                self._send_run(first_entry_id, bodies, position, bookie, now_ns)
+                self._send_run(first_entry_id, bodies, position, bookie, pulled[bookie])
+        return bool(held)
 
     def _group_by_run(self, held_for_all: list[_PendingAdd], runs: list[tuple[int, list[bytes]]]) -> None:
         """The adds held for every bookie leave in these runs: one acknowledgement group each."""
@@ -343,7 +373,7 @@ class LedgerWriter:
                     acks[_ACKED] |= bit
                     acks[_ACK_COUNT] += 1
             else:
-                self._ack_each(max(start, 0), start + count, bit)
+                self._ack_groups(max(start, 0), start + count, bit)
             self._complete_ready(now_ns)
         elif code == Code.FENCED:
             self._fail(LedgerFenced(f"ledger {self.ledger_id} was fenced by recovery"), now_ns)
@@ -351,6 +381,25 @@ class LedgerWriter:
             self._fail(Unauthorized(f"ledger {self.ledger_id}: bookie {bookie} refused the master key"), now_ns)
         else:
             self._on_bookie_failed(position, bookie, code, now_ns)
+
+    def _ack_groups(self, start_index: int, end_index: int, bit: int) -> None:
+        """Acknowledge pending adds start_index .. end_index - 1 (with `bit`) a group at a time
+        while the span covers whole groups (a bookie pulled after the others gets the adds of
+        several groups in one run), and one by one (_ack_each) from a group it covers in part."""
+        pending = self._pending
+        end_index = min(end_index, len(pending))
+        index = start_index
+        while index < end_index:
+            add = pending[index]
+            acks = add[_ACKS]
+            count = acks[_GROUP_COUNT]
+            if acks[_GROUP_FIRST_ENTRY_ID] != add[_ENTRY_ID] or not 0 < count <= end_index - index:
+                self._ack_each(index, end_index, bit)
+                return
+            if not acks[_ACKED] & bit:
+                acks[_ACKED] |= bit
+                acks[_ACK_COUNT] += 1
+            index += count
 
     def _ack_each(self, start_index: int, end_index: int, bit: int) -> None:
         """Acknowledge pending adds start_index .. end_index - 1 one by one (with `bit`), each
@@ -618,7 +667,8 @@ class LedgerWriter:
         """Adds just completed. Readers learn the LAC from stored entries, which carry the LAC
         of their send time, so a writer with adds in flight has nothing to push: its next
         entries carry it. An idle one pushes its LAC at most once per explicit_lac_interval_ns:
-        with the effects of the input that completed its adds, or, if its application added
+        once the driver has taken the effects of the input that completed its adds (held for
+        its bookies, it leaves when the driver pulls them), or, if its application added
         again within the interval the last time it went idle (one add at a time, say), on a
         timer due explicit_lac_hold_ns later, which the next add cancels (that entry carries
         the LAC). A timer due at once would race the application's next add (in trio the two
@@ -636,8 +686,15 @@ class LedgerWriter:
         elif self._adds_follow_at_once:
             self._explicit_lac_timer = self.ctx.call_at(now_ns + self.ctx.config.explicit_lac_hold_ns,
                                                         self._on_explicit_lac_timeout)
-        else:
-            self.ctx.before_take(lambda: self._push_lac(now_ns))
+        elif self._lac_push_held_at_ns is None:
+            # Held like an add, so that it leaves once the driver has taken this input's
+            # effects (the completions): an application that adds again at once is not idle.
+            self._lac_push_held_at_ns = now_ns
+            self.ctx.hold(self, self.metadata.last_ensemble, now_ns)
+
+    def _send_held_lac(self) -> None:
+        at_ns, self._lac_push_held_at_ns = self._lac_push_held_at_ns, None
+        self._push_lac(at_ns)
 
     def _on_explicit_lac_timeout(self, now_ns: int) -> None:
         self._explicit_lac_timer = None
@@ -691,6 +748,10 @@ class LedgerWriter:
     def invariants(self) -> None:
         if self._held_for_all:       # add() counts on it: the writer is not idle
             assert self._idle_since_ns is None and self._pending
+        # What is held for a bookie leaves when the driver pulls it: the driver was told of it.
+        ensemble, named = self.metadata.ensembles[-1][1], self.ctx.held_destinations
+        assert all(ensemble[position] in named for position in self._held)
+        assert not self._held_for_all or all(bookie in named for bookie in ensemble)
         assert self.last_add_confirmed <= self.last_add_completed <= self.last_add_pushed
         if self._pending:
             assert self._pending[0][_ENTRY_ID] == self.last_add_completed + 1
