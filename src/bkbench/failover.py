@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from bkbench.ledger import latency_summary
+from bkbench.summaries import latency_summary
 
 AFTER_KILL_WINDOW_S = 1.0
 

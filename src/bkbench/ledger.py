@@ -35,28 +35,14 @@ from collections import deque
 import trio
 
 from bkbench.journal import (
-    MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, raw_fdatasync_quorum, raw_sequential,
+    MIB, device_write_rate, device_written_bytes, disk_ceiling, raw_fdatasync_quorum, raw_sequential,
 )
 from bkbench.cpu_usage import CpuMeter
+from bkbench.summaries import adds_summary, percentile_ms
 
 
 PACE_TICK_S = 0.001
 DISK_FLOOR_SECONDS = 2.0
-
-
-def _ms(values: list[float], fraction: float) -> float | None:
-    return round(percentile(values, fraction) * 1e3, 3) if values else None
-
-
-def latency_summary(latencies: list[float]) -> dict:
-    """Percentiles of per-add latencies in seconds, as milliseconds (shared with bkbench.peers)."""
-    return {"add_latency_p50_ms": _ms(latencies, 0.5), "add_latency_p99_ms": _ms(latencies, 0.99),
-            "add_latency_p999_ms": _ms(latencies, 0.999)}
-
-
-def adds_summary(latencies: list[float], elapsed_s: float) -> dict:
-    """One measurement's count, rate and latency percentiles (shared with bkbench.peers)."""
-    return {"adds": len(latencies), "adds_per_second": round(len(latencies) / elapsed_s), **latency_summary(latencies)}
 
 
 async def _one_at_a_time(bk, args, payload: bytes) -> dict:
@@ -187,7 +173,8 @@ async def _tail_visibility(bk, args, payload: bytes) -> dict:
                 break
             await trio.sleep(0.001)    # a steady trickle, so the reader is waiting each time
         await ledger.close()
-    return {"entries": len(delays), "visibility_p50_ms": _ms(delays, 0.5), "visibility_p99_ms": _ms(delays, 0.99)}
+    return {"entries": len(delays), "visibility_p50_ms": percentile_ms(delays, 0.5),
+            "visibility_p99_ms": percentile_ms(delays, 0.99)}
 
 
 def bench_ledger(args) -> int:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 from bkbench.journal import MIB
-from bkbench.ledger import adds_summary
+from bkbench.summaries import adds_summary
 from bklocal.processes import ChildProcess, free_ports
 
 NODE_COUNT = 3

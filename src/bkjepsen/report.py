@@ -1,10 +1,12 @@
 """The report of a run: counts of operations by kind and outcome, faults by kind, the
 violations found, where the results are, the replay command, and last `valid: true|false`.
 write_results puts history.jsonl, timeline.html, latency.html and report.txt in the folder.
+replay_command lives here, the one place that spells it; bkjepsen.runner prints it at the start.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections import Counter
 
@@ -13,8 +15,14 @@ from bkjepsen.plots import latency_html, timeline_html
 VIOLATIONS_SHOWN_MAX = 30
 
 
+def replay_command(args: argparse.Namespace) -> str:
+    """The command that runs this again with the same options and seed (bkjepsen.runner's
+    parse_args reads them)."""
+    return (f"jepsen-like/run --workload {args.workload} --nemesis {args.nemesis} --time {args.time:g} "
+            f"--seed {args.seed} --metastore {args.metastore} --bookies {args.bookies}")
+
+
 def report_lines(result, args, folder: str) -> list[str]:
-    from bkjepsen.runner import replay_command
     history = result.history
     outcomes = Counter((op.kind, op.outcome) for op in history.ops)
     lines = [f"workload {args.workload}, metastore {args.metastore}, {args.bookies} bookies, "

@@ -24,6 +24,7 @@ from bkjepsen.checkers import CHECKERS
 from bkjepsen.cluster import Cluster, ClusterSpec
 from bkjepsen.history import History
 from bkjepsen.nemesis import Nemesis, parse_kinds
+from bkjepsen.report import print_report, replay_command, write_results
 
 WORKLOADS = ("ledger", "stream", "table")
 HEAL_SETTLE_S = 3.0
@@ -48,11 +49,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if not 1 <= args.time <= 3600 or not 3 <= args.bookies <= 9:
         parser.error("--time must be within 1..3600 and --bookies within 3..9")
     return args
-
-
-def replay_command(args: argparse.Namespace) -> str:
-    return (f"jepsen-like/run --workload {args.workload} --nemesis {args.nemesis} --time {args.time:g} "
-            f"--seed {args.seed} --metastore {args.metastore} --bookies {args.bookies}")
 
 
 @dataclass
@@ -138,7 +134,6 @@ async def run(args: argparse.Namespace, folder: str, log=print) -> RunResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bkjepsen.report import print_report, write_results
     args = parse_args(sys.argv[1:] if argv is None else argv)
     folder = os.path.join(args.results, time.strftime("%Y%m%d-%H%M%S") + f"-{args.workload}-seed{args.seed}")
     os.makedirs(folder, exist_ok=True)

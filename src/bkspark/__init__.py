@@ -7,6 +7,7 @@ Modules, each owning one thing:
     arrow_rows     entries decoded into pyarrow RecordBatches (the format is bkcore's)
     cluster        blocking calls into the store from Spark's threads and workers
     source         the DataSource class and batch reads
+    spans          reading one planned span into record batches (batch and streaming reads)
     stream_source  structured streaming reads (offsets, admission control, cursors)
     sink           batch and streaming writes, exactly once
     table_snapshot a table range's state as of a journal position, rebuilt from its journal

@@ -4,15 +4,13 @@
     spark.read.format("bookkeeper").option("metastore", URI).option("ledgers", "1,2,3").load()
 
 The driver plans (bkspark.planning over a StreamView read from the metastore and the LACs of
-in-progress segments); each partition is one ReadSpan, read by a Python worker with batched
-entry reads (a few MiB at a time, the next few already on their way while one is decoded) straight into Arrow record batches. Comparisons on `txid` and `position` are pushed
-down: they narrow the plan and are applied exactly to the records read, so Spark need not
-evaluate them again.
+in-progress segments); each partition is one ReadSpan, read by a Python worker (bkspark.spans,
+shared with streaming reads). Comparisons on `txid` and `position` are pushed down: they narrow
+the plan and are applied exactly to the records read, so Spark need not evaluate them again.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Iterator
 
 from pyspark.sql.datasource import (
@@ -22,16 +20,10 @@ from pyspark.sql.datasource import (
 
 from bkcore.stream.records import DLSN
 from bkspark import cluster
-from bkspark.arrow_rows import format_position, ledger_batch, spark_schema_ddl, stream_batch
+from bkspark.arrow_rows import format_position, spark_schema_ddl
 from bkspark.options import OptionError, SourceOptions, parse_options, require_stream
-from bkspark.planning import TXID_MAX, ReadSpan, ledger_spans, plan_spans, resolve_end, resolve_start
-from bkspark.read_sizing import is_batch_full, read_range
-
-log = logging.getLogger("bkspark")
-
-
-class DataLossError(RuntimeError):
-    """Records a query should have read were truncated first (failOnDataLoss=true)."""
+from bkspark.planning import TXID_MAX, ledger_spans, plan_spans, resolve_end, resolve_start
+from bkspark.spans import SpanPartition, read_span
 
 
 class BookKeeperDataSource(DataSource):
@@ -71,12 +63,6 @@ class BookKeeperDataSource(DataSource):
         from bkspark.sink import StreamingSink
         require_stream(self.parsed, "df.writeStream")
         return StreamingSink(self.parsed, schema, overwrite)
-
-
-class SpanPartition(InputPartition):
-    def __init__(self, span: ReadSpan) -> None:
-        super().__init__(span)
-        self.span = span
 
 
 class BatchReader(DataSourceReader):
@@ -162,46 +148,3 @@ def _bounds(pushed: Filter, value, following) -> tuple:
     if isinstance(pushed, LessThan):
         return None, value
     return None, following
-
-
-# Reads one partition keeps in flight: each is a batch read of one bookie, so several keep the
-# whole ensemble busy while the worker decodes.
-READS_IN_FLIGHT = 4
-
-
-def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
-    """The Arrow record batches of one span. Up to READS_IN_FLIGHT reads are on their way while
-    a batch is decoded, each of about READ_BYTES_TARGET bytes (readBatchEntries entries at
-    most), and batches go to Spark a few reads' worth at a time (bkspark.read_sizing). A
-    ledger deleted since planning fails the task (failOnDataLoss=true) or is skipped with a
-    warning."""
-    bk = cluster.client(options.metastore)
-    handle = bk.run(cluster.open_span, span, options.password)
-    if handle is None:
-        _on_lost_ledger(options, span)
-        return
-    batch_first, batch_payloads, batch_size = span.first_entry_id, [], 0
-    reads = read_range(bk, handle, span.first_entry_id, span.last_entry_id, entries_max=options.read_batch_entries,
-                       in_flight_max=READS_IN_FLIGHT)
-    for first, payloads in reads:
-        if payloads is None:
-            _on_lost_ledger(options, span)
-            return
-        batch_payloads += payloads
-        batch_size += sum(map(len, payloads))
-        if is_batch_full(len(batch_payloads), batch_size) or first + len(payloads) > span.last_entry_id:
-            if span.stream is None:
-                yield ledger_batch(span.ledger_id, batch_first, batch_payloads, options.value_format)
-            else:
-                yield stream_batch(span, batch_first, batch_payloads, options.value_format)
-            batch_first, batch_payloads, batch_size = batch_first + len(batch_payloads), [], 0
-
-
-def _on_lost_ledger(options: SourceOptions, span: ReadSpan) -> None:
-    what = f"segment {span.seqno} of stream {span.stream}" if span.stream else "the ledger"
-    message = (f"ledger {span.ledger_id} ({what}, entries {span.first_entry_id}-{span.last_entry_id}) was deleted "
-               f"before it was read")
-    if options.fail_on_data_loss:
-        raise DataLossError(f"{message}; its records are lost. Set failOnDataLoss=false to skip lost data "
-                            f"with a warning instead")
-    log.warning("%s; skipped (failOnDataLoss=false)", message)

@@ -30,7 +30,7 @@ from bkspark.offsets import StreamOffset, decode, encode
 from bkspark.options import SourceOptions
 from bkspark.planning import StreamView, backlog, end_of, find_data_loss, limit_end, offset_after, plan_spans, \
     resolve_start
-from bkspark.source import DataLossError, SpanPartition, read_span
+from bkspark.spans import DataLossError, SpanPartition, read_span
 from bkcore.stream.reader import StreamReader
 
 log = logging.getLogger("bkspark")
