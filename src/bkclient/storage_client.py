@@ -21,7 +21,7 @@ import msgpack
 from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2
 
 from bkcore.stream.segments import stream_id_of
-from streamstorage.grpc_gateway import WATCH_METHOD
+from bkcore.table.watch_rpc import WATCH_METHOD
 
 DEFAULT_SERVER = "127.0.0.1:4181"
 CALL_TIMEOUT_S = 30.0

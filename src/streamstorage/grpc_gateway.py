@@ -40,13 +40,13 @@ from bkcore.table.commands import (
     fold_key, unfold_key,
 )
 from bkcore.table.ownership import NotOwner
+from bkcore.table.watch_rpc import WATCH_METHOD
 from bkcore.table.service import Tables, _folded_end, range_of
 from streamstorage.grpc_bridge import TrioBridge
 from streamstorage.lmdb_kv import LmdbRangeIndexes
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
-WATCH_METHOD = "/bk.table.Watch/Watch"
 WATCH_QUEUE_EVENTS = 10_000
 FORWARDED_HEADER = "bk-forwarded"
 FORWARD_TIMEOUT_S = 30.0
