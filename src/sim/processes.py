@@ -57,6 +57,8 @@ class SimProcess:
         self._calls: dict[int, _Call] = {}
         self._on_done: dict[int, Callable[[object, BaseException | None], None]] = {}
         self._is_pump_posted = False
+        # What else of the process stops with it (its RPC endpoint: sim.rpc).
+        self.on_crash: list[Callable[[], None]] = []
         self.bk = BookKeeperClient(self)
         self.runtime.spawn_system_task(self.store.keep_alive)
 
@@ -109,6 +111,8 @@ class SimProcess:
             return
         self.is_up = False
         self._world.stop_client(self.name)
+        for stop in self.on_crash:
+            stop()
         self.runtime.stop()
         self.store.abandon()
         self._calls.clear()

@@ -118,6 +118,10 @@ def _service_workload(world: SimWorld):
     workload = world.scenario.workload
     if workload == "stream":
         return StreamWorkload(world=world, history=StreamHistory())
+    if workload == "table":
+        from sim.table_history import TableHistory
+        from sim.workload_table import TableWorkload
+        return TableWorkload(world=world, history=TableHistory())
     raise ValueError(f"workload {workload!r} does not run in the simulator yet")
 
 
