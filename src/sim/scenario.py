@@ -162,7 +162,7 @@ class Scenario:
         workload = drawn_workload if workload is None else workload
         tables = dict(table_server_count=rng.choice([1, 2, 3]), table_client_count=rng.choice([1, 2, 3]),
                       table_watcher_count=rng.choice([1, 2]), table_range_count=rng.choice([1, 2, 3]),
-                      table_checkpoint_every=rng.choice([5, 20, 50]),
+                      table_checkpoint_every=rng.choice([2, 5, 15]),
                       table_request_timeout_ns=rng.choice([300 * MS, 1 * S, 3 * S]))
         if workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")

@@ -18,8 +18,9 @@ Rules, each a kind of violation:
   twice, or a change at or below the revision it started after.
 - watch-invented: a watch saw a put of a value nobody wrote to that key, or a delete of a key
   nobody deleted (deletes, deleteRanges, txns, TTLs), or a change before it was asked for.
-- two-changes: one key changed at one revision in two ways (acknowledged results and watch
-  events together).
+- two-changes: one key was put at one revision with two values (acknowledged results and watch
+  events together). (A put may share its revision with a delete of the same key: a TTL that
+  expired just before it, carried out by the same command.)
 - watch-gap: a watch missed a change of its keys that others know of (acknowledged writes and
   every watch's events), above the revision it started after and at or below the newest
   revision it saw; and a watch resumed after another started later than where that one stopped.
@@ -262,16 +263,17 @@ def _is_subset_sum(amounts: list[int], target: int) -> bool:
 # -- watches --------------------------------------------------------------------------------------
 
 def _known_changes(history: TableHistory) -> tuple[dict, list[TableViolation]]:
-    """(pkey, lkey, revision) -> (kind, value): from acknowledged writes and every watch event;
+    """(pkey, lkey, revision, kind) -> value: from acknowledged writes and every watch event;
     with a two-changes violation for each disagreement."""
-    changes: dict[tuple[bytes, bytes, int], tuple[str, bytes | None]] = {}
+    changes: dict[tuple[bytes, bytes, int, str], bytes | None] = {}
     found = []
 
     def note(key: tuple[bytes, bytes, int], change: tuple[str, bytes | None], who: str) -> None:
-        before = changes.setdefault(key, change)
-        if before != change:
+        kind, value = change
+        before = changes.setdefault((*key, kind), value)
+        if before != value:
             found.append(TableViolation("two-changes", f"{key[0].decode()}/{key[1].decode()} at revision {key[2]}: "
-                                                       f"{before} and, by {who}, {change}"))
+                                                       f"{kind} {before!r} and, by {who}, {value!r}"))
 
     for op in history.ops:
         if op.result is None or op.pkey in history.counter_pkeys:
@@ -337,7 +339,7 @@ def _watch_alone(watch: WatchLog, writers: dict) -> list[TableViolation]:
     newest = watch.start_after
     seen = set()
     for revision, lkey, kind, value, seen_ns in watch.events:
-        change = (revision, lkey)
+        change = (revision, lkey, kind)
         if change in seen:
             found.append(TableViolation("watch-twice", f"{watch.name} saw {lkey.decode()} at revision {revision} twice"))
         elif revision <= watch.start_after:
@@ -361,15 +363,15 @@ def _watch_complete(watch: WatchLog, changes: dict) -> list[TableViolation]:
     if not watch.events:
         return []
     newest = max(revision for revision, *_ in watch.events)
-    seen = {(revision, lkey) for revision, lkey, *_ in watch.events}
+    seen = {(revision, lkey, kind) for revision, lkey, kind, *_ in watch.events}
     watched = set(watch.lkeys)
-    missed = sorted((revision, lkey) for (pkey, lkey, revision) in changes
+    missed = sorted((revision, lkey, kind) for (pkey, lkey, revision, kind) in changes
                     if pkey == watch.pkey and lkey in watched and watch.start_after < revision <= newest
-                    and (revision, lkey) not in seen)
+                    and (revision, lkey, kind) not in seen)
     if missed:
-        revision, lkey = missed[0]
+        revision, lkey, kind = missed[0]
         return [TableViolation("watch-gap", f"{watch.name} (revisions {watch.start_after + 1}..{newest}) missed "
-                                            f"the change of {lkey.decode()} at revision {revision} "
+                                            f"the {kind} of {lkey.decode()} at revision {revision} "
                                             f"and {len(missed) - 1} more")]
     return []
 

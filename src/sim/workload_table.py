@@ -47,8 +47,10 @@ COUNTER_PKEYS = (b"n0",)
 COUNTER_LKEYS = (b"x", b"y")
 TTLS_MS = (100, 300, 1000)
 RETRY_PAUSE_S = 0.1
-OP_INTERVAL_MEAN_S = 0.02
+OP_INTERVAL_MEAN_S = 0.01
+CLIENT_TASKS_COUNT = 2             # requests a client process has in flight at once
 SESSION_RESTART_DELAY_NS = 100 * MS
+PLANNED_RESTART_NS = 200 * MS
 # Weights of the client's operations.
 OPERATIONS = (("put", 30), ("get", 20), ("delete", 6), ("txn", 12), ("range", 8), ("delete-range", 3), ("incr", 15))
 
@@ -84,6 +86,11 @@ class TableWorkload:
     def start_nemesis(self, end_ns: int) -> None:
         ProcessNemesis(processes=self.processes, roles=self.server_roles + self.client_roles + self.watcher_roles,
                        end_ns=end_ns).start()
+        # One planned restart of a server (a rolling upgrade) in the middle of every run, so
+        # ranges move to a new owner, which restores them from their checkpoints.
+        role = self.rng.choice(self.server_roles)
+        self.world.loop.call_later(int(self.rng.uniform(0.3, 0.7) * end_ns),
+                                   functools.partial(self.processes.crash, role, restart_after_ns=PLANNED_RESTART_NS))
 
     def stop_writing(self) -> None:
         self.is_writing = False
@@ -166,6 +173,11 @@ class TableWorkload:
 
     async def _client(self, process: SimProcess) -> None:
         caller = TableCaller(self, process)
+        async with process.runtime.open_nursery() as nursery:
+            for _ in range(CLIENT_TASKS_COUNT):
+                nursery.start_soon(self._operate, process, caller)
+
+    async def _operate(self, process: SimProcess, caller: TableCaller) -> None:
         while self.is_writing:
             kind = self.rng.choices(OPERATIONS, self._weights)[0][0]
             await getattr(self, "_" + kind.replace("-", "_"))(caller)
