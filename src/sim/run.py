@@ -122,7 +122,10 @@ def _service_workload(world: SimWorld):
         from sim.table_history import TableHistory
         from sim.workload_table import TableWorkload
         return TableWorkload(world=world, history=TableHistory())
-    raise ValueError(f"workload {workload!r} does not run in the simulator yet")
+    if workload == "mixed":
+        from sim.workload_mixed import MixedWorkload
+        return MixedWorkload(world=world)
+    raise ValueError(f"unknown workload {workload!r}")
 
 
 # After healing, in-flight operations settle this long before the verifier starts.

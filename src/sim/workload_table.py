@@ -2,7 +2,7 @@
 clients that reach it over the simulated network, and a history that sim.table_history judges.
 
 Processes (sim.processes; each may crash and restart, pause, or be cut off):
-  setup  creates the table (a stream whose settings give its hash ranges);
+  ts     creates the table (a stream whose settings give its hash ranges);
   ss<i>  stream storage servers (sim.table_server): ownership of ranges through the metastore,
          range journals and checkpoints on the bookies;
   tc<i>  clients: put (some with a TTL), get, delete, txn (one key: compare its version or value,
@@ -56,12 +56,13 @@ OPERATIONS = (("put", 30), ("get", 20), ("delete", 6), ("txn", 12), ("range", 8)
 
 
 class TableWorkload:
-    def __init__(self, *, world, history: TableHistory) -> None:
+    def __init__(self, *, world, history: TableHistory, processes: Processes | None = None) -> None:
+        """processes: those of a workload this one runs beside (sim.workload_mixed)."""
         self.world = world
         self.history = history
         self.scenario = scenario = world.scenario
         self.rng = world.workload_rng
-        self.processes = Processes(world=world, rng=self.rng)
+        self.processes = processes or Processes(world=world, rng=self.rng)
         self.settings = StreamSettings(
             ensemble_size=scenario.ensemble_size, write_quorum_size=scenario.write_quorum_size,
             ack_quorum_size=scenario.ack_quorum_size, table_ranges=scenario.table_range_count)
@@ -81,7 +82,7 @@ class TableWorkload:
     # -- the run's phases -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self.processes.start("setup", self._setup)
+        self.processes.start("ts", self._setup)
 
     def start_nemesis(self, end_ns: int) -> None:
         ProcessNemesis(processes=self.processes, roles=self.server_roles + self.client_roles + self.watcher_roles,
