@@ -181,6 +181,24 @@ class Processes:
         world.loop.call_later(SESSION_CHECK_INTERVAL_NS, self._expire_silent_sessions)
 
 
+class ProcessWorkload:
+    """What every workload of application processes does at the run's phases (sim.run): it
+    stops writing, its crashed processes restart when the cluster heals, and the run's end
+    stops them all. A subclass sets `processes` and `is_writing`."""
+
+    processes: Processes
+    is_writing: bool
+
+    def stop_writing(self) -> None:
+        self.is_writing = False
+
+    def heal(self) -> None:
+        self.processes.restart_all_crashed()
+
+    def stop(self) -> None:
+        self.processes.stop_all()
+
+
 class ProcessNemesis:
     """Crashes application processes (the world's nemesis does bookies, pauses and partitions)."""
 

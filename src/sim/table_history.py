@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sim.linearizability import SearchBudgetExceeded, check_linearizable
+from sim.stream_history import StreamViolation as TableViolation     # (kind, detail), as there
 
 MS = 1_000_000
 MISSING = (None, 0)                  # a register's (value, version) when the key is absent
@@ -104,15 +105,6 @@ class TableHistory:
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
-
-
-@dataclass(frozen=True, slots=True)
-class TableViolation:
-    kind: str
-    detail: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.detail}"
 
 
 def check_table_history(history: TableHistory) -> list[TableViolation]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 
-from bkcore.stream.errors import NamespaceExists, StreamExists
 from bkcore.stream.segments import StreamSettings
 from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, Txn, fold_key, pkey_end,
@@ -28,7 +27,7 @@ from bkcore.table.commands import (
 from bkcore.table.ownership import NotOwner
 from bkcore.table.routing import NoServer, call_owner
 from bkcore.table.service import range_of
-from sim.processes import ProcessNemesis, Processes, SimProcess
+from sim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
 from sim.rpc import RpcEndpoint, RpcRefused
 from sim.scenario import MS, S
 from sim.table_history import MISSING, TableHistory, TableOp, WatchLog, check_table_history
@@ -36,7 +35,7 @@ from sim.table_server import (
     Compacted, Done, Failed, Redirect, Refused, TableRead, TableServer, TableWrite, WatchChange, WatchRequest,
     WatchStarted,
 )
-from sim.workload_stream import EXPECTED
+from sim.workload_stream import EXPECTED, create_stream_if_missing
 
 NAMESPACE = "sim"
 TABLE = "kv"
@@ -55,7 +54,7 @@ PLANNED_RESTART_NS = 200 * MS
 OPERATIONS = (("put", 30), ("get", 20), ("delete", 6), ("txn", 12), ("range", 8), ("delete-range", 3), ("incr", 15))
 
 
-class TableWorkload:
+class TableWorkload(ProcessWorkload):
     def __init__(self, *, world, history: TableHistory, processes: Processes | None = None) -> None:
         """processes: those of a workload this one runs beside (sim.workload_mixed)."""
         self.world = world
@@ -93,17 +92,8 @@ class TableWorkload:
         self.world.loop.call_later(int(self.rng.uniform(0.3, 0.7) * end_ns),
                                    functools.partial(self.processes.crash, role, restart_after_ns=PLANNED_RESTART_NS))
 
-    def stop_writing(self) -> None:
-        self.is_writing = False
-
-    def heal(self) -> None:
-        self.processes.restart_all_crashed()
-
     def start_verification(self) -> None:
         self.processes.start("tv", self._verify)
-
-    def stop(self) -> None:
-        self.processes.stop_all()
 
     def check(self) -> list:
         return check_table_history(self.history)
@@ -145,14 +135,7 @@ class TableWorkload:
         streams = process.bk.streams
         while True:
             try:
-                try:
-                    await streams.create_namespace(NAMESPACE, self.settings)
-                except NamespaceExists:
-                    pass
-                try:
-                    await streams.create_stream(NAMESPACE, TABLE, self.settings)
-                except StreamExists:
-                    pass
+                await create_stream_if_missing(streams, NAMESPACE, TABLE, self.settings)
                 break
             except EXPECTED as exc:
                 self.history.error(f"setup:{type(exc).__name__}")
