@@ -11,7 +11,8 @@
 
 A thick client: each call goes straight to the server that owns the key's range (found in the
 metastore, as the servers announce themselves there), or to any live server when the range has
-no owner yet, which then claims it. Calls run on gRPC's blocking stubs in worker threads. Keys
+no owner yet, which then claims it (bkcore.table.routing, which the simulator's clients use
+too; a server that is not the owner forwards the request to the one that is). Calls run on gRPC's blocking stubs in worker threads. Keys
 without a pkey use the key as pkey (BookKeeper's Table); with one they are PTable lkeys.
 """
 
@@ -25,9 +26,9 @@ from typing import AsyncIterator
 import trio
 
 from bkcore.stream.errors import StreamNotFound
-from bkcore.table.ownership import live_servers, owner_of
-from bkclient.storage_client import StorageClient, TableClient
+from bkcore.table.routing import choose_server
 from bkcore.table.service import range_of
+from bkclient.storage_client import StorageClient, TableClient
 
 WATCH_BUFFER_EVENTS = 1000
 
@@ -38,16 +39,11 @@ class AsyncTable:
         self.namespace, self.stream = namespace, stream
         self._table_ranges = table_ranges
         self._clients: dict[str, StorageClient] = {}
+        self._rng = random.Random()
 
     async def _table_for(self, pkey: bytes) -> TableClient:
-        root = self._bk.layout.root
         index = (self.namespace, self.stream, range_of(pkey, self._table_ranges))
-        address = await owner_of(self._bk.store, root, index)
-        if address is None:
-            servers = await live_servers(self._bk.store, root)
-            if not servers:
-                raise ConnectionError("no stream storage server is running (bk standalone, or bk stream-storage)")
-            address = random.choice(servers)
+        address = await choose_server(self._bk.store, self._bk.layout.root, index, self._rng)
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = StorageClient(address)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult
 from metastore.memory import MemoryMetastore
 from metastore.watches import OneShotWatch, WatchTable
+from sim.tasks import ProcessStopped
 
 PING_FRACTION = 3              # pings per session timeout
 LEASE_FRACTION = 0.8           # of the session timeout, from the newest answered ping's send
@@ -145,9 +146,13 @@ class SimMetadataStore:
 
     async def _call(self, op: MetaOp | None, on_applied) -> MetaResult:
         """op, or a ping when None: there and back with the world's latency and faults."""
+        world, rt = self._world, self._rt
+        if rt.is_stopped:
+            # Code of a crashed process that still runs (an async generator finalized by the
+            # collector, say) must not reach the world, nor draw from its generators.
+            raise ProcessStopped(f"{rt.name} is stopped")
         if self.session_lost:
             return MetaResult(MetaCode.SESSION_EXPIRED)
-        world, rt = self._world, self._rt
         options = world.scenario.metastore
         sent_ns = world.loop.now_ns
         if world.metastore_down_until_ns > sent_ns:

@@ -57,6 +57,8 @@ class SimProcess:
         self._calls: dict[int, _Call] = {}
         self._on_done: dict[int, Callable[[object, BaseException | None], None]] = {}
         self._is_pump_posted = False
+        # What else of the process stops with it (its RPC endpoint: sim.rpc).
+        self.on_crash: list[Callable[[], None]] = []
         self.bk = BookKeeperClient(self)
         self.runtime.spawn_system_task(self.store.keep_alive)
 
@@ -109,6 +111,8 @@ class SimProcess:
             return
         self.is_up = False
         self._world.stop_client(self.name)
+        for stop in self.on_crash:
+            stop()
         self.runtime.stop()
         self.store.abandon()
         self._calls.clear()
@@ -175,6 +179,24 @@ class Processes:
             self.expired_session_count += len(expired)
             world.trace.record(world.now_ns, "sessions-expired", *expired)
         world.loop.call_later(SESSION_CHECK_INTERVAL_NS, self._expire_silent_sessions)
+
+
+class ProcessWorkload:
+    """What every workload of application processes does at the run's phases (sim.run): it
+    stops writing, its crashed processes restart when the cluster heals, and the run's end
+    stops them all. A subclass sets `processes` and `is_writing`."""
+
+    processes: Processes
+    is_writing: bool
+
+    def stop_writing(self) -> None:
+        self.is_writing = False
+
+    def heal(self) -> None:
+        self.processes.restart_all_crashed()
+
+    def stop(self) -> None:
+        self.processes.stop_all()
 
 
 class ProcessNemesis:

@@ -108,7 +108,7 @@ def _young_collections_every(allocation_count: int):
         gc.set_threshold(*thresholds)
 
 
-RUNNABLE_WORKLOADS = ("ledger", "stream")
+RUNNABLE_WORKLOADS = ("ledger", "stream", "table", "mixed")
 
 
 def _new_world(scenario: Scenario) -> SimWorld:
@@ -134,7 +134,14 @@ def _service_workload(world: SimWorld):
     workload = world.scenario.workload
     if workload == "stream":
         return StreamWorkload(world=world, history=StreamHistory())
-    raise ValueError(f"workload {workload!r} does not run in the simulator yet")
+    if workload == "table":
+        from sim.table_history import TableHistory
+        from sim.workload_table import TableWorkload
+        return TableWorkload(world=world, history=TableHistory())
+    if workload == "mixed":
+        from sim.workload_mixed import MixedWorkload
+        return MixedWorkload(world=world)
+    raise ValueError(f"unknown workload {workload!r}")
 
 
 # After healing, in-flight operations settle this long before the verifier starts.

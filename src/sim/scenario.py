@@ -94,6 +94,15 @@ class Scenario:
     stream_reader_count: int = 2
     stream_rolling_size: int = 16 << 10
     stream_retention_size: int = 0
+    # Table workload: server and client processes, hash ranges of the table, commands between
+    # checkpoints of a range (small: checkpoints are written and restored in every run), and
+    # how long a client waits for an answer before the outcome counts as unknown.
+    table_server_count: int = 2
+    table_client_count: int = 2
+    table_watcher_count: int = 1
+    table_range_count: int = 2
+    table_checkpoint_every: int = 20
+    table_request_timeout_ns: int = 1 * S
 
     def bookie_config(self) -> BookieConfig:
         return BookieConfig(journal_writes_in_flight_max=self.journal_writes_in_flight_max)
@@ -157,6 +166,10 @@ class Scenario:
                         stream_retention_size=rng.choice([0, 0, 32 << 10]))
         drawn_workload = rng.choice(WORKLOADS)
         workload = drawn_workload if workload is None else workload
+        tables = dict(table_server_count=rng.choice([1, 2, 3]), table_client_count=rng.choice([1, 2, 3]),
+                      table_watcher_count=rng.choice([1, 2]), table_range_count=rng.choice([1, 2, 3]),
+                      table_checkpoint_every=rng.choice([2, 5, 15]),
+                      table_request_timeout_ns=rng.choice([300 * MS, 1 * S, 3 * S]))
         if workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
         if "net" not in faults:
@@ -176,7 +189,7 @@ class Scenario:
             journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight,
             client_write_busy_ns=client_write_busy,
             workload=workload, clock_skew_max_ns=clock_skew,
-            **services)
+            **services, **tables)
 
     def describe(self) -> list[str]:
         return [
@@ -197,4 +210,7 @@ class Scenario:
             f"client_write_busy={self.client_write_busy_ns / MS:g}ms clock_skew_max={self.clock_skew_max_ns / MS:g}ms",
             f"streams: readers={self.stream_reader_count} rolling_size={self.stream_rolling_size} "
             f"retention_size={self.stream_retention_size}",
+            f"tables: servers={self.table_server_count} clients={self.table_client_count} "
+            f"watchers={self.table_watcher_count} ranges={self.table_range_count} "
+            f"checkpoint_every={self.table_checkpoint_every} request_timeout={self.table_request_timeout_ns / MS:g}ms",
         ]

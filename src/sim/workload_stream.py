@@ -19,7 +19,7 @@ from bkcore.errors import BKException
 from bkcore.stream.errors import StreamException, StreamExists, NamespaceExists
 from bkcore.stream.records import DLSN, DLSN_START
 from bkcore.stream.segments import StreamSettings
-from sim.processes import ProcessNemesis, Processes, SimProcess
+from sim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
 from sim.stream_history import ReaderLog, StreamHistory, check_stream_history
 
 NAMESPACE = "sim"
@@ -39,7 +39,19 @@ def leaf_exceptions(group: BaseExceptionGroup) -> list[BaseException]:
     return leaves
 
 
-class StreamWorkload:
+async def create_stream_if_missing(streams, namespace: str, stream: str, settings: StreamSettings) -> None:
+    """The namespace and the stream, made by whichever setup gets there first."""
+    try:
+        await streams.create_namespace(namespace, settings)
+    except NamespaceExists:
+        pass
+    try:
+        await streams.create_stream(namespace, stream, settings)
+    except StreamExists:
+        pass
+
+
+class StreamWorkload(ProcessWorkload):
     def __init__(self, *, world, history: StreamHistory) -> None:
         self.world = world
         self.history = history
@@ -70,17 +82,8 @@ class StreamWorkload:
         ProcessNemesis(processes=self.processes, roles=self.writer_roles + self.reader_roles + ["st"],
                        end_ns=end_ns).start()
 
-    def stop_writing(self) -> None:
-        self.is_writing = False
-
-    def heal(self) -> None:
-        self.processes.restart_all_crashed()
-
     def start_verification(self) -> None:
         self.processes.start("sv", self._verify)
-
-    def stop(self) -> None:
-        self.processes.stop_all()
 
     def check(self) -> list:
         return check_stream_history(self.history)
@@ -105,14 +108,7 @@ class StreamWorkload:
         streams = process.bk.streams
         while True:
             try:
-                try:
-                    await streams.create_namespace(NAMESPACE, self.settings)
-                except NamespaceExists:
-                    pass
-                try:
-                    await streams.create_stream(NAMESPACE, STREAM, self.settings)
-                except StreamExists:
-                    pass
+                await create_stream_if_missing(streams, NAMESPACE, STREAM, self.settings)
                 for cursor in self.cursors:
                     # Cursors exist before any record, so retention never passes one.
                     await streams.commit_cursor(NAMESPACE, STREAM, cursor, DLSN_START)

@@ -196,6 +196,16 @@ class SimWorld:
         self.clients[client_id] = self.nodes[client_id] = node
         return client
 
+    def add_endpoint(self, name: str, core: object) -> None:
+        """A node of an application process besides its ledger client (sim.rpc's endpoint):
+        listed with the clients, so the network, partitions, pauses and stop_client reach it as
+        they reach them. `core` has receive, on_timer, on_send_failed, take_effects and
+        next_deadline_ns."""
+        node = _ClientNode(name=name, deliver=self._deliver_to_endpoint, pump=self._pump_endpoint,
+                           on_timer=self._on_endpoint_timer)
+        node.set_core(core)
+        self.clients[name] = self.nodes[name] = node
+
     def stop_client(self, client_id: str) -> None:
         """The client's process is gone: nothing reaches it or leaves it any more."""
         node = self.clients[client_id]
@@ -555,6 +565,9 @@ class SimWorld:
     _on_client_timer = _own_copy(_on_timer)
     _pump_bookie = _own_copy(_pump)
     _pump_client = _own_copy(_pump)
+    _deliver_to_endpoint = _own_copy(_deliver)
+    _on_endpoint_timer = _own_copy(_on_timer)
+    _pump_endpoint = _own_copy(_pump)
 
     def _perform(self, node: _Node, effect: object) -> None:
         now_ns = self.loop.now_ns

@@ -65,7 +65,15 @@ class StreamCatalog:
         metadata = StreamMetadata(settings)
         result = await self._write(Create(path, metadata.to_bytes()))
         if result.code is MetaCode.NODE_EXISTS:
+            # Its creator may have died between this node and the ones below: without them the
+            # stream could never be written or read, so whoever creates it again completes it.
+            await self._ensure_stream_children(namespace, stream)
             raise StreamExists(f"stream {namespace}/{stream} already exists")
+        await self._ensure_stream_children(namespace, stream)
+        return StreamMetadata(settings, version=0)
+
+    async def _ensure_stream_children(self, namespace: str, stream: str) -> None:
+        """The nodes a stream needs besides its own: its segments, its cursors, its id."""
         await self._ensure(self.layout.segments_path(namespace, stream))
         await self._ensure(self.layout.cursors_path(namespace, stream))
         await self._ensure(f"{self.layout.root}/stream-ids")
@@ -75,7 +83,6 @@ class StreamCatalog:
         if result.code is MetaCode.NODE_EXISTS and (await self._read(Get(id_path))).data != full_name:
             raise StreamMetadataConflict(f"stream {namespace}/{stream} hashes to the id of another stream; "
                                          f"choose another name")
-        return StreamMetadata(settings, version=0)
 
     async def stream_by_id(self, stream_id: int) -> tuple[str, str]:
         """(namespace, stream) of a stream id."""

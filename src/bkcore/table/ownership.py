@@ -59,6 +59,9 @@ class RangeOwnership:
         self._root = owners_path(root)
         self._servers = servers_path(root)
         self.server_id = server_id
+        # The ranges this instance claimed and has not released. A claim node naming this
+        # server that is not among them was left by an earlier run of the server.
+        self._claimed: set[tuple[str, str, int]] = set()
 
     def _path(self, index: tuple[str, str, int]) -> str:
         return f"{self._root}/{range_name(index)}"
@@ -68,7 +71,13 @@ class RangeOwnership:
         parts = self._servers.strip("/").split("/")
         for depth in range(1, len(parts) + 1):
             await self._store.execute(Create("/" + "/".join(parts[:depth])))
-        await self._store.execute(Create(f"{self._servers}/{self.server_id}", is_ephemeral=True))
+        path = f"{self._servers}/{self.server_id}"
+        # A node left by an earlier run of this server (whose session has not expired yet) would
+        # vanish with that session: replace it with one of this session.
+        await self._store.execute(Delete(path))
+        result = await self._store.execute(Create(path, is_ephemeral=True))
+        if result.code is not MetaCode.OK:
+            raise ConnectionError(f"could not register stream storage server {self.server_id}: {result.code.name}")
 
     async def claim(self, index: tuple[str, str, int]) -> str | None:
         """Take the range if nobody holds it; None if it is ours now, else the owner's id."""
@@ -76,6 +85,7 @@ class RangeOwnership:
         for _ in range(3):
             result = await self._store.execute(Create(path, self.server_id.encode(), is_ephemeral=True))
             if result.code is MetaCode.OK:
+                self._claimed.add(index)
                 return None
             if result.code is MetaCode.NO_NODE:
                 for parent in (self._root.rsplit("/", 1)[0], self._root):
@@ -84,12 +94,20 @@ class RangeOwnership:
             current = await self._store.execute(Get(path))
             if current.code is MetaCode.OK:
                 owner = current.data.decode()
-                return None if owner == self.server_id else owner
+                if owner != self.server_id:
+                    return owner
+                if index in self._claimed:
+                    return None
+                # Left by an earlier run of this server (one id, one server at a time), under a
+                # session that has not expired yet; once it does, the node vanishes and another
+                # server may claim the range while this one serves it. Claim it anew.
+                await self._store.execute(Delete(path, current.version))
         raise ConnectionError(f"could not claim table range {index} in the metastore")
 
     async def release(self, index: tuple[str, str, int]) -> None:
         """Give the range up (only if the node is still this server's)."""
         path = self._path(index)
         current = await self._store.execute(Get(path))
+        self._claimed.discard(index)
         if current.code is MetaCode.OK and current.data.decode() == self.server_id:
             await self._store.execute(Delete(path, current.version))

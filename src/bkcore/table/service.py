@@ -28,7 +28,7 @@ from bkcore.table.commands import (
 )
 from bkcore.table.kv import WatchEvent
 from bkcore.table.ownership import NotOwner, OwnershipUncertain, RangeOwnership
-from bkcore.table.range import TABLES_NAMESPACE, TableRange, journal_stream_name
+from bkcore.table.range import TABLES_NAMESPACE, RangeClosed, TableRange, journal_stream_name
 
 SETTINGS_TTL_S = 5.0
 logger = logging.getLogger(__name__)
@@ -48,6 +48,17 @@ def table_key(key: bytes) -> tuple[bytes, bytes]:
     return key, key
 
 
+class _Opening:
+    """A range being opened, and what came of it once `done` is set."""
+
+    __slots__ = ("done", "table_range", "error")
+
+    def __init__(self, done) -> None:
+        self.done = done
+        self.table_range: TableRange | None = None
+        self.error: Exception | None = None
+
+
 class Tables:
     def __init__(self, bk, nursery, *, checkpoint_every: int | None = None,
                  server_id: str | None = None, indexes=None) -> None:
@@ -64,7 +75,8 @@ class Tables:
         self._checkpoint_every = checkpoint_every
         self._ranges: dict[tuple[str, str, int], TableRange] = {}
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
-        self._opening: dict[tuple[str, str, int], object] = {}
+        # Ranges being opened now, by a task of their own (see _open).
+        self._opening: dict[tuple[str, str, int], _Opening] = {}
         # monotonic_s() until which reads outside the loop may trust this server still owns
         # its ranges (set by the loop from the metastore session's lease; see read_in_thread).
         self._read_lease_until = 0.0 if server_id else math.inf
@@ -91,31 +103,50 @@ class Tables:
         table_range = self._ranges.get(index)
         if table_range is not None and table_range.is_serving:
             return table_range
-        lock = self._opening.get(index)
-        if lock is None:
-            lock = self._opening[index] = self._rt.Lock()
-        async with lock:
-            table_range = self._ranges.get(index)
-            if table_range is None or not table_range.is_serving:
-                if self._ownership is not None:
-                    owner = await self._ownership.claim(index)
-                    if owner is not None:
-                        raise NotOwner(owner, f"range {index[2]} of table {namespace}/{stream}")
-                journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
-                                                  settings.ack_quorum_size)
-                options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
-                table = f"{namespace}/{stream}"
-                if self._indexes is not None:
-                    options["index"] = self._indexes.index_for(table, index[2])
-                table_range = TableRange(self._bk.streams, table, index[2], settings=journal_settings, **options)
-                try:
-                    await table_range.open(self._nursery)
-                except BaseException:
-                    await self._release(index)
-                    raise
-                self._nursery.start_soon(self._serve_range, index, table_range)
-                self._ranges[index] = table_range
-        return table_range
+        opening = self._opening.get(index)
+        if opening is None:
+            opening = self._opening[index] = _Opening(self._rt.Event())
+            self._nursery.start_soon(self._open, index, settings, opening)
+        await opening.done.wait()
+        if opening.error is not None:
+            raise opening.error
+        return opening.table_range
+
+    async def _open(self, index: tuple[str, str, int], settings: StreamSettings, opening: _Opening) -> None:
+        """Claim range `index` and open it, in a task of the service rather than of the request
+        that asked first: opening may take longer than a client waits, and a request given up
+        must not abort what the next request would wait for (each would start over, and none
+        would ever finish). Every request waiting for it gets the range or the error."""
+        namespace, stream, range_id = index
+        try:
+            if self._ownership is not None:
+                owner = await self._ownership.claim(index)
+                if owner is not None:
+                    raise NotOwner(owner, f"range {range_id} of table {namespace}/{stream}")
+            journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
+                                              settings.ack_quorum_size)
+            options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
+            table = f"{namespace}/{stream}"
+            if self._indexes is not None:
+                options["index"] = self._indexes.index_for(table, range_id)
+            table_range = TableRange(self._bk.streams, table, range_id, settings=journal_settings, **options)
+            try:
+                await table_range.open(self._nursery)
+            except BaseException:
+                await self._release(index)
+                raise
+            self._nursery.start_soon(self._serve_range, index, table_range)
+            self._ranges[index] = table_range
+            opening.table_range = table_range
+        except Exception as exc:      # noqa: BLE001 - raised to every request waiting for the range
+            opening.error = exc
+        except BaseException:
+            opening.error = RangeClosed(f"the table service stopped while opening range {range_id} of "
+                                        f"{namespace}/{stream}")
+            raise
+        finally:
+            del self._opening[index]
+            opening.done.set()
 
     async def _serve_range(self, index: tuple[str, str, int], table_range: TableRange) -> None:
         """While the range is served: journal TTL expiries; once it stops (fenced, closed, or
