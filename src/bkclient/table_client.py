@@ -26,7 +26,7 @@ from typing import AsyncIterator
 import trio
 
 from bkcore.stream.errors import StreamNotFound
-from bkcore.table.routing import choose_server
+from bkcore.table.routing import Routes
 from bkcore.table.service import range_of
 from bkclient.storage_client import StorageClient, TableClient
 
@@ -39,19 +39,26 @@ class AsyncTable:
         self.namespace, self.stream = namespace, stream
         self._table_ranges = table_ranges
         self._clients: dict[str, StorageClient] = {}
-        self._rng = random.Random()
+        self._routes = Routes(bk.store, bk.layout.root, random.Random())
 
-    async def _table_for(self, pkey: bytes) -> TableClient:
-        index = (self.namespace, self.stream, range_of(pkey, self._table_ranges))
-        address = await choose_server(self._bk.store, self._bk.layout.root, index, self._rng)
+    def _index(self, pkey: bytes) -> tuple[str, str, int]:
+        return self.namespace, self.stream, range_of(pkey, self._table_ranges)
+
+    def _table_at(self, address: str) -> TableClient:
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = StorageClient(address)
         return client.table(self.namespace, self.stream)
 
+    async def _table_for(self, pkey: bytes) -> TableClient:
+        return self._table_at(await self._routes.server_for(self._index(pkey)))
+
     async def _call(self, method: str, key: bytes, *args, pkey: bytes | None = None, **kwargs):
-        table = await self._table_for(pkey or key)
-        return await trio.to_thread.run_sync(lambda: getattr(table, method)(key, *args, pkey=pkey, **kwargs))
+        # (A server that does not own the range forwards the call to the owner itself.)
+        async def send(address: str):
+            table = self._table_at(address)
+            return await trio.to_thread.run_sync(lambda: getattr(table, method)(key, *args, pkey=pkey, **kwargs))
+        return await self._routes.call(self._index(pkey or key), send)
 
     async def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None):
         """Set the value; returns the previous KeyValue (or None)."""

@@ -82,8 +82,9 @@ class SimMetastore(MemoryMetastore):
 class SimMetadataStore:
     """One process's metastore session (metastore.api's interface, over the world's faults)."""
 
-    def __init__(self, *, world, runtime) -> None:
+    def __init__(self, *, world, runtime, name: str) -> None:
         self._world = world
+        self._name = name
         self._rt = runtime
         self._tree: SimMetastore = world.metastore
         self.session_id = self._tree.open_session()
@@ -155,11 +156,11 @@ class SimMetadataStore:
             return MetaResult(MetaCode.SESSION_EXPIRED)
         options = world.scenario.metastore
         sent_ns = world.loop.now_ns
-        if world.metastore_down_until_ns > sent_ns:
-            await rt.sleep(min(world.metastore_down_until_ns - sent_ns, options.connection_timeout_ns) / 1e9)
+        if self._unreachable_until_ns() > sent_ns:
+            await rt.sleep(min(self._unreachable_until_ns() - sent_ns, options.connection_timeout_ns) / 1e9)
             return MetaResult(MetaCode.CONNECTION_LOSS)
         await rt.sleep(world.metastore_latency_ns() / 1e9)
-        if world.metastore_down_until_ns > world.loop.now_ns:
+        if self._unreachable_until_ns() > world.loop.now_ns:
             return MetaResult(MetaCode.CONNECTION_LOSS)
         tree = self._tree
         if not tree.is_session_alive(self.session_id):
@@ -175,6 +176,12 @@ class SimMetadataStore:
             return MetaResult(MetaCode.CONNECTION_LOSS)
         self._lease_base_ns = max(self._lease_base_ns, sent_ns)
         return result
+
+    def _unreachable_until_ns(self) -> int:
+        """Until when this process cannot reach the metastore: the metastore's own outage, or
+        a partition between this process alone and it."""
+        world = self._world
+        return max(world.metastore_down_until_ns, world.metastore_cut_off_until_ns.get(self._name, 0))
 
     def _lose_session(self) -> None:
         if not self._is_lost:

@@ -4,8 +4,10 @@ checker must catch. A checker that no planted bug can fail proves nothing.
 A plant is applied for one run (`with planted(name):`) by swapping one function of the product
 for a wrong variant, and restored afterwards; the product's code keeps no trace of it (no flag,
 no "sim mode" branch). `bk sim plants` lists them as `NAME WORKLOAD SEEDS`: the workload whose
-checker catches it, and the number of seeds, from any start, within which some seed does
-(tests/sim/test_plants.py checks that claim from several starts).
+checker catches it, and the number of seeds, from any start, within which some seed does, in
+liveness mode (--liveness: the healed cluster must also finish, so a bug that leaves it stuck
+counts too). tests/sim/test_plants.py checks that claim from two starts; the stated counts are
+about twice the longest run of uncaught seeds measured from three starts over 60 seeds each.
 """
 
 from __future__ import annotations
@@ -73,16 +75,65 @@ def _stream_ack_before_durable() -> Callable[[], None]:
     return _swap(WriteHandle, "start_add", acks_at_once)
 
 
+def _owner_skips_fencing() -> Callable[[], None]:
+    import bkcore.stream.writer as writer
+
+    def unfenced(original):
+        async def open_without_recovery(bk, segment):
+            # Reads the segment as far as its LAC and takes that for its end, leaving its
+            # writer (a table range's previous owner) free to go on adding.
+            handle = await bk.open_ledger(segment.ledger_id, password=writer.STREAM_LEDGER_PASSWORD, recovery=False)
+            metadata = dataclasses.replace(handle.metadata, last_entry_id=handle.last_add_confirmed)
+            handle._reader.metadata = metadata
+            return handle
+        return open_without_recovery
+    return _swap(writer, "fence_segment_ledger", unfenced)
+
+
+def _restore_without_journal_replay() -> Callable[[], None]:
+    from bkcore.table.range import TableRange
+
+    def checkpoint_only(original):
+        async def replay(self, state, start):
+            if start is None:            # no checkpoint to start from: the whole journal
+                await original(self, state, start)
+        return replay
+    return _swap(TableRange, "_replay", checkpoint_only)
+
+
+def _watch_drops_an_event() -> Callable[[], None]:
+    from bkcore.table.range import TableRange
+
+    def lossy(original):
+        def publish(self, events):
+            # Every fifth change of a range reaches its history but none of its live watchers.
+            kept = [e for e in events if e.revision % 5 != 0]
+            self._history.extend(e for e in events if e.revision % 5 == 0)
+            original(self, kept)
+        return publish
+    return _swap(TableRange, "_publish", lossy)
+
+
 PLANTS: dict[str, Plant] = {plant.name: plant for plant in [
-    Plant("recovery-reads-without-fencing", "ledger", 60,
+    Plant("recovery-reads-without-fencing", "ledger", 45,
           "ledger recovery reads (the LAC read and the forward reads) do not fence the bookies",
           _recovery_reads_without_fencing),
-    Plant("add-acked-before-ack-quorum", "ledger", 60,
+    Plant("add-acked-before-ack-quorum", "ledger", 20,
           "a writer acknowledges an add one bookie short of the ack quorum",
           _add_acked_before_ack_quorum),
-    Plant("stream-ack-before-durable", "stream", 30,
+    Plant("stream-ack-before-durable", "stream", 15,
           "a stream writer acknowledges a record as soon as its entry is sent, before it is durable",
           _stream_ack_before_durable),
+    Plant("owner-skips-fencing", "table", 10,
+          "a new range owner (any new stream writer) seals the last journal segment at its LAC "
+          "without recovering its ledger, so the old owner is not fenced",
+          _owner_skips_fencing),
+    Plant("restore-without-journal-replay", "table", 30,
+          "a range restored from a checkpoint does not replay the journal after it",
+          _restore_without_journal_replay),
+    Plant("watch-drops-an-event", "table", 30,
+          "a range does not send every fifth change to its live watchers",
+          _watch_drops_an_event),
 ]}
 
 

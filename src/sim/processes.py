@@ -50,7 +50,7 @@ class SimProcess:
         self.client = world.add_client(self.name, self._on_completed)
         self.runtime = SimRuntime(loop=world.loop, rng=random.Random(seed), name=self.name,
                                   clock_offset_ns=clock_offset_ns, pause_source=world.clients[self.name])
-        self.store = SimMetadataStore(world=world, runtime=self.runtime)
+        self.store = SimMetadataStore(world=world, runtime=self.runtime, name=self.name)
         self.layout = world.layout
         self.is_up = True
         self._op_ids = itertools.count(1)
@@ -200,11 +200,18 @@ class ProcessWorkload:
 
 
 class ProcessNemesis:
-    """Crashes application processes (the world's nemesis does bookies, pauses and partitions)."""
+    """Crashes application processes, and cuts them off from the metastore alone (while they go
+    on reaching bookies and each other: their sessions expire, and whatever they own through
+    one moves on without them knowing). The world's nemesis does bookies, pauses and network
+    partitions."""
 
-    def __init__(self, *, processes: Processes, roles: list[str], end_ns: int) -> None:
+    def __init__(self, *, processes: Processes, roles: list[str], end_ns: int,
+                 cut_off_roles: list[str] = ()) -> None:
+        """roles: crashed now and then; cut_off_roles: cut off from the metastore now and then
+        (those whose sessions hold something: owners of table ranges)."""
         self._processes = processes
         self._roles = roles
+        self._cut_off_roles = set(cut_off_roles)
         self._end_ns = end_ns
         self._rng = processes.world.rng
 
@@ -216,9 +223,17 @@ class ProcessNemesis:
         scenario = world.scenario
         if world.now_ns >= self._end_ns or not world.faults_enabled:
             return
-        per_tick = scenario.crash_probability_per_second * NEMESIS_TICK_NS / 1e9
+        crash_per_tick = scenario.crash_probability_per_second * NEMESIS_TICK_NS / 1e9
+        cut_off_per_tick = scenario.network.partition_probability_per_second / 2 * NEMESIS_TICK_NS / 1e9
+        session_timeout_ns = scenario.metastore.session_timeout_ns
         for role in self._roles:
-            if per_tick > 0 and self._rng.random() < per_tick:
+            if crash_per_tick > 0 and self._rng.random() < crash_per_tick:
                 delay_ns = int(self._rng.expovariate(1 / scenario.restart_delay_mean_ns))
                 self._processes.crash(role, restart_after_ns=delay_ns)
+            elif role in self._cut_off_roles and cut_off_per_tick > 0 and self._rng.random() < cut_off_per_tick:
+                process = self._processes.current.get(role)
+                if process is not None and process.is_up:
+                    duration_ns = int(self._rng.expovariate(1 / (2 * session_timeout_ns)))
+                    world.metastore_cut_off_until_ns[process.name] = world.now_ns + duration_ns
+                    world.trace.record(world.now_ns, "metastore-cut-off", process.name, duration_ns)
         world.loop.call_later(NEMESIS_TICK_NS, self._tick)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -21,6 +22,7 @@ from sim.checker import Violation, check
 from sim.history import History
 from sim.nemesis import FaultStep, Nemesis, apply_schedule
 from sim.plants import planted
+from sim.tasks import finish_async_generator_quietly
 from sim.scenario import MS, S, Scenario
 from sim.workload import LedgerWorkload
 from sim.world import SimWorld
@@ -98,6 +100,18 @@ def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History
 
 
 @contextlib.contextmanager
+def _simulated_async_generators():
+    """Async generators first iterated during the run are finished by the simulator's own
+    finalizer (sim.tasks.finish_async_generator_quietly)."""
+    hooks = sys.get_asyncgen_hooks()
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finish_async_generator_quietly)
+    try:
+        yield
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+
+
+@contextlib.contextmanager
 def _young_collections_every(allocation_count: int):
     """Raise the young-generation GC threshold for the duration, then restore the caller's."""
     thresholds = gc.get_threshold()
@@ -122,7 +136,7 @@ def _new_world(scenario: Scenario) -> SimWorld:
 
 def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = (), plant: str | None = None) -> RunResult:
     """Run the scenario (with the named planted bug swapped in, if any: sim.plants)."""
-    with _young_collections_every(GC_YOUNG_THRESHOLD), planted(plant):
+    with _young_collections_every(GC_YOUNG_THRESHOLD), planted(plant), _simulated_async_generators():
         if scenario.workload == "ledger":
             return _run_scenario(scenario, schedule)
         return _run_service_scenario(scenario, schedule)

@@ -25,7 +25,7 @@ from bkcore.table.commands import (
     unfold_key,
 )
 from bkcore.table.ownership import NotOwner
-from bkcore.table.routing import NoServer, call_owner
+from bkcore.table.routing import NoServer, Routes
 from bkcore.table.service import range_of
 from sim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
 from sim.rpc import RpcEndpoint, RpcRefused
@@ -85,7 +85,7 @@ class TableWorkload(ProcessWorkload):
 
     def start_nemesis(self, end_ns: int) -> None:
         ProcessNemesis(processes=self.processes, roles=self.server_roles + self.client_roles + self.watcher_roles,
-                       end_ns=end_ns).start()
+                       end_ns=end_ns, cut_off_roles=self.server_roles).start()
         # One planned restart of a server (a rolling upgrade) in the middle of every run, so
         # ranges move to a new owner, which restores them from their checkpoints.
         role = self.rng.choice(self.server_roles)
@@ -304,7 +304,7 @@ class TableCaller:
         self._process = process
         self._name = process_name or process.name
         self._endpoint = RpcEndpoint(world=workload.world, process=process)
-        self._root = process.bk.layout.root
+        self._routes = Routes(process.store, process.bk.layout.root, workload.rng)
         self._range_count = workload.scenario.table_range_count
         self.last_failure = ""
 
@@ -316,7 +316,7 @@ class TableCaller:
 
     async def _routed(self, pkey: bytes, send):
         index = (NAMESPACE, TABLE, range_of(pkey, self._range_count))
-        return await call_owner(self._process.store, self._root, index, self._workload.rng, send)
+        return await self._routes.call(index, send)
 
     async def call(self, pkey: bytes, body: object) -> object:
         timeout_s = self._workload.timeout_s

@@ -152,6 +152,8 @@ class SimWorld:
         self.workload_rng = random.Random(seeds.getrandbits(64))
         self.metastore = SimMetastore()
         self.metastore_down_until_ns = 0
+        # Processes cut off from the metastore alone (by node name), until when.
+        self.metastore_cut_off_until_ns: dict[str, int] = {}
         self.layout = layout
         self.bookie_config = bookie_config
         self.journal_config = JournalConfig(journal_max_size=SIM_JOURNAL_MAX_SIZE,
@@ -387,6 +389,7 @@ class SimWorld:
         self.faults_enabled = False
         self.network.heal(end_random_faults=True)
         self.metastore_down_until_ns = 0
+        self.metastore_cut_off_until_ns.clear()
         for name in sorted(self.bookies):
             node = self.bookies[name]
             node.fs.heal()

@@ -7,7 +7,7 @@ import pytest
 
 from bkcore.metaops import Get, MetaCode
 from bkcore.table.ownership import NotOwner, RangeOwnership, owners_path, range_name
-from bkcore.table.routing import NoServer, call_owner, choose_server
+from bkcore.table.routing import NoServer, Routes, choose_server
 from metastore.memory_store import forget_memory_servers
 from metastore.uri import open_metastore
 
@@ -32,6 +32,7 @@ async def test_a_request_follows_not_owner_answers():
     forget_memory_servers()
     async with await open_metastore("memory://redirect") as store:
         await RangeOwnership(store, ROOT, "s1").register()
+        routes = Routes(store, ROOT, random.Random(1))
         tried = []
 
         async def send(server: str) -> str:
@@ -39,13 +40,34 @@ async def test_a_request_follows_not_owner_answers():
             if server != "s3":
                 raise NotOwner({"s1": "s2", "s2": "s3"}[server], "range 0")
             return "answer"
-        assert await call_owner(store, ROOT, INDEX, random.Random(1), send) == "answer"
+        assert await routes.call(INDEX, send) == "answer"
         assert tried == ["s1", "s2", "s3"]
+        assert await routes.call(INDEX, send) == "answer"
+        assert tried[3:] == ["s3"], "the owner a redirect named is kept for the next call"
 
         async def always_elsewhere(server: str) -> str:
             raise NotOwner("s1", "range 0")
         with pytest.raises(NotOwner):
-            await call_owner(store, ROOT, INDEX, random.Random(1), always_elsewhere)
+            await routes.call(INDEX, always_elsewhere)
+
+
+async def test_a_route_is_kept_while_it_answers_and_forgotten_when_it_fails():
+    forget_memory_servers()
+    async with await open_metastore("memory://routes") as store:
+        for server in ("s1", "s2"):
+            await RangeOwnership(store, ROOT, server).register()
+        assert await RangeOwnership(store, ROOT, "s1").claim(INDEX) is None
+        routes = Routes(store, ROOT, random.Random(1))
+        assert await routes.server_for(INDEX) == "s1"
+        await RangeOwnership(store, ROOT, "s1").release(INDEX)
+        assert await RangeOwnership(store, ROOT, "s2").claim(INDEX) is None
+        assert await routes.server_for(INDEX) == "s1", "no metastore read while the route answers"
+
+        async def unreachable(server: str) -> str:
+            raise ConnectionError(f"{server} does not answer")
+        with pytest.raises(ConnectionError):
+            await routes.call(INDEX, unreachable)
+        assert await routes.server_for(INDEX) == "s2", "after a failure the metastore is asked again"
 
 
 async def test_a_restarted_server_replaces_the_claims_of_its_previous_session():

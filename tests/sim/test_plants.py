@@ -18,7 +18,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 def first_caught(name: str, start: int) -> int | None:
     plant = PLANTS[name]
     for seed in range(start, start + plant.seeds):
-        scenario = Scenario.draw(seed=seed, duration_ns=3 * S, workload=plant.workload)
+        scenario = Scenario.draw(seed=seed, duration_ns=3 * S, workload=plant.workload, is_liveness=True)
         if run_scenario(scenario, plant=name).exit_code != 0:
             return seed
     return None

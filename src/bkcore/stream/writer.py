@@ -323,13 +323,20 @@ async def _delete_quietly(bk, ledger_id: int) -> None:
         pass
 
 
+async def fence_segment_ledger(bk, segment: SegmentMetadata):
+    """The segment's ledger opened with recovery: fenced (its writer's next add fails) and
+    closed at its last entry that may have been acknowledged. This fencing is what keeps two
+    writers of a stream, and two owners of a table range, apart."""
+    return await bk.open_ledger(segment.ledger_id, password=STREAM_LEDGER_PASSWORD, recovery=True)
+
+
 async def recover_segment(bk, catalog: StreamCatalog, namespace: str, stream: str,
                           segment: SegmentMetadata) -> SegmentMetadata:
     """Seal an in-progress segment whose writer is gone (or is being replaced): recover its
     ledger (fencing the old writer), read its totals back and mark it completed."""
     while segment.state is SegmentState.IN_PROGRESS:
         try:
-            handle = await bk.open_ledger(segment.ledger_id, password=STREAM_LEDGER_PASSWORD, recovery=True)
+            handle = await fence_segment_ledger(bk, segment)
             last = handle.metadata.last_entry_id
             first_entry = unpack_entry((await handle.read(0, 0))[0]) if last >= 0 else None
             last_entry = unpack_entry((await handle.read(last, last))[0]) if last >= 0 else None

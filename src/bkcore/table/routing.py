@@ -37,14 +37,42 @@ async def choose_server(store, root: str, index: tuple[str, str, int], rng) -> s
     return rng.choice(servers)
 
 
-async def call_owner(store, root: str, index: tuple[str, str, int], rng,
-                     send: Callable[[str], Awaitable[Answer]]) -> Answer:
-    """`send(server)` to the server routing chooses for range `index`; on NotOwner, to the owner
-    it names, up to REDIRECTS_MAX times. Other errors of `send` are raised as they are."""
-    server = await choose_server(store, root, index, rng)
-    for _ in range(REDIRECTS_MAX):
-        try:
-            return await send(server)
-        except NotOwner as redirect:
-            server = redirect.owner
-    return await send(server)
+class Routes:
+    """Where a client last found each range served: asked of the metastore once, then kept
+    while the server answers. NotOwner names the new owner, which is kept instead; any other
+    failure forgets the range, so the next call asks the metastore again. A kept route can be
+    stale (the range moved and nobody told this client yet): the server it names then either
+    redirects, or, deposed without knowing it, refuses reads (its lease ran out) and has its
+    journal writes fenced, which is what keeps the answers right."""
+
+    def __init__(self, store, root: str, rng) -> None:
+        self._store = store
+        self._root = root
+        self._rng = rng
+        self._servers: dict[tuple[str, str, int], str] = {}
+
+    async def server_for(self, index: tuple[str, str, int]) -> str:
+        server = self._servers.get(index)
+        if server is None:
+            server = self._servers[index] = await choose_server(self._store, self._root, index, self._rng)
+        return server
+
+    def forget(self, index: tuple[str, str, int]) -> None:
+        self._servers.pop(index, None)
+
+    async def call(self, index: tuple[str, str, int], send: Callable[[str], Awaitable[Answer]]) -> Answer:
+        """`send(server)` to the server range `index` is routed to; on NotOwner, to the owner it
+        names, up to REDIRECTS_MAX times. Errors of `send` are raised as they are."""
+        server = await self.server_for(index)
+        for redirect_count in range(REDIRECTS_MAX + 1):
+            try:
+                return await send(server)
+            except NotOwner as redirect:
+                if redirect_count == REDIRECTS_MAX:
+                    self.forget(index)
+                    raise
+                server = self._servers[index] = redirect.owner
+            except Exception:
+                self.forget(index)
+                raise
+        raise AssertionError("unreachable")
