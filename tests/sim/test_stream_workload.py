@@ -1,31 +1,8 @@
-"""The stream workload: seeds of stream storage's log streams under faults, all clean; and the
-stream checker, fed wrong histories, says what is wrong with each."""
-
-import os
-
-import pytest
+"""The stream checker, fed wrong histories, says what is wrong with each (the stream workload's
+seeds run in test_service_sweeps.py)."""
 
 from bkcore.stream.records import DLSN
-from sim.run import replay_command, run_scenario
-from sim.scenario import S, Scenario
 from sim.stream_history import ReaderLog, StreamHistory, check_stream_history
-
-IS_CI = os.environ.get("CI") == "true"
-SWEEP_SEED_COUNT = int(os.environ.get("SIM_STREAM_SEEDS", "320" if IS_CI else "20"))
-CHUNK_SIZE = 40
-
-
-@pytest.mark.parametrize("chunk_start", range(0, SWEEP_SEED_COUNT, CHUNK_SIZE))
-def test_stream_seed_sweep(chunk_start):
-    failures = []
-    for seed in range(chunk_start, min(chunk_start + CHUNK_SIZE, SWEEP_SEED_COUNT)):
-        scenario = Scenario.draw(seed=seed, duration_ns=3 * S, is_liveness=seed % 2 == 0, workload="stream")
-        result = run_scenario(scenario)
-        problems = [str(v) for v in result.violations] + result.liveness_failures
-        if problems:
-            failures.append(f"{problems[0]} -- replay: {replay_command(scenario)}")
-    assert not failures, "\n".join(failures)
-
 
 def d(segment, entry, slot=0):
     return DLSN(segment, entry, slot)

@@ -41,8 +41,8 @@ def open_range(request, bk, nursery, tmp_path):
     return open_range
 
 
-def value_of(table_range, key):
-    kvs = table_range.read(RangeRead(key)).kvs
+async def value_of(table_range, key):
+    kvs = (await table_range.read(RangeRead(key))).kvs
     return kvs[0].value if kvs else None
 
 
@@ -60,17 +60,17 @@ async def test_commands_are_journaled_applied_and_survive_a_new_owner(bk, open_r
     async with trio.open_nursery() as nursery:
         for _ in range(50):
             nursery.start_soon(first.execute, Increment(b"hits", 1))
-    assert value_of(first, b"hits") == (55).to_bytes(8, "big")
+    assert await value_of(first, b"hits") == (55).to_bytes(8, "big")
     revision = first.state.revision
     second = await open_range()
     assert second.state.revision == revision
-    assert value_of(second, b"k") == b"v2" and value_of(second, b"hits") == (55).to_bytes(8, "big")
+    assert await value_of(second, b"k") == b"v2" and await value_of(second, b"hits") == (55).to_bytes(8, "big")
     with pytest.raises(WriterFenced):
         await first.execute(Put(b"k", b"from the old owner"))
     with pytest.raises(WriterFenced):
-        first.read(RangeRead(b"k"))
+        await first.read(RangeRead(b"k"))
     await second.execute(DeleteRange(b"k"))
-    assert value_of(second, b"k") is None
+    assert await value_of(second, b"k") is None
     await second.aclose()
 
 
@@ -96,7 +96,7 @@ async def test_checkpoints_bound_the_journal_and_restore_with_replay(bk, open_ra
     reopened = await open_range()
     assert reopened.restored_from == "checkpoint"
     assert list(reopened.state.index.items()) == expected
-    assert value_of(reopened, b"after") == b"the last checkpoint" and value_of(reopened, b"key00") is None
+    assert await value_of(reopened, b"after") == b"the last checkpoint" and await value_of(reopened, b"key00") is None
     await reopened.aclose()
 
 
@@ -112,8 +112,8 @@ async def test_a_torn_checkpoint_falls_back_to_the_one_before(bk, open_range):
         await writer.write(msgpack.packb(["chunk", [[b"dm", b"junk"]]]))
     reopened = await open_range()
     assert reopened.restored_from == "checkpoint"
-    assert value_of(reopened, b"a") == b"1" and value_of(reopened, b"b") == b"2"
-    assert value_of(reopened, b"m") is None
+    assert await value_of(reopened, b"a") == b"1" and await value_of(reopened, b"b") == b"2"
+    assert await value_of(reopened, b"m") is None
     await reopened.aclose()
 
 
@@ -180,7 +180,7 @@ async def test_ttl_keys_expire_through_the_journal(bk, open_range):
             while not deletes:
                 await trio.sleep(0.05)
         nursery.cancel_scope.cancel()
-    assert deletes == ["delete"] and value_of(table_range, b"lease") is None
+    assert deletes == ["delete"] and await value_of(table_range, b"lease") is None
     await table_range.aclose()
 
 
@@ -224,10 +224,10 @@ async def test_random_operations_match_a_model_dict_with_versions(bk, open_range
             if holds:
                 model[key] = (b"cas%d" % step, expected_version + 1, False)
         for k in keys:
-            kvs = table_range.read(RangeRead(k)).kvs
+            kvs = (await table_range.read(RangeRead(k))).kvs
             assert ((kvs[0].value, kvs[0].version, kvs[0].is_number) if kvs else None) == model.get(k), (step, k)
             in_thread = table_range.read_in_thread(RangeRead(k))      # None with a memory index
-            assert in_thread is None or in_thread == table_range.read(RangeRead(k))
+            assert in_thread is None or in_thread == await table_range.read(RangeRead(k))
     expected = list(table_range.state.index.items())
     await table_range.aclose()
     reopened = await open_range()
@@ -300,8 +300,8 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
 
 async def test_reads_in_other_threads_see_whole_commands_only(bk, open_range):
     """Txns write two keys at once while threads read both with read_in_thread: a read sees
-    both keys of the same txn, never one of them; once the range stops, reads go back to the
-    loop (None)."""
+    both keys of the same txn, never one of them (or is left to the loop, None, while
+    commands are in flight); once the range stops, reads go back to the loop (None)."""
     table_range = await open_range()
     await table_range.execute(Txn((), (Put(b"a", b"0"), Put(b"b", b"0"))))
     if table_range.read_in_thread(RangeRead(b"a")) is None:
@@ -312,7 +312,8 @@ async def test_reads_in_other_threads_see_whole_commands_only(bk, open_range):
     def reader() -> None:
         while not done[0]:
             result = table_range.read_in_thread(RangeRead(b"a", b"c"))
-            seen.append(tuple(kv.value for kv in result.kvs))
+            if result is not None:
+                seen.append(tuple(kv.value for kv in result.kvs))
 
     async def writer() -> None:
         for n in range(1, 30):
@@ -323,6 +324,8 @@ async def test_reads_in_other_threads_see_whole_commands_only(bk, open_range):
         nursery.start_soon(writer)
         for _ in range(2):
             nursery.start_soon(trio.to_thread.run_sync, reader)
+    quiet = table_range.read_in_thread(RangeRead(b"a", b"c"))     # nothing in flight: answered here
+    seen.append(tuple(kv.value for kv in quiet.kvs))
     assert seen and all(len(values) == 2 and values[0] == values[1] for values in seen)
     table_range.stop(RuntimeError("moved"))
     assert table_range.read_in_thread(RangeRead(b"a")) is None

@@ -245,7 +245,7 @@ class Tables:
                 raise OwnershipUncertain(f"range {table_range.range_id} of table {namespace}/{stream}: this server's "
                                          f"metastore session is not confirmed, so it may have lost the range; retry")
             self._read_lease_until = self._rt.monotonic_s() + min(lease_s, READ_LEASE_RECHECK_S)
-        return table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
+        return await table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
                                           keys_only))
 
     def read_in_thread(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None,
