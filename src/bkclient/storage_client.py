@@ -21,6 +21,7 @@ import msgpack
 from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2
 
 from bkcore.stream.segments import stream_id_of
+from bkcore.table.watch_resume import WatchResume
 from bkcore.table.watch_rpc import WATCH_METHOD
 
 DEFAULT_SERVER = "127.0.0.1:4181"
@@ -153,25 +154,22 @@ class WatchStream:
     def __init__(self, open_call, key: bytes, start_revision: int) -> None:
         self._open_call = open_call
         self._key = key
-        self._resume_revision = start_revision     # 0 until the server says where the watch starts
-        self._delivered_at_resume = 0              # changes of _resume_revision already delivered
+        self._resume = WatchResume(start_revision)
         self._call = None
         self._is_cancelled = False
 
     def __iter__(self) -> Iterator[dict]:
         backoff_s, broken_since = 0.05, None
         while not self._is_cancelled:
-            self._call = call = self._open_call(self._resume_revision)
+            self._call = call = self._open_call(self._resume.new_stream())
             if self._is_cancelled:
                 call.cancel()
                 return
-            skip = self._delivered_at_resume
             why = "the server ended it"
             try:
                 for event in call:
                     if "created" in event:
-                        if not self._resume_revision:
-                            self._resume_revision = event["revision"] + 1
+                        self._resume.started(event["revision"])
                         broken_since, backoff_s = None, 0.05
                         continue
                     if "error" in event:
@@ -179,15 +177,8 @@ class WatchStream:
                             raise StorageError(event["code"], f"watching {self._key!r}: {event['error']}")
                         why = event["error"]
                         break
-                    revision = event["revision"]
-                    if revision < self._resume_revision or (revision == self._resume_revision and skip > 0):
-                        skip -= revision == self._resume_revision
-                        continue                    # delivered before the stream broke
-                    if revision == self._resume_revision:
-                        self._delivered_at_resume += 1
-                    else:
-                        self._resume_revision, self._delivered_at_resume = revision, 1
-                    yield event
+                    if self._resume.is_new(event["revision"]):
+                        yield event
             except grpc.RpcError as exc:
                 if exc.code() is grpc.StatusCode.CANCELLED and self._is_cancelled:
                     return

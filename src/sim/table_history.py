@@ -285,18 +285,22 @@ def _known_changes(history: TableHistory) -> tuple[dict, list[TableViolation]]:
 
 
 def _watches(history: TableHistory) -> list[TableViolation]:
+    """Each watch and the ones that resumed it make one logical watch (the user's view): its
+    changes are judged together (sim's watchers resume as the library does: from the revision
+    of the last change delivered, skipping what was delivered of it, bkcore.table.watch_resume)."""
     changes, found = _known_changes(history)
     writers = _writers(history)
     by_name = {watch.name: watch for watch in history.watches}
     for watch in history.watches:
-        found += _watch_alone(watch, writers)
-        found += _watch_complete(watch, changes)
         previous = by_name.get(watch.resumes) if watch.resumes else None
         if previous is not None:
-            stopped_at = previous.events[-1][0] if previous.events else previous.start_after
-            if watch.start_after > stopped_at:
+            stopped_at = previous.events[-1][0] if previous.events else previous.start_after + 1
+            if watch.start_after >= stopped_at:
                 found.append(TableViolation("watch-gap", f"{watch.name} resumed {previous.name}, which stopped at "
                                                          f"revision {stopped_at}, from above {watch.start_after}"))
+    for chain in _resumed_chains(history.watches, by_name):
+        found += _watch_alone(chain, writers)
+        found += _watch_complete(chain, changes)
     kinds: dict[str, list[TableViolation]] = {}
     for violation in found:
         kinds.setdefault(violation.kind, []).append(violation)
@@ -351,14 +355,33 @@ def _watch_alone(watch: WatchLog, writers: dict) -> list[TableViolation]:
     return found
 
 
+def _resumed_chains(watches: list[WatchLog], by_name: dict[str, WatchLog]) -> list[WatchLog]:
+    """Every logical watch: a watch nobody resumed, merged with the watches it resumed, back to
+    the first (the name lists them all)."""
+    resumed = {watch.resumes for watch in watches if watch.resumes}
+    chains = []
+    for last in watches:
+        if last.name in resumed:
+            continue
+        links = [last]
+        while links[0].resumes and links[0].resumes in by_name:
+            links.insert(0, by_name[links[0].resumes])
+        first = links[0]
+        chains.append(WatchLog(" + ".join(link.name for link in links), first.pkey, first.lkeys, first.start_after,
+                               first.opened_at_ns, events=[e for link in links for e in link.events]))
+    return chains
+
+
 def _watch_complete(watch: WatchLog, changes: dict) -> list[TableViolation]:
+    """Every change of the watched keys from the start up to the newest revision seen; of the
+    newest, only what came (the watch may have ended between two changes of one revision)."""
     if not watch.events:
         return []
     newest = max(revision for revision, *_ in watch.events)
     seen = {(revision, lkey, kind) for revision, lkey, kind, *_ in watch.events}
     watched = set(watch.lkeys)
     missed = sorted((revision, lkey, kind) for (pkey, lkey, revision, kind) in changes
-                    if pkey == watch.pkey and lkey in watched and watch.start_after < revision <= newest
+                    if pkey == watch.pkey and lkey in watched and watch.start_after < revision < newest
                     and (revision, lkey, kind) not in seen)
     if missed:
         revision, lkey, kind = missed[0]

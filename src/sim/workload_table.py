@@ -26,6 +26,7 @@ from bkcore.table.commands import (
 )
 from bkcore.table.ownership import NotOwner
 from bkcore.table.routing import NoServer, Routes
+from bkcore.table.watch_resume import WatchResume
 from bkcore.table.service import range_of
 from sim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
 from sim.rpc import RpcEndpoint, RpcRefused
@@ -255,23 +256,25 @@ class TableWorkload(ProcessWorkload):
         caller = TableCaller(self, process)
         rt, rng = process.runtime, self.rng
         previous: WatchLog | None = None
+        resume = WatchResume()
         session = 0
         while self.is_writing:
             session += 1
             if previous is not None and rng.random() < 0.8:
                 pkey, lkeys = previous.pkey, previous.lkeys
                 lkey, lkey_end = (lkeys[0], None) if len(lkeys) == 1 else (b"", b"")
-                start_revision = (previous.events[-1][0] if previous.events else previous.start_after) + 1
             else:
                 previous = None
+                resume = WatchResume()
                 pkey = rng.choice(REGISTER_PKEYS)
                 lkey, lkey_end = (rng.choice(REGISTER_LKEYS), None) if rng.random() < 0.5 else (b"", b"")
                 lkeys = (lkey,) if lkey_end is None else REGISTER_LKEYS
-                start_revision = 0
+            start_revision = resume.new_stream()
             duration_s = rng.choice([0.3, 1.0, 3.0])
             log = WatchLog(f"{process.name}/{session}", pkey, lkeys, 0, self.world.now_ns,
                            resumes=previous.name if previous is not None else None)
-            is_started = await caller.watch(WatchRequest(pkey, lkey, lkey_end, start_revision, duration_s), log)
+            is_started = await caller.watch(WatchRequest(pkey, lkey, lkey_end, start_revision, duration_s), log,
+                                            resume)
             previous = log if is_started else None if is_started is None else previous
             await rt.sleep(rng.random() * RETRY_PAUSE_S)
 
@@ -357,7 +360,7 @@ class TableCaller:
             self._history.drop(op)
         return False
 
-    async def watch(self, request: WatchRequest, log: WatchLog) -> bool | None:
+    async def watch(self, request: WatchRequest, log: WatchLog, resume: WatchResume) -> bool | None:
         """Run one watch into `log` (added to the history once the server started it). Returns
         True if it started, None if its start revision was compacted (start afresh), False if
         it did not start."""
@@ -377,8 +380,9 @@ class TableCaller:
                 self._history.error(f"watch:{type(first).__name__}")
                 return None if type(first) is Compacted else False
             log.start_after = first.revision
+            resume.started(first.revision)
             self._history.watches.append(log)
-            await self._follow(streams[-1], log, request.duration_s + timeout_s)
+            await self._follow(streams[-1], log, request.duration_s + timeout_s, resume)
             return True
         except (ConnectionError, NotOwner) as exc:
             self._history.error(f"watch:{type(exc).__name__}")
@@ -387,7 +391,7 @@ class TableCaller:
             for stream in streams:
                 stream.close()
 
-    async def _follow(self, stream, log: WatchLog, timeout_s: float) -> None:
+    async def _follow(self, stream, log: WatchLog, timeout_s: float, resume: WatchResume) -> None:
         world = self._workload.world
         while True:
             item = await stream.next(timeout_s)
@@ -396,6 +400,8 @@ class TableCaller:
                     self._history.error(f"watch:{item.error}")
                 return
             event = item.event
+            if not resume.is_new(event.revision):
+                continue                    # delivered by the stream this one resumes
             value = event.kv.value if event.kind == "put" else None
             log.events.append((event.revision, unfold_key(event.kv.key)[1], event.kind, value, world.now_ns))
 
