@@ -16,6 +16,8 @@ from sim.scenario import S, Scenario
 SCENARIOS = {
     "ledger": "3 bookies + 1 spare, E3 Qw3 Qa2, 2 writers, 1 tailing reader, faults on",
     "stream": "3 bookies + 1 spare, E3 Qw3 Qa2, stream writers, readers, a truncator (processes), faults on",
+    "table": "3 bookies + 1 spare, E3 Qw3 Qa2, stream storage servers, table clients and watchers, faults on",
+    "mixed": "3 bookies + 1 spare, E3 Qw3 Qa2, the stream and the table workloads side by side, faults on",
 }
 
 

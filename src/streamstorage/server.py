@@ -1,7 +1,15 @@
 """run_stream_storage: a stream storage server, as `bk stream-storage` and bookies with
-streamStorageEnabled run it: its own client of the cluster, and the gRPC endpoint."""
+streamStorageEnabled run it: its own client of the cluster, and the gRPC endpoint.
+
+A metastore session that expires is gone for good, and with it this server's claims on its
+ranges (another server may own them now). So once the session is lost the server starts over:
+the endpoint closes (what it served is left to the ranges' next owners), and a new client, with
+a new session, serves on the same port, as a bookie registers again after losing its session.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import trio
 
@@ -9,13 +17,26 @@ from bkcore.client.handles import BookKeeperClient
 from streamstorage.grpc_gateway import GrpcGateway
 from transports.client_session import open_client
 
+log = logging.getLogger("bk.stream-storage")
+SESSION_CHECK_INTERVAL_S = 0.5
+
 
 async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str | None,
                              task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve until cancelled; `task_status.started(gateway)` once it listens (the gateway
-    knows the port it got)."""
-    async with open_client(uri) as driver:
-        bk = BookKeeperClient(driver)
-        async with trio.open_nursery() as nursery:
-            gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir).run)
-            task_status.started(gateway)
+    """Serve until cancelled; `task_status.started(gateway)` once it first listens (the
+    gateway knows the port it got, which later sessions keep)."""
+    is_first = True
+    while True:
+        async with open_client(uri) as driver:
+            bk = BookKeeperClient(driver)
+            async with trio.open_nursery() as nursery:
+                gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir).run)
+                port = gateway.port
+                if is_first:
+                    is_first = False
+                    task_status.started(gateway)
+                while not driver.store.session_lost:
+                    await trio.sleep(SESSION_CHECK_INTERVAL_S)
+                log.warning("stream storage on %s:%d lost its metastore session; serving again with a new one",
+                            host, port)
+                nursery.cancel_scope.cancel()

@@ -1,0 +1,39 @@
+"""run_stream_storage: a server whose metastore session expires serves again, on the same port,
+with a new session (its old claims are gone, so it claims its ranges again)."""
+
+import functools
+
+import trio
+
+from bkclient.storage_client import StorageClient
+from streamstorage.server import run_stream_storage
+
+URI = "memory://stream-storage-server"
+
+
+async def test_a_server_that_loses_its_session_serves_again_with_a_new_one(start_cluster, tmp_path):
+    await start_cluster(URI, 3)
+    async with trio.open_nursery() as nursery:
+        gateway = await nursery.start(functools.partial(run_stream_storage, URI, host="127.0.0.1", port=0,
+                                                        index_dir=str(tmp_path / "indexes")))
+        address = f"127.0.0.1:{gateway.port}"
+
+        def count(amount: int) -> int:
+            with StorageClient(address) as client:
+                if amount == 1:
+                    client.create_stream("default", "counters")
+                return client.table("default", "counters").increment(b"visits", amount)
+
+        assert await trio.to_thread.run_sync(count, 1) == 1
+        first_store = gateway.tables._bk.store
+        first_store.expire_session()                    # what a session timeout does
+        with trio.fail_after(30):
+            while True:
+                await trio.sleep(0.2)
+                try:
+                    total = await trio.to_thread.run_sync(count, 2)
+                    break
+                except Exception:      # noqa: BLE001 - the server is starting over meanwhile
+                    continue
+        assert total == 3, "the acknowledged increment survives the new session"
+        nursery.cancel_scope.cancel()
