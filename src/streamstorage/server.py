@@ -39,4 +39,6 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
                     await trio.sleep(SESSION_CHECK_INTERVAL_S)
                 log.warning("stream storage on %s:%d lost its metastore session; serving again with a new one",
                             host, port)
+                gateway.tables.stop_all(ConnectionError("this server's metastore session ended; its ranges "
+                                                        "may be served elsewhere now"))
                 nursery.cancel_scope.cancel()

@@ -13,6 +13,11 @@ URI = "memory://stream-storage-server"
 
 async def test_a_server_that_loses_its_session_serves_again_with_a_new_one(start_cluster, tmp_path):
     await start_cluster(URI, 3)
+    with trio.fail_after(60):
+        await serve_lose_the_session_and_serve_again(tmp_path)
+
+
+async def serve_lose_the_session_and_serve_again(tmp_path) -> None:
     async with trio.open_nursery() as nursery:
         gateway = await nursery.start(functools.partial(run_stream_storage, URI, host="127.0.0.1", port=0,
                                                         index_dir=str(tmp_path / "indexes")))

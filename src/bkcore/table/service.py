@@ -186,6 +186,14 @@ class Tables:
                 if name.startswith(prefix) and name[len(prefix):].split("~")[0].isdigit():
                     await streams.delete_stream(TABLES_NAMESPACE, name)
 
+    def stop_all(self, error: BaseException) -> None:
+        """Stop serving every range here at once, sealing nothing: this server can no longer be
+        sure it owns them (its metastore session ended), and sealing would need that session.
+        Each range's next owner recovers its journal."""
+        for table_range in self._ranges.values():
+            table_range.stop(error)
+        self._ranges.clear()
+
     async def close(self) -> None:
         """Close every range served here (sealing their journals where the cluster still
         answers; a range that cannot be sealed is recovered by its next owner)."""
