@@ -12,7 +12,7 @@ from sim.run import RUNNABLE_WORKLOADS
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 
 
-def trace_hash(seed: int, hash_seed: str, workload: str, duration: str = "3") -> str:
+def trace_hash(seed: int, hash_seed: str, workload: str, duration: str = "2") -> str:
     env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=SRC)
     completed = subprocess.run(
         [sys.executable, "-m", "bkcli.main", "sim", "run", "--workload", workload, "--seed", str(seed),
