@@ -1,5 +1,5 @@
 """Seed sweeps of the workloads that run stream storage in simulated processes: stream, table
-and mixed, each over SIM_SERVICE_SEEDS seeds (320 under CI, 20 locally) of 3 simulated
+and mixed, each over SIM_SERVICE_SEEDS seeds (300 under CI, 20 locally) of 3 simulated
 seconds, half of them in liveness mode; every one clean."""
 
 import os
@@ -10,8 +10,8 @@ from sim.run import replay_command, run_scenario
 from sim.scenario import S, Scenario
 
 IS_CI = os.environ.get("CI") == "true"
-SWEEP_SEED_COUNT = int(os.environ.get("SIM_SERVICE_SEEDS", "320" if IS_CI else "20"))
-CHUNK_SIZE = 40
+SWEEP_SEED_COUNT = int(os.environ.get("SIM_SERVICE_SEEDS", "300" if IS_CI else "20"))
+CHUNK_SIZE = 50
 
 
 @pytest.mark.parametrize("chunk_start", range(0, SWEEP_SEED_COUNT, CHUNK_SIZE))

@@ -1,6 +1,6 @@
 """Property tests: hypothesis draws seeds and fault mixes and drives the whole simulator; the
 history checker must find no violation, and in liveness mode the healed cluster must finish.
-CI also sweeps a fixed range of seeds (SIM_SEEDS, default 1500 under CI, 40 locally)."""
+CI also sweeps a fixed range of seeds (SIM_SEEDS, default 1200 under CI, 40 locally)."""
 
 import os
 
@@ -12,7 +12,7 @@ from sim.nemesis import SCHEDULED_ACTIONS, FaultStep
 from sim.scenario import FAULT_KINDS, MS, S, Scenario
 
 IS_CI = os.environ.get("CI") == "true"
-SWEEP_SEED_COUNT = int(os.environ.get("SIM_SEEDS", "1500" if IS_CI else "40"))
+SWEEP_SEED_COUNT = int(os.environ.get("SIM_SEEDS", "1200" if IS_CI else "40"))
 SWEEP_DURATION_NS = 3 * S
 
 
