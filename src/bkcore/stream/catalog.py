@@ -227,17 +227,15 @@ class StreamCatalog:
             await self._write(Create("/" + "/".join(parts[:depth])))
 
     async def _read(self, op: Get | Children) -> MetaResult:
-        for _ in range(UNKNOWN_OUTCOME_RETRIES):
-            result = await self.store.execute(op)
-            if result.code is MetaCode.SESSION_EXPIRED:
-                raise _session_expired(op)
-            if result.code is not MetaCode.CONNECTION_LOSS:
-                return result
-            await self._rt.sleep(RETRY_PAUSE_S)
-        raise StreamMetadataConflict(f"the metastore did not answer reading {op.path}; is it up?")
+        return await self._execute(op, settle=None)
 
     async def _write(self, op: Create | SetData | Delete) -> MetaResult:
         """Execute a write; after CONNECTION_LOSS, re-read and decide whether it landed."""
+        return await self._execute(op, settle=self._landed)
+
+    async def _execute(self, op, *, settle) -> MetaResult:
+        """`op`, tried again while its outcome is unknown (CONNECTION_LOSS); before a write is
+        sent again, settle(op) says whether it landed after all (None: it plainly did not)."""
         for _ in range(UNKNOWN_OUTCOME_RETRIES):
             result = await self.store.execute(op)
             if result.code is MetaCode.SESSION_EXPIRED:
@@ -245,10 +243,12 @@ class StreamCatalog:
             if result.code is not MetaCode.CONNECTION_LOSS:
                 return result
             await self._rt.sleep(RETRY_PAUSE_S)
-            landed = await self._landed(op)
-            if landed is not None:
-                return landed
-        raise StreamMetadataConflict(f"the metastore did not answer writing {op.path}; is it up?")
+            if settle is not None:
+                landed = await settle(op)
+                if landed is not None:
+                    return landed
+        verb = "reading" if settle is None else "writing"
+        raise StreamMetadataConflict(f"the metastore did not answer {verb} {op.path}; is it up?")
 
     async def _landed(self, op: Create | SetData | Delete) -> MetaResult | None:
         """After an unknown outcome: the result the op had if the store shows it applied,
