@@ -14,6 +14,7 @@ from bkcore.bookie.bookie import BookieConfig
 from bkcore.client.client import Client, LedgerSpec
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed
+from sim.metastore_client import ignore_answer
 from sim.options import DiskOptions, NetworkOptions
 from sim.scenario import MS, S, Scenario
 from sim.world import SimWorld
@@ -115,7 +116,7 @@ class Harness:
         # Tests want the registration gone at once, as after a session timeout.
         node = self.world.bookies[bookie_id]
         if node.session_id is not None:
-            self.world.metastore.expire_session(node.session_id)
+            self.world.metastore.submit(bookie_id, ["expire", node.session_id], ignore_answer)
             node.session_id = None
 
     def restart(self, bookie_id: str) -> None:

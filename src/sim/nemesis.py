@@ -70,7 +70,8 @@ class Nemesis:
     def start(self) -> None:
         self.world.loop.call_later(TICK_NS, self._tick)
 
-    def _chance(self, per_second: float) -> bool:
+    def chance(self, per_second: float) -> bool:
+        """Whether something with this rate per second happens in this tick."""
         return per_second > 0 and self.rng.random() < per_second * self.tick_fraction
 
     def _tick(self) -> None:
@@ -80,18 +81,19 @@ class Nemesis:
             return
         bookie_ids, client_ids = sorted(world.bookies), sorted(world.clients)
         for bookie_id in bookie_ids:
-            if self._chance(scenario.crash_probability_per_second):
+            if self.chance(scenario.crash_probability_per_second):
                 delay_ns = int(self.rng.expovariate(1 / scenario.restart_delay_mean_ns))
                 world.crash_bookie(bookie_id, restart_after_ns=delay_ns)
-            elif self._chance(scenario.pause_probability_per_second):
+            elif self.chance(scenario.pause_probability_per_second):
                 world.pause_node(bookie_id, int(self.rng.expovariate(1 / PAUSE_DURATION_MEAN_NS)))
         for client_id in client_ids:
-            if self._chance(scenario.pause_probability_per_second / 2):
+            if self.chance(scenario.pause_probability_per_second / 2):
                 world.pause_node(client_id, int(self.rng.expovariate(1 / PAUSE_DURATION_MEAN_NS)))
         world.network.maybe_start_random_partition(nodes=bookie_ids + client_ids, now_ns=now_ns, interval_ns=TICK_NS)
         metastore = scenario.metastore
-        if world.metastore_down_until_ns <= now_ns and self._chance(metastore.outage_probability_per_second):
+        if world.metastore_down_until_ns <= now_ns and self.chance(metastore.outage_probability_per_second):
             duration_ns = int(self.rng.expovariate(1 / max(metastore.outage_duration_mean_ns, 1)))
             world.metastore_down_until_ns = now_ns + duration_ns
             world.trace.record(now_ns, "metastore-down", duration_ns)
+        world.metastore.draw_faults(self)
         world.loop.call_later(TICK_NS, self._tick)

@@ -10,8 +10,7 @@ yields, so adds started in a row leave in one batch per bookie.
 
 Processes: starts processes by role, crashes and restarts them (a restarted process is a new
 one, its nodes named <role>.<incarnation>; a crash closes every task and stops the client node;
-the metastore session is left to expire), and expires the sessions of processes that went
-silent. ProcessNemesis crashes processes at the scenario's rate while faults are on; pauses and
+the metastore session is left to expire, by the metastore's own rule). ProcessNemesis crashes processes at the scenario's rate while faults are on; pauses and
 partitions reach them through the world's nemesis, since a process's tasks pause with its
 client node.
 """
@@ -28,7 +27,6 @@ from sim.metastore_client import SimMetadataStore
 from sim.scenario import MS
 from sim.tasks import ProcessStopped, SimRuntime
 
-SESSION_CHECK_INTERVAL_NS = 100 * MS
 NEMESIS_TICK_NS = 100 * MS
 
 
@@ -129,8 +127,6 @@ class Processes:
         self._mains: dict[str, Callable[[SimProcess], Awaitable[None]]] = {}
         self._incarnations: dict[str, int] = {}
         self.crash_count = 0
-        self.expired_session_count = 0
-        world.loop.call_later(SESSION_CHECK_INTERVAL_NS, self._expire_silent_sessions)
 
     def start(self, role: str, main: Callable[[SimProcess], Awaitable[None]]) -> SimProcess:
         """Start a process of `role` running main(process) (again after a crash)."""
@@ -169,16 +165,6 @@ class Processes:
     def restart_all_crashed(self) -> None:
         for role in sorted(self.current):
             self._restart(role)
-
-    def _expire_silent_sessions(self) -> None:
-        world = self.world
-        expired = world.metastore.expire_silent_sessions(
-            now_ns=world.now_ns, timeout_ns=world.scenario.metastore.session_timeout_ns,
-            is_reachable=world.metastore_down_until_ns <= world.now_ns)
-        if expired:
-            self.expired_session_count += len(expired)
-            world.trace.record(world.now_ns, "sessions-expired", *expired)
-        world.loop.call_later(SESSION_CHECK_INTERVAL_NS, self._expire_silent_sessions)
 
 
 class ProcessWorkload:

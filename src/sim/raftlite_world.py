@@ -8,16 +8,14 @@ linearizability check of compare-and-set histories under partitions.
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field
 
 from bkcore.metaops import Create, Get, MetaCode, SetData, op_to_list, result_from_list
-from metastore.raftlite.core import (
-    Changed, PersistentState, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
-)
+from metastore.raftlite.core import RaftConfig, Reply
 from sim.linearizability import check_linearizable
 from sim.loop import EventLoop
+from sim.raftlite_members import RaftMembers
 
 MS = 1_000_000
 
@@ -33,13 +31,6 @@ class HistoryOp:
 
 
 @dataclass
-class _Node:
-    durable: PersistentState
-    core: RaftNode | None = None
-    incarnation: int = 0
-
-
-@dataclass
 class RaftWorld:
     seed: int
     node_count: int = 3
@@ -50,94 +41,45 @@ class RaftWorld:
         self.rng = random.Random(self.seed)
         self.loop = EventLoop()
         self.ids = list(range(1, self.node_count + 1))
-        self.nodes = {i: _Node(PersistentState()) for i in self.ids}
-        self.blocked: set[tuple[int, int]] = set()
         self.replies: dict[object, Reply] = {}
         self._reply_times: dict[object, int] = {}
         self.history: list[HistoryOp] = []
         self.applied_changes = 0
-        for i in self.ids:
-            self._start(i)
+        self.members = RaftMembers(loop=self.loop, rng=self.rng, ids=self.ids, config=self.config,
+                                   on_reply=self._on_reply, on_changed=self._on_changed,
+                                   loss_probability=self.loss_probability)
+        self.nodes = self.members.nodes
+        self.members.start_all()
 
     # -- nodes ----------------------------------------------------------------------------------
 
-    def _start(self, node_id: int) -> None:
-        node = self.nodes[node_id]
-        node.incarnation += 1
-        node.core = RaftNode(node_id=node_id, peer_ids=self.ids, rng=random.Random(self.rng.getrandbits(32)),
-                             config=self.config, restored=copy.deepcopy(node.durable), now_ns=self.loop.now_ns)
-        self._arm(node_id)
-
     def crash(self, node_id: int) -> None:
-        node = self.nodes[node_id]
-        node.core = None
-        node.incarnation += 1
+        self.members.crash(node_id)
 
     def restart(self, node_id: int) -> None:
-        if self.nodes[node_id].core is None:
-            self._start(node_id)
+        self.members.restart(node_id)
 
     def partition(self, group: set[int]) -> None:
         """Cut every link between `group` and the rest (both ways)."""
-        self.blocked = {(a, b) for a in self.ids for b in self.ids if (a in group) != (b in group)}
+        self.members.partition(group)
 
     def heal(self) -> None:
-        self.blocked = set()
+        self.members.heal()
 
     def leader(self) -> int | None:
-        leaders = [i for i, n in self.nodes.items() if n.core is not None and n.core.is_leader]
-        return max(leaders, key=lambda i: self.nodes[i].core.term) if leaders else None
-
-    # -- driving -------------------------------------------------------------------------------
-
-    def _arm(self, node_id: int) -> None:
-        node = self.nodes[node_id]
-        incarnation = node.incarnation
-        self.loop.call_at(max(node.core.next_deadline_ns(), self.loop.now_ns), self._timer, node_id, incarnation)
-
-    def _timer(self, node_id: int, incarnation: int) -> None:
-        node = self.nodes[node_id]
-        if node.core is None or node.incarnation != incarnation:
-            return
-        node.core.on_timer(self.loop.now_ns)
-        self._perform(node_id)
+        return self.members.leader()
 
     def _perform(self, node_id: int) -> None:
-        node = self.nodes[node_id]
-        for effect in node.core.take_effects():
-            kind = type(effect)
-            if kind is Send:
-                if (node_id, effect.destination) in self.blocked or self.rng.random() < self.loss_probability:
-                    continue
-                delay = MS + self.rng.randrange(4 * MS)
-                target = self.nodes[effect.destination]
-                self.loop.call_at(self.loop.now_ns + delay, self._deliver, effect.destination, target.incarnation,
-                                  node_id, copy.deepcopy(effect.message))
-            elif kind is SaveHardState:
-                node.durable.term, node.durable.voted_for = effect.term, effect.voted_for
-            elif kind is SaveLog:
-                keep = effect.first_index - node.durable.snapshot_index - 1
-                node.durable.log = node.durable.log[:max(0, keep)] + copy.deepcopy(effect.entries)
-            elif kind is SaveSnapshot:
-                durable = node.durable
-                drop = effect.index - durable.snapshot_index
-                durable.log = durable.log[drop:] if drop <= len(durable.log) else []
-                durable.snapshot_index, durable.snapshot_term = effect.index, effect.term
-                durable.snapshot_state = copy.deepcopy(effect.state)
-            elif kind is Reply:
-                self.replies[effect.token] = effect
-                self._reply_times[effect.token] = self.loop.now_ns
-            elif kind is Changed:
-                self.applied_changes += len(effect.changes)
-        node.core.invariants()
-        self._arm(node_id)
+        self.members.perform(node_id)
 
-    def _deliver(self, node_id: int, incarnation: int, source: int, message: list) -> None:
-        node = self.nodes[node_id]
-        if node.core is None or node.incarnation != incarnation or (source, node_id) in self.blocked:
-            return
-        node.core.receive(source, message, self.loop.now_ns)
-        self._perform(node_id)
+    def _on_reply(self, node_id: int, reply: Reply) -> None:
+        self.replies[reply.token] = reply
+        self._reply_times[reply.token] = self.loop.now_ns
+
+    def _on_changed(self, node_id: int, changes: list) -> None:
+        self.applied_changes += len(changes)
+
+    # -- driving -------------------------------------------------------------------------------
 
     def run_for(self, duration_ns: int) -> None:
         self.loop.run_until(self.loop.now_ns + duration_ns)
@@ -195,7 +137,7 @@ class RaftWorld:
         self.history.append(op)
         # Any node that believes it leads: a deposed leader cut off from the rest is a fair
         # target too, and must not answer with stale data.
-        leaders = [i for i, n in self.nodes.items() if n.core is not None and n.core.is_leader]
+        leaders = self.members.leaders()
         if not leaders:
             return                               # never sent: unknown outcome, harmlessly
         leader = self.rng.choice(leaders)

@@ -78,7 +78,7 @@ def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History
     for ledger_id, info in sorted(workload.ledgers.items()):
         if info.is_deleted:
             continue
-        result = world.metastore.apply(Get(world.layout.ledger_path(ledger_id)))
+        result = world.metastore.read_applied(Get(world.layout.ledger_path(ledger_id)))
         if result.code is not MetaCode.OK:
             continue
         metadata = LedgerMetadata.from_bytes(result.data, version=result.version)

@@ -22,6 +22,7 @@ FAULT_KINDS = ("net", "partition", "crash", "pause", "disk", "metastore")
 # What a run does: "ledger" (the protocol alone), "stream" (log streams in simulated
 # processes), "table" (the table service), "mixed" (streams and tables side by side).
 WORKLOADS = ("ledger", "stream", "table", "mixed")
+METASTORE_KINDS = ("memory", "raftlite")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,13 @@ class Scenario:
     table_range_count: int = 2
     table_checkpoint_every: int = 20
     table_request_timeout_ns: int = 1 * S
+    # The metastore: "memory" (one tree, faults drawn as outages and lost answers) or
+    # "raftlite" (three raft-lite members that crash and get cut off; sessions expire by the
+    # leader's rule). Drawn for the workloads of application processes.
+    metastore_kind: str = "memory"
+    # raft-lite only: how often its leader is cut off from the other members (clients still
+    # reach it, and a deposed leader goes on believing it leads until it hears otherwise).
+    metastore_leader_cut_off_per_second: float = 0.0
 
     def bookie_config(self) -> BookieConfig:
         return BookieConfig(journal_writes_in_flight_max=self.journal_writes_in_flight_max)
@@ -173,8 +181,12 @@ class Scenario:
         # Short sessions make a cut-off range owner lose its ranges within a short run (the
         # ledger workload keeps the default: its bookies' sessions are not what it tests).
         session_timeout = rng.choice([500 * MS, 1 * S, 2 * S])
+        metastore_kind = rng.choice(METASTORE_KINDS)
+        leader_cut_off = rng.choice([0.2, 0.5, 1.0])
         if workload != "ledger":
             metastore = dataclasses.replace(metastore, session_timeout_ns=session_timeout)
+        else:
+            metastore_kind = "memory"
         if workload not in WORKLOADS:
             raise ValueError(f"unknown workload {workload!r}; known: {', '.join(WORKLOADS)}")
         if "net" not in faults:
@@ -194,7 +206,8 @@ class Scenario:
             journal_prealloc_size=journal_prealloc, journal_writes_in_flight_max=journal_writes_in_flight,
             client_write_busy_ns=client_write_busy,
             workload=workload, clock_skew_max_ns=clock_skew,
-            **services, **tables)
+            **services, **tables, metastore_kind=metastore_kind,
+            metastore_leader_cut_off_per_second=leader_cut_off if "metastore" in faults else 0.0)
 
     def describe(self) -> list[str]:
         return [
@@ -208,7 +221,9 @@ class Scenario:
             f"add_interval_mean={self.add_interval_mean_ns / MS:g}ms entries_per_ledger_max={self.entries_per_ledger_max}",
             f"network: {self.network}",
             f"disk: {self.disk} capacity={self.disk_capacity_size}",
-            f"metastore: {self.metastore}",
+            f"metastore: {self.metastore_kind} {self.metastore}"
+            + (f" leader_cut_off/s={self.metastore_leader_cut_off_per_second}"
+               if self.metastore_kind == "raftlite" else ""),
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
             f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "
             f"client_request_timeout={self.request_timeout_ns / MS:g}ms "

@@ -98,7 +98,7 @@ class StreamWorkload(ProcessWorkload):
             f"truncations {len(history.truncations)}; cursor commits {len(history.cursor_commits)}",
             f"final stream: {'unverified' if final is None else f'{len(final)} records'}, truncated to "
             f"{history.final_truncated_to}; process crashes {self.processes.crash_count}, "
-            f"sessions expired {self.processes.expired_session_count}",
+            f"sessions expired {self.processes.world.metastore.expired_session_count}",
             f"errors seen: {dict(sorted(history.errors.items()))}",
         ]
 

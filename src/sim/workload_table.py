@@ -111,7 +111,7 @@ class TableWorkload(ProcessWorkload):
             f"table: {len(ops)} ops ({known} answered, {len(ops) - known} unknown) {dict(sorted(kinds.items()))}; "
             f"watches {len(history.watches)} saw {events} changes; verified: {'yes' if self.is_verified else 'no'}",
             f"keys too hard to check: {len(history.unchecked_keys)} {history.unchecked_keys[:5]}; process crashes "
-            f"{self.processes.crash_count}, sessions expired {self.processes.expired_session_count}",
+            f"{self.processes.crash_count}, sessions expired {self.processes.world.metastore.expired_session_count}",
             f"errors seen: {dict(sorted(history.errors.items()))}",
         ]
 

@@ -8,8 +8,11 @@ The world performs the effects of the pure core the way a real deployment would,
   answer_persisted and apply_persisted (in the order the writes were made, as one journal
   file persists them);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
-- MetadataCall: applied to the MemoryMetastore after a latency, unless it is in an outage; the
-  answer may be lost on the way back (applied, but the caller hears CONNECTION_LOSS);
+- MetadataCall: submitted to the metastore (the memory tree, or three raft-lite members: see
+  sim.metastore_client) after a latency, unless it is in an outage; the answer may be lost on
+  the way back (applied, but the caller hears CONNECTION_LOSS). Bookies register through it
+  with sessions of their own (pinged where the metastore expires silent ones); their own reads
+  (cookie at start, GC's ledger list) are linearizable reads of the applied state;
 - crashes drop unsynced bytes (maybe tearing the last write), restarts replay the journal;
   pauses hold every input of a node until it resumes.
 Every random choice comes from generators seeded from the run's seed, in a fixed order.
@@ -39,8 +42,9 @@ from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
 from sim.filesystem import SimFileSystem
 from sim.loop import EventLoop, TraceHasher
-from sim.metastore_client import SimMetastore
+from sim.metastore_client import LOST, SESSION_GONE, SimMetastore, ignore_answer
 from sim.network import SimNetwork
+from sim.raftlite_metastore import RaftMetastore
 from sim.scenario import Scenario
 
 # Small journal files and entry logs, and frequent checkpoints, so rolling, LastLogMark moves
@@ -53,6 +57,11 @@ MAJOR_EVERY_GC_ROUNDS = 4
 PUMP_ROUND_COUNT_MAX = 1_000
 HEALED_RESTART_RETRY_NS = 100_000_000
 HEALED_DISK_CAPACITY_SIZE = 1 << 40
+METASTORE_RETRY_NS = 100_000_000
+
+
+class MetastoreUnreachable(Exception):
+    """A bookie cannot start: the metastore does not answer."""
 
 
 @dataclass(slots=True)
@@ -150,7 +159,6 @@ class SimWorld:
         self._disk_seed = seeds.getrandbits(64)
         self._client_seed = seeds.getrandbits(64)
         self.workload_rng = random.Random(seeds.getrandbits(64))
-        self.metastore = SimMetastore()
         self.metastore_down_until_ns = 0
         # Processes cut off from the metastore alone (by node name), until when.
         self.metastore_cut_off_until_ns: dict[str, int] = {}
@@ -172,10 +180,18 @@ class SimWorld:
         # What every pump with sends calls, bound once (a method looked up is a new object).
         self._post_at = self.loop.post_at
         self._fates_ns = self.network.fate_ns
+        self.metastore = self._new_metastore(random.Random(seeds.getrandbits(64)))
+        if self.metastore.needs_keepalive:
+            self.loop.call_later(self._ping_interval_ns(), self._keep_bookie_sessions_alive)
 
     @property
     def now_ns(self) -> int:
         return self.loop.now_ns
+
+    def _new_metastore(self, rng: random.Random):
+        if self.scenario.metastore_kind == "raftlite":
+            return RaftMetastore(world=self, rng=rng)
+        return SimMetastore(world=self)
 
     # -- building the cluster -------------------------------------------------------------
 
@@ -235,8 +251,9 @@ class SimWorld:
                                  new_instance_id=f"{node.name}-{self.rng.getrandbits(32):08x}",
                                  registered_cookie=registered)
             if registered is None:
-                self.metastore.apply(Create(self.layout.cookie_path(node.name), stack.cookie.to_text().encode()))
-        except (JournalStartError, CookieError):
+                self.metastore.submit(node.name, ["op", None, Create(self.layout.cookie_path(node.name),
+                                                                     stack.cookie.to_text().encode())], ignore_answer)
+        except (JournalStartError, CookieError, MetastoreUnreachable):
             # A bookie refuses to start on a journal it cannot trust; an operator would look.
             # The faults the sim injects are read errors, so it tries again later.
             self.counts.restart_refusals += 1
@@ -254,28 +271,86 @@ class SimWorld:
         node.is_up = True
         node.incarnation += 1
         if node.session_id is not None:
-            self.metastore.expire_session(node.session_id)
-        node.session_id = self.metastore.open_session()
+            self.metastore.submit(node.name, ["expire", node.session_id], ignore_answer)
+            node.session_id = None
         stack.core.set_readonly(node.monitor.is_readonly)
-        self._register(node)
+        self._open_bookie_session(node)
         self.trace.record(self.loop.now_ns, "start", node.name, node.incarnation)
+
+    def _open_bookie_session(self, node: _BookieNode) -> None:
+        """Open the bookie's session, then register with it (again later if the answer is lost)."""
+        incarnation = node.incarnation
+
+        def on_open(answer: object) -> None:
+            if not node.is_up or node.incarnation != incarnation:
+                return
+            if answer is LOST:
+                self.loop.call_later(METASTORE_RETRY_NS, self._open_bookie_session_again, node, incarnation)
+                return
+            node.session_id = answer
+            self._register(node)
+
+        self.metastore.submit(node.name, ["open", False], on_open)
+
+    def _open_bookie_session_again(self, node: _BookieNode, incarnation: int) -> None:
+        if node.is_up and node.incarnation == incarnation and node.session_id is None:
+            self._open_bookie_session(node)
+
+    def _ping_interval_ns(self) -> int:
+        return self.scenario.metastore.session_timeout_ns // 3
+
+    def _keep_bookie_sessions_alive(self) -> None:
+        """Ping every live bookie's session, as its metastore client does; a bookie told that its
+        session is gone opens a new one and registers again."""
+        if self.metastore_down_until_ns <= self.loop.now_ns:
+            for name in sorted(self.bookies):
+                node = self.bookies[name]
+                if node.is_up and node.session_id is not None:
+                    self.metastore.submit(name, ["ping", node.session_id],
+                                          self._on_bookie_ping(node, node.incarnation, node.session_id))
+        self.loop.call_later(self._ping_interval_ns(), self._keep_bookie_sessions_alive)
+
+    def _on_bookie_ping(self, node: _BookieNode, incarnation: int, session_id: int) -> Callable[[object], None]:
+        def on_answer(answer: object) -> None:
+            if answer is SESSION_GONE and node.is_up and node.incarnation == incarnation \
+                    and node.session_id == session_id:
+                node.session_id = None
+                self.trace.record(self.loop.now_ns, "bookie-session-expired", node.name)
+                self._open_bookie_session(node)
+        return on_answer
 
     def _registered_cookie(self, bookie_id: str) -> Cookie | None:
         """The metastore copy of a bookie's cookie. (The simulated bookie reads the store
         directly; a real one goes through its metastore client.)"""
-        result = self.metastore.apply(Get(self.layout.cookie_path(bookie_id)))
-        if result.code is not MetaCode.OK:
+        result = self.metastore.read_applied(Get(self.layout.cookie_path(bookie_id)))
+        if result.code is MetaCode.NO_NODE:
             return None
+        if result.code is not MetaCode.OK:
+            raise MetastoreUnreachable(f"{bookie_id}: cannot read its cookie ({result.code.name})")
         return Cookie.from_text(result.data.decode("utf-8", "replace"), path=self.layout.cookie_path(bookie_id))
 
     def _register(self, node: _BookieNode) -> None:
-        """Register the bookie as writable or readonly (ephemeral, tied to its session)."""
+        """Register the bookie as writable or readonly (ephemeral, tied to its session; again
+        later if the answer is lost). A bookie whose session is still opening registers once
+        it is open."""
+        session_id, incarnation = node.session_id, node.incarnation
+        if session_id is None:
+            return
         is_readonly = node.monitor.is_readonly
         stale = self.layout.bookie_path(node.name, is_readonly=not is_readonly)
-        if self.metastore.apply(Get(stale)).code is MetaCode.OK:
-            self.metastore.apply(Delete(stale))
-        self.metastore.apply(Create(self.layout.bookie_path(node.name, is_readonly=is_readonly), is_ephemeral=True),
-                             session_id=node.session_id)
+
+        def on_created(answer: object) -> None:
+            if answer is LOST and node.is_up and node.incarnation == incarnation and node.session_id == session_id:
+                self.loop.call_later(METASTORE_RETRY_NS, self._register_again, node, incarnation, session_id)
+
+        if self.metastore.read_applied(Get(stale)).code is MetaCode.OK:
+            self.metastore.submit(node.name, ["op", None, Delete(stale)], ignore_answer)
+        self.metastore.submit(node.name, ["op", session_id, Create(self.layout.bookie_path(
+            node.name, is_readonly=is_readonly), is_ephemeral=True)], on_created)
+
+    def _register_again(self, node: _BookieNode, incarnation: int, session_id: int) -> None:
+        if node.is_up and node.incarnation == incarnation and node.session_id == session_id:
+            self._register(node)
 
     def _monitor_disk(self, node: _BookieNode) -> None:
         used_size, total_size = node.fs.usage()
@@ -305,7 +380,7 @@ class SimWorld:
         """One GC round on a bookie. (The simulated bookie reads the metastore directly here;
         the real one goes through its metastore client.)"""
         def list_children(path: str):
-            result = self.metastore.apply(Children(path))
+            result = self.metastore.read_applied(Children(path))
             return list(result.children) if result.code is MetaCode.OK else None
 
         report = collect_garbage(node.stack.storage, self.layout, list_children)
@@ -367,7 +442,7 @@ class SimWorld:
     def _expire_session(self, bookie_id: str, session_id: int | None) -> None:
         node = self.bookies[bookie_id]
         if session_id is not None and node.session_id == session_id:
-            self.metastore.expire_session(session_id)
+            self.metastore.submit(bookie_id, ["expire", session_id], ignore_answer)
             node.session_id = None
 
     def _restart_bookie(self, bookie_id: str) -> None:
@@ -390,6 +465,7 @@ class SimWorld:
         self.network.heal(end_random_faults=True)
         self.metastore_down_until_ns = 0
         self.metastore_cut_off_until_ns.clear()
+        self.metastore.heal()
         for name in sorted(self.bookies):
             node = self.bookies[name]
             node.fs.heal()
@@ -664,7 +740,13 @@ class SimWorld:
         if self.metastore_down_until_ns > self.loop.now_ns:
             self._answer_lost(client_id, call.token, 0)
             return
-        result = self.metastore.apply(call.op)
+        self.metastore.submit(client_id, ["op", None, call.op],
+                              lambda answer: self._metadata_answered(client_id, call, answer))
+
+    def _metadata_answered(self, client_id: str, call: MetadataCall, result: object) -> None:
+        if result is LOST:
+            self._answer_lost(client_id, call.token, self.metastore_latency_ns())
+            return
         if self.draw_metastore_answer_lost():
             self._answer_lost(client_id, call.token, self.metastore_latency_ns())
             return

@@ -76,15 +76,12 @@ class RaftServer:
         self._peer_wakeups = {p: trio.Event() for p in self.core.peer_ids}
         self._peer_queues: dict[int, list[list]] = {p: [] for p in self.core.peer_ids}
         self.watches = WatchTable(Watch)
-        self._deferred_keepalives: list = []     # (connection, request id, session)
         self._timer = CoreTimer(self._on_timer)
         self._nursery: trio.Nursery | None = None
 
     # -- core plumbing ------------------------------------------------------------------------
 
     def _pump(self) -> None:
-        if self._deferred_keepalives:
-            self._answer_deferred_keepalives()
         effects = self.core.take_effects()
         if effects:
             self._effects_send.send_nowait(effects)
@@ -94,22 +91,6 @@ class RaftServer:
     async def _wait_for_backlog(self) -> None:
         while self._effects_backlog >= EFFECT_BACKLOG_MAX:
             await self._backlog_drained.wait()
-
-    def _answer_deferred_keepalives(self) -> None:
-        core = self.core
-        if not core.is_leader:
-            waiting, self._deferred_keepalives = self._deferred_keepalives, []
-            for connection, request_id, _ in waiting:
-                connection.send(["r", request_id, "not leader", self._leader_address()])
-            return
-        still = []
-        for connection, request_id, session in self._deferred_keepalives:
-            alive = core.keepalive(session, now_ns())
-            if alive is None:
-                still.append((connection, request_id, session))
-            else:
-                connection.send(["r", request_id, "", alive])
-        self._deferred_keepalives = still
 
     def _on_timer(self, at_ns: int) -> None:
         self.core.on_timer(at_ns)
@@ -235,16 +216,12 @@ class RaftServer:
         if kind == "open":
             core.propose(token, ["open"], at_ns)
         elif kind in ("attach", "ping"):
-            alive = core.keepalive(message[2], at_ns)
-            if alive is None:        # a new leader not caught up yet: answer once it is
-                self._deferred_keepalives.append((connection, request_id, message[2]))
-            else:
-                connection.send(["r", request_id, "", alive])
+            core.ping(token, message[2], at_ns)         # answered once a majority confirms
         elif kind == "close":
             core.propose(token, ["close", message[2]], at_ns)
         elif kind == "op":
             session, op_list, watch_id = message[2], message[3], message[4]
-            core.keepalive(session, at_ns)
+            core.touch(session, at_ns)
             op = op_from_list(op_list)
             if isinstance(op, (Get, Children)):
                 if watch_id:

@@ -394,16 +394,23 @@ def test_a_new_leader_serves_no_read_before_its_own_entry_commits():
 
 # -- sessions ------------------------------------------------------------------------------------
 
-def test_keepalives_are_not_logged_and_silence_expires_the_session():
+def ping(cluster: Cluster, node_id: int, session: int, token: object = "ping") -> Reply | None:
+    assert cluster.nodes[node_id].ping(token, session, cluster.now_ns)
+    cluster.pump(node_id)
+    cluster.deliver()
+    return cluster.replies.pop(token, None)
+
+
+def test_pings_are_not_logged_and_silence_expires_the_session():
     cluster = Cluster()
     cluster.elect(1)
     session = cluster.propose(1, "open", ["open"]).result
     leader = cluster.nodes[1]
     last_index = leader.last_index
     for _ in range(5):
-        assert leader.keepalive(session, cluster.now_ns)
+        assert ping(cluster, 1, session).result is True
         cluster.tick(500 * MS)
-    assert leader.last_index == last_index              # keepalives add nothing to the log
+    assert leader.last_index == last_index              # pings add nothing to the log
     assert leader.session_alive(session)
     cluster.tick(CONFIG.session_timeout_ns + 200 * MS)
     assert not leader.session_alive(session)
@@ -432,7 +439,36 @@ def test_a_new_leader_does_not_call_a_committed_session_gone_before_applying_it(
     leader.on_timer(leader.next_deadline_ns())
     leader.receive(2, ["vote_r", 2, True], now_ns=0)
     assert leader.is_leader and leader.commit_index == 0
-    assert leader.keepalive(1, 0) is not False
+    leader.take_effects()
+    assert leader.ping("p", 1, 0)
+    assert not [e for e in leader.take_effects() if isinstance(e, Reply)]   # not before it applied
+
+
+def test_a_ping_of_a_session_that_is_gone_is_answered_false():
+    cluster = Cluster()
+    cluster.elect(1)
+    assert ping(cluster, 1, 42).result is False
+
+
+def test_a_deposed_leader_never_confirms_a_ping():
+    """The lease a client counts from a confirmed ping must end before any leader can expire
+    the session. A leader cut off from the others still believes it leads; if it answered pings
+    from its own memory, a client connected to it would keep stretching its lease while the new
+    leader expires the session a timeout after its election."""
+    cluster = Cluster()
+    cluster.elect(1)
+    session = cluster.propose(1, "open", ["open"]).result
+    cluster.blocked = {1}
+    cluster.tick(1_000 * MS)
+    (new,) = [i for i in cluster.leaders() if i != 1]
+    assert cluster.nodes[1].is_leader                  # deposed, and does not know it
+    assert ping(cluster, 1, session, "stale") is None   # accepted, never confirmed
+    cluster.tick(CONFIG.session_timeout_ns + 200 * MS)
+    assert "stale" not in cluster.replies
+    assert not cluster.nodes[new].session_alive(session)  # expired by the new leader meanwhile
+    cluster.blocked = set()
+    cluster.tick(200 * MS)                              # it hears of the new term and steps down
+    assert cluster.replies.pop("stale").error == "not leader"
 
 
 # -- bad input from peers ------------------------------------------------------------------------

@@ -113,7 +113,9 @@ def test_sessions_expire_only_when_silent():
     session = world.submit(["open"]).result
     world.submit(create("/eph", session=session, ephemeral=True))
     for _ in range(10):                             # kept alive for 2 s
-        world.nodes[world.leader()].core.keepalive(session, world.loop.now_ns)
+        core = world.nodes[world.leader()].core
+        core.ping(("ping", world.loop.now_ns), session, world.loop.now_ns)
+        world._perform(world.leader())
         world.run_for(200 * MS)
     assert result_from_list(world.read(Get("/eph")).result).code is MetaCode.OK
     world.run_for(2_000 * MS)                       # silent: expired by the leader

@@ -24,7 +24,7 @@ def trace_hash(seed: int, hash_seed: str, workload: str, duration: str = "2") ->
 
 
 @pytest.mark.parametrize("workload", RUNNABLE_WORKLOADS)
-@pytest.mark.parametrize("seed", [3, 11])
+@pytest.mark.parametrize("seed", [3, 11])        # the service workloads draw raft-lite for 3, memory for 11
 def test_same_seed_same_trace_across_processes(seed, workload):
     assert trace_hash(seed, "0", workload) == trace_hash(seed, "12345", workload)
 

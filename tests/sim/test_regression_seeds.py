@@ -9,7 +9,7 @@ from sim.run import replay_command, run_scenario
 from sim.scenario import S, Scenario
 
 REGRESSION_SEEDS = [
-    # (workload, seed, liveness, the fix)
+    # (workload, seed, liveness, the fix[, simulated seconds: 3 unless given])
     ("stream", 2, False, "a roll keeps the txids write() handed out meanwhile (bkcore.stream.writer)"),
     ("stream", 3, False, "the same: two records had one txid"),
     ("stream", 20, False, "a long-poll failure leaves a tail as itself, not in a group (bkcore.runtime.race)"),
@@ -20,13 +20,16 @@ REGRESSION_SEEDS = [
     ("table", 180, True, "a read waits for the commands accepted before it (bkcore.table.range)"),
     ("mixed", 26, True, "watches resume from the last revision delivered (bkcore.table.watch_resume)"),
     ("mixed", 2164, False, "the read fix of table seed 180, found again by bk sim explore"),
+    ("table", 2012, False, "raft-lite confirms a ping only after a heartbeat round (metastore.raftlite.core); "
+                           "5 simulated seconds", 5),
 ]
 
 
-@pytest.mark.parametrize("workload, seed, is_liveness, fix", REGRESSION_SEEDS,
-                         ids=[f"{w}-{s}" for w, s, _, _ in REGRESSION_SEEDS])
-def test_a_seed_that_found_a_bug_stays_clean(workload, seed, is_liveness, fix):
-    scenario = Scenario.draw(seed=seed, duration_ns=3 * S, is_liveness=is_liveness, workload=workload)
+@pytest.mark.parametrize("workload, seed, is_liveness, fix, seconds",
+                         [(*row, 3)[:5] for row in REGRESSION_SEEDS],
+                         ids=[f"{row[0]}-{row[1]}" for row in REGRESSION_SEEDS])
+def test_a_seed_that_found_a_bug_stays_clean(workload, seed, is_liveness, fix, seconds):
+    scenario = Scenario.draw(seed=seed, duration_ns=seconds * S, is_liveness=is_liveness, workload=workload)
     result = run_scenario(scenario)
     problems = [str(v) for v in result.violations] + result.liveness_failures
     assert not problems, f"{problems[:3]} (fixed by: {fix}) -- replay: {replay_command(scenario)}"

@@ -20,7 +20,7 @@ state. A leader serves no read before it has committed an entry of its own term.
 lease is trusted for reads.
 
 Sessions: opening one is a log command; keeping it alive is not (the leader tracks last contact
-per session in memory). The leader commits an expire command for a session silent longer than
+per session in memory, and answers a ping once a heartbeat round confirms it still leads). The leader commits an expire command for a session silent longer than
 session_timeout_ns; a new leader first gives every session a fresh full timeout, so a leader
 change never expires a live client's session early.
 
@@ -96,6 +96,12 @@ class Reply:
 class Changed:
     """Paths changed by applied commands (for watches): (path, is_membership_change)."""
     changes: list
+
+
+@dataclass(frozen=True)
+class _Ping:
+    """A ping waiting, like a read, for a majority to confirm this node still leads."""
+    session_id: int
 
 
 @dataclass
@@ -259,17 +265,29 @@ class RaftNode:
         self._serve_reads()
         return True
 
-    def keepalive(self, session_id: int, now_ns: int) -> bool | None:
-        """A client of `session_id` was heard from; False if the session is gone, None if this
-        new leader cannot tell yet (it has not applied everything committed before it: its own
-        first entry is not committed)."""
-        if self.is_leader and self.term_at(self.commit_index) != self.term:
-            return None
-        if session_id not in self.sm._sessions:
+    def ping(self, token: object, session_id: int, now_ns: int) -> bool:
+        """A client of `session_id` says it is alive. Reply(token, alive) follows once a round
+        of heartbeats sent after this call is acknowledged by a majority: this node still led
+        when the ping arrived, so any later leader was elected after it and gives the session a
+        full timeout from then; the client may count its session alive for a timeout from when
+        it sent the ping. A deposed leader that has not heard of its successor never answers
+        (it would otherwise stretch a session its successor is about to expire). Answered
+        like a read: after this leader has applied everything committed before it. False when
+        not the leader (nothing happens)."""
+        if not self.is_leader:
             return False
-        if self.is_leader:
-            self._session_seen[session_id] = now_ns
+        self.touch(session_id, now_ns)
+        self._seq += 1
+        self._reads.append(_Read(token, _Ping(session_id), self.commit_index, self._seq))
+        self._broadcast(now_ns)
+        self._serve_reads()
         return True
+
+    def touch(self, session_id: int, now_ns: int) -> None:
+        """A client of `session_id` was heard from (an op of its session): its timeout starts
+        again, with no answer."""
+        if self.is_leader and session_id in self.sm._sessions:
+            self._session_seen[session_id] = now_ns
 
     def session_alive(self, session_id: int) -> bool:
         return session_id in self.sm._sessions
@@ -475,7 +493,10 @@ class RaftNode:
         for read in self._reads:
             confirmed = 1 + sum(1 for s in self._acked_seq.values() if s >= read.seq) >= majority
             if confirmed and self.last_applied >= read.read_index:
-                self._effects.append(Reply(read.token, result_to_list(self.sm.apply(read.op))))
+                if isinstance(read.op, _Ping):
+                    self._effects.append(Reply(read.token, read.op.session_id in self.sm._sessions))
+                else:
+                    self._effects.append(Reply(read.token, result_to_list(self.sm.apply(read.op))))
             else:
                 waiting.append(read)
         self._reads = waiting

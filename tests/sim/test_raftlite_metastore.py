@@ -1,0 +1,122 @@
+"""sim.raftlite_metastore: the simulated cluster on three raft-lite members, as its bookies and
+processes see it (registration, sessions and their expiry, watches, lost answers, the world's
+own linearizable reads)."""
+
+import dataclasses
+import random
+
+from bkcore.metaops import Children, Create, Get, MetaCode
+from sim.metastore_client import LOST
+from sim.processes import Processes
+from sim.scenario import MS, S, Scenario
+from sim.world import SimWorld
+
+
+def raft_world(**scenario_fields) -> tuple[SimWorld, Processes]:
+    scenario = dataclasses.replace(Scenario(seed=1), metastore_kind="raftlite", **scenario_fields)
+    world = SimWorld(scenario=scenario)
+    for index in range(3):
+        world.add_bookie(f"bookie-{index}")
+    return world, Processes(world=world, rng=random.Random(1))
+
+
+def run_for(world: SimWorld, seconds: float) -> None:
+    world.loop.run_until(world.now_ns + int(seconds * S))
+
+
+def submit(world: SimWorld, caller: str, command: list) -> list:
+    answers = []
+    world.metastore.submit(caller, command, answers.append)
+    return answers
+
+
+def test_bookies_register_once_a_leader_is_elected_and_keep_their_sessions_alive():
+    world, _ = raft_world()
+    run_for(world, 2)
+    result = world.metastore.read_applied(Children(world.layout.available_path))
+    assert set(result.children) >= {"bookie-0", "bookie-1", "bookie-2"}
+    run_for(world, 3 * world.scenario.metastore.session_timeout_ns / S)     # pinged, not expired
+    assert set(world.metastore.read_applied(Children(world.layout.available_path)).children) >= {
+        "bookie-0", "bookie-1", "bookie-2"}
+
+
+def test_a_silent_session_expires_by_the_leaders_rule_and_its_ephemeral_node_goes():
+    world, _ = raft_world()
+    run_for(world, 1)
+    answers = submit(world, "p", ["open", True])
+    run_for(world, 0.1)
+    session = answers[0]
+    answers = submit(world, "p", ["op", session, Create("/eph", is_ephemeral=True)])
+    run_for(world, 0.1)
+    assert answers[0].code is MetaCode.OK
+    timeout_s = world.scenario.metastore.session_timeout_ns / S
+    run_for(world, timeout_s * 0.5)
+    assert world.metastore.read_applied(Get("/eph")).code is MetaCode.OK
+    run_for(world, timeout_s)                          # never pinged
+    assert world.metastore.read_applied(Get("/eph")).code is MetaCode.NO_NODE
+    answers = submit(world, "p", ["ping", session])
+    run_for(world, 0.1)
+    assert answers == [False]
+
+
+def test_the_leader_crashing_loses_requests_in_flight_and_fires_the_callers_watches():
+    world, _ = raft_world()
+    run_for(world, 1)
+    metastore = world.metastore
+    fired = []
+
+    class Table:
+        def fire_all(self, reason):
+            fired.append(reason)
+
+        def fire_changes(self, changes):
+            pass
+
+    metastore.attach_watches("p", Table())
+    answers = submit(world, "p", ["op", None, Create("/a")])
+    leader = metastore.members.leader()
+    metastore.crash_member(leader, restart_after_ns=None)
+    run_for(world, 0.1)
+    assert answers == [LOST] and fired == ["connection lost"]
+    run_for(world, 2)                                   # the other two elect a leader
+    answers = submit(world, "p", ["op", None, Create("/b")])
+    run_for(world, 0.1)
+    assert answers[0].code is MetaCode.OK
+
+
+def test_the_worlds_reads_refuse_when_no_live_member_has_applied_every_acknowledged_change():
+    world, _ = raft_world()
+    run_for(world, 1)
+    metastore = world.metastore
+    members = metastore.members
+    leader = members.leader()
+    lagging = [m for m in members.ids if m != leader][0]
+    members.partition({lagging})                       # it hears nothing more
+    answers = submit(world, "p", ["op", None, Create("/late")])
+    run_for(world, 0.2)
+    assert answers[0].code is MetaCode.OK
+    for member in members.ids:
+        if member != lagging:
+            metastore.crash_member(member, restart_after_ns=None)
+    assert members.core(lagging).last_applied < members.highest_commit_index
+    assert metastore.read_applied(Get("/late")).code is MetaCode.CONNECTION_LOSS
+    metastore.heal()                                   # all back; the log brings the lagging one up
+    run_for(world, 2)
+    assert metastore.read_applied(Get("/late")).code is MetaCode.OK
+
+
+def test_a_deposed_leader_serves_its_callers_but_never_confirms_their_pings():
+    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=1 * S))
+    run_for(world, 1)
+    metastore, members = world.metastore, world.metastore.members
+    answers = submit(world, "owner", ["open", True])
+    run_for(world, 0.1)
+    session = answers[0]
+    old = members.leader()
+    members.partition({old})
+    run_for(world, 1)
+    assert members.core(old).is_leader and members.leader() != old
+    pings = submit(world, "owner", ["ping", session])   # still connected to the old leader
+    run_for(world, 2.5)
+    assert pings == [LOST]                              # timed out unconfirmed, never True
+    assert not members.up_to_date().sm.is_session_alive(session)   # the new leader expired it
