@@ -71,6 +71,12 @@ def status_of(error: BaseException) -> int:
     return storage_pb2.INTERNAL_SERVER_ERROR
 
 
+def refused(response, error: BaseException, context):
+    """`response` (which carries the status code), with the reason in the trailing metadata."""
+    context.set_trailing_metadata(((ERROR_MESSAGE_HEADER, str(error).encode()),))
+    return response
+
+
 def settings_from_conf(conf: stream_pb2.StreamConfiguration, base: StreamSettings = StreamSettings()) -> StreamSettings:
     size = conf.rolling_policy.size_policy.max_segment_size
     interval = conf.rolling_policy.time_policy.interval_seconds
@@ -104,11 +110,11 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
     def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
 
-    def _call(self, response_cls, fn, *args, fields):
+    def _call(self, response_cls, fn, *args, fields, context):
         try:
             return response_cls(code=storage_pb2.SUCCESS, **fields(self._bridge.run(fn, *args)))
         except (StreamException, BKException, ValueError, OSError) as exc:
-            return response_cls(code=status_of(exc))
+            return refused(response_cls(code=status_of(exc)), exc, context)
 
     def CreateNamespace(self, request, context):
         settings = settings_from_conf(request.ns_conf.default_stream_conf)
@@ -117,15 +123,15 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
             await self._streams.create_namespace(request.name, settings)
             return settings
         return self._call(storage_pb2.CreateNamespaceResponse, create,
-                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)})
+                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)}, context=context)
 
     def GetNamespace(self, request, context):
         return self._call(storage_pb2.GetNamespaceResponse, self._streams.catalog.namespace_settings, request.name,
-                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)})
+                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)}, context=context)
 
     def DeleteNamespace(self, request, context):
         return self._call(storage_pb2.DeleteNamespaceResponse, self._streams.delete_namespace, request.name,
-                          fields=lambda _: {})
+                          fields=lambda _: {}, context=context)
 
     def CreateStream(self, request, context):
         namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
@@ -136,7 +142,7 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
             await self._streams.create_stream(namespace, stream, settings)
             return settings
         return self._call(storage_pb2.CreateStreamResponse, create,
-                          fields=lambda s: {"stream_props": stream_properties(namespace, stream, s)})
+                          fields=lambda s: {"stream_props": stream_properties(namespace, stream, s)}, context=context)
 
     def GetStream(self, request, context):
         async def get():
@@ -148,7 +154,7 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
             metadata = await self._streams.catalog.get_stream(namespace, stream)
             return namespace, stream, metadata.settings
         return self._call(storage_pb2.GetStreamResponse, get,
-                          fields=lambda r: {"stream_props": stream_properties(*r)})
+                          fields=lambda r: {"stream_props": stream_properties(*r)}, context=context)
 
     def DeleteStream(self, request, context):
         namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
@@ -157,7 +163,7 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
             await self._streams.catalog.get_stream(namespace, stream)
             await self._tables.drop_table(namespace, stream)
             await self._streams.delete_stream(namespace, stream)
-        return self._call(storage_pb2.DeleteStreamResponse, delete, fields=lambda _: {})
+        return self._call(storage_pb2.DeleteStreamResponse, delete, fields=lambda _: {}, context=context)
 
 
 def _namespace_properties(name: str, settings: StreamSettings) -> stream_pb2.NamespaceProperties:
@@ -231,8 +237,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
                 return response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR))
             return self._forward(exc.owner, method, request, context)
         except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
-            context.set_trailing_metadata(((ERROR_MESSAGE_HEADER, str(exc).encode()),))
-            return response_cls(header=_response_header(header, status_of(exc)))
+            return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
     def _forward(self, owner: str, method: str, request, context):
         stub = self._peers.get(owner)
