@@ -144,6 +144,15 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
         return self._call(storage_pb2.CreateStreamResponse, create,
                           fields=lambda s: {"stream_props": stream_properties(namespace, stream, s)}, context=context)
 
+    async def _stream(self, namespace: str, stream: str):
+        """The stream's metadata; NamespaceNotFound when its namespace is missing too
+        (RootRangeStoreImpl.getStream and deleteStream answer NAMESPACE_NOT_FOUND first)."""
+        try:
+            return await self._streams.catalog.get_stream(namespace, stream)
+        except StreamNotFound:
+            await self._streams.catalog.namespace_settings(namespace)
+            raise
+
     def GetStream(self, request, context):
         async def get():
             if request.HasField("stream_name"):
@@ -151,7 +160,7 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
                 stream = request.stream_name.stream_name
             else:
                 namespace, stream = await self._streams.catalog.stream_by_id(request.stream_id)
-            metadata = await self._streams.catalog.get_stream(namespace, stream)
+            metadata = await self._stream(namespace, stream)
             return namespace, stream, metadata.settings
         return self._call(storage_pb2.GetStreamResponse, get,
                           fields=lambda r: {"stream_props": stream_properties(*r)}, context=context)
@@ -160,7 +169,7 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
         namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
 
         async def delete():
-            await self._streams.catalog.get_stream(namespace, stream)
+            await self._stream(namespace, stream)
             await self._tables.drop_table(namespace, stream)
             await self._streams.delete_stream(namespace, stream)
         return self._call(storage_pb2.DeleteStreamResponse, delete, fields=lambda _: {}, context=context)

@@ -37,6 +37,7 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 class Server:
     cluster: StandaloneCluster
     channel: grpc.Channel
+    namespace: str = NAMESPACE        # where the tests' tables are
 
     @property
     def address(self) -> str:
