@@ -60,7 +60,7 @@ def test_a_deleted_table_refuses_its_keys_as_stream_not_found(server, table):
     """After the stock admin client deletes a table (RootRangeStoreImpl.deleteStream), a client
     still holding it is refused with STREAM_NOT_FOUND (StreamNotFoundError). BookKeeper routes
     such a call to no storage container (StorageContainerStoreImpl: the 404 container), which
-    the stock client retries for 60 s; we answer at once (docs/cli.md, "Tables and BookKeeper").
+    the stock client retries for 60 s; we answer at once (docs/operations.md, "Tables and BookKeeper").
     A table made again under the name starts empty."""
     table.kv.put(b"k", b"v")
     server.admin().namespace(server.namespace).delete(table.name)

@@ -156,7 +156,7 @@ def test_keys_and_values_up_to_one_distributedlog_record(table):
     Table sends twice: as routing key and as key, as BookKeeper's record holds it too) with a
     value that fills the rest of the record is kept whole. Past it BookKeeper's writer fails
     (LogRecordTooLongException -> INTERNAL_SERVER_ERROR, which the stock client retries for
-    60 s); ours refuses at once with BAD_REQUEST and says the limit (docs/cli.md, "Tables and
+    60 s); ours refuses at once with BAD_REQUEST and says the limit (docs/operations.md, "Tables and
     BookKeeper")."""
     key = b"k" * 4096
     value = bytes(range(256)) * ((COMMAND_SIZE_MAX - 2 * len(key) - 256) // 256)
