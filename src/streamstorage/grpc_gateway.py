@@ -26,7 +26,7 @@ import grpc
 import msgpack
 import trio
 from bookkeeper.proto import (
-    common_pb2, kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
+    common_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
 )
 
 from bkcore.errors import BKException
@@ -55,7 +55,8 @@ _WATCH_END = object()
 # TableStoreUtils.mvccCodeToStatusCode: ILLEGAL_OP and INVALID_ARGUMENT -> BAD_REQUEST,
 # KEY_NOT_FOUND -> KEY_NOT_FOUND.
 _STATUS = [
-    (KeyNotFound, storage_pb2.KEY_NOT_FOUND), (TableError, storage_pb2.BAD_REQUEST), (ValueError, storage_pb2.BAD_REQUEST),
+    (KeyNotFound, storage_pb2.KEY_NOT_FOUND), (TableError, storage_pb2.BAD_REQUEST),
+    (ValueError, storage_pb2.BAD_REQUEST),
     (NamespaceExists, storage_pb2.NAMESPACE_EXISTS), (NamespaceNotFound, storage_pb2.NAMESPACE_NOT_FOUND),
     (NamespaceNotEmpty, storage_pb2.ILLEGAL_OP), (StreamExists, storage_pb2.STREAM_EXISTS),
     (StreamNotFound, storage_pb2.STREAM_NOT_FOUND),

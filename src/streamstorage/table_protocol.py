@@ -16,15 +16,14 @@ is translated here, each with the Java it follows:
   passes neither); neither are a put's expected_version, lease or ignore_* fields (buildPutOp).
 
 One addition, outside the protobuf fields so that no BookKeeper request means anything else
-here: a Range call with the metadata TO_PKEY_END_HEADER reads from its key to the end of the
-pkey (BookKeeper has no such end; `bk table range` uses it to list a pkey).
+here: a Range call with the metadata TO_PKEY_END_HEADER (bkcore.table.watch_rpc) reads from its
+key to the end of the pkey (BookKeeper has no such end; `bk table range` uses it to list a pkey).
 """
 
 from __future__ import annotations
 
 from bookkeeper.proto import kv_pb2, kv_rpc_pb2, storage_pb2
 
-from bkcore.table.watch_rpc import TO_PKEY_END_HEADER  # noqa: F401 - its rule is described here
 from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, IllegalOp, Increment, KeyValue, OpRefused, Put,
     PutResult, RangeRead, RangeResult, TableError, fold_key, pkey_end, unfold_key,
@@ -71,7 +70,8 @@ def increment_of(pkey: bytes, request: kv_rpc_pb2.IncrementRequest) -> Increment
 
 
 _TARGETS = {kv_rpc_pb2.Compare.VALUE: CompareTarget.VALUE, kv_rpc_pb2.Compare.VERSION: CompareTarget.VERSION,
-            kv_rpc_pb2.Compare.CREATE: CompareTarget.CREATE_REVISION, kv_rpc_pb2.Compare.MOD: CompareTarget.MOD_REVISION}
+            kv_rpc_pb2.Compare.CREATE: CompareTarget.CREATE_REVISION,
+            kv_rpc_pb2.Compare.MOD: CompareTarget.MOD_REVISION}
 _RESULTS = {kv_rpc_pb2.Compare.EQUAL: CompareResult.EQUAL, kv_rpc_pb2.Compare.NOT_EQUAL: CompareResult.NOT_EQUAL,
             kv_rpc_pb2.Compare.LESS: CompareResult.LESS, kv_rpc_pb2.Compare.GREATER: CompareResult.GREATER}
 
@@ -122,7 +122,8 @@ def response_op(op, result, header: kv_rpc_pb2.RoutingHeader, status_of) -> kv_r
     def with_header(fields: dict, code: int = storage_pb2.SUCCESS) -> dict:
         return {"header": kv_rpc_pb2.ResponseHeader(code=code, routing_header=header), **fields}
     if isinstance(result, OpRefused):
-        return kv_rpc_pb2.ResponseOp(response_put=kv_rpc_pb2.PutResponse(**with_header({}, status_of(IllegalOp(result.reason)))))
+        refused = kv_rpc_pb2.PutResponse(**with_header({}, status_of(IllegalOp(result.reason))))
+        return kv_rpc_pb2.ResponseOp(response_put=refused)
     if isinstance(result, PutResult):
         return kv_rpc_pb2.ResponseOp(response_put=kv_rpc_pb2.PutResponse(**with_header(put_fields(result))))
     if isinstance(result, DeleteResult):

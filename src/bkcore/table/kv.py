@@ -26,9 +26,9 @@ import msgpack
 from sortedcontainers import SortedDict
 
 from bkcore.table.commands import (
-    COMMAND_SIZE_MAX, Command, Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, ExpireKeys, IllegalOp, Increment,
-    IncrementResult, KeyNotFound, KeyValue, OpRefused, Put, PutResult, RangeRead, RangeResult, Stamped, TableError,
-    Txn, TxnResult, key_name,
+    COMMAND_SIZE_MAX, Command, Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, ExpireKeys, IllegalOp,
+    Increment, IncrementResult, KeyNotFound, KeyValue, OpRefused, Put, PutResult, RangeRead, RangeResult, Stamped,
+    TableError, Txn, TxnResult, key_name,
 )
 
 DATA, EXPIRY, META = b"d", b"e", b"m"

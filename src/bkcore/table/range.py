@@ -40,7 +40,8 @@ from bkcore.table.commands import (
 )
 from bkcore.table.kv import EXPIRY, KvIndex, MemoryKvIndex, RangeState, WatchEvent
 from bkcore.table.checkpoints import (
-    CHECKPOINT_CHUNK_BYTES, CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record, header_record,
+    CHECKPOINT_CHUNK_BYTES, CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record,
+    header_record,
 )
 
 TABLES_NAMESPACE = "__tables"
