@@ -8,7 +8,9 @@
     bk table delete -t TABLE -k KEY
     bk table range -t TABLE -p PKEY [--from KEY] [--to KEY]
 
-Names are NAME (namespace "default") or NAMESPACE/NAME. Errors print what failed and exit 1.
+Names are NAME (namespace "default") or NAMESPACE/NAME. Versions count from 0 and range ends
+are inclusive, as in BookKeeper. A refusal prints one line (what failed, the server's reason
+naming the key and the rule, and BookKeeper's status code) and exits 1.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def add_parser(commands) -> None:
     _add_table_arguments(ranged)
     ranged.add_argument("-p", "--pkey", required=True)
     ranged.add_argument("--from", dest="start", default="", help="first key (default: the pkey's first)")
-    ranged.add_argument("--to", dest="end", default="", help="stop before this key (default: the pkey's end)")
+    ranged.add_argument("--to", dest="end", default="",
+                        help="last key, included as BookKeeper's range ends are (default: the pkey's end)")
     ranged.set_defaults(run=cmd_table, action="range")
 
 

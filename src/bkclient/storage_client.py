@@ -8,7 +8,10 @@ use): any server answers anything, so it needs only an address.
     for event in table.watch(b"visits"):      # blocks; yields dicts of changes
         ...
 
-Failures raise StorageError with BookKeeper's status name (STREAM_NOT_FOUND, BAD_REQUEST, ...).
+Failures raise StorageError with BookKeeper's status name (STREAM_NOT_FOUND, BAD_REQUEST, ...)
+and the server's reason (which names the key and the rule) when it gave one. Tables follow
+BookKeeper's protocol (streamstorage.table_protocol): versions count from 0 and range ends are
+inclusive.
 """
 
 from __future__ import annotations
@@ -22,23 +25,32 @@ from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_p
 
 from bkcore.stream.segments import stream_id_of
 from bkcore.table.watch_resume import WatchResume
-from bkcore.table.watch_rpc import WATCH_METHOD
+from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
 
 DEFAULT_SERVER = "127.0.0.1:4181"
 CALL_TIMEOUT_S = 30.0
 
 
 class StorageError(Exception):
-    def __init__(self, status: int, what: str) -> None:
+    def __init__(self, status: int, what: str, reason: str = "") -> None:
         self.status = status
         self.status_name = storage_pb2.StatusCode.Name(status) if status in storage_pb2.StatusCode.values() \
             else str(status)
-        super().__init__(f"{what}: {self.status_name}")
+        self.reason = reason
+        super().__init__(f"{what}: {reason} ({self.status_name})" if reason else f"{what}: {self.status_name}")
 
 
-def _check(code: int, what: str) -> None:
+def _check(code: int, what: str, reason: str = "") -> None:
     if code != storage_pb2.SUCCESS:
-        raise StorageError(code, what)
+        raise StorageError(code, what, reason)
+
+
+def _reason(call) -> str:
+    """The refusal's reason the server put in the trailing metadata ("" if none)."""
+    for key, value in call.trailing_metadata() or ():
+        if key == ERROR_MESSAGE_HEADER:
+            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    return ""
 
 
 class StorageClient:
@@ -56,33 +68,36 @@ class StorageClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, method, request):
+    def _call(self, method, request, metadata=()):
+        """(answer, the refusal's reason or "")."""
         try:
-            return method(request, timeout=CALL_TIMEOUT_S)
+            answer, call = method.with_call(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
+            return answer, _reason(call)
         except grpc.RpcError as exc:
             raise ConnectionError(f"stream storage at {self.server} did not answer ({exc.code().name}); "
                                   f"is it running (bk standalone, or bk stream-storage)?") from None
 
     def create_namespace(self, namespace: str) -> None:
-        answer = self._call(self._root.CreateNamespace, storage_pb2.CreateNamespaceRequest(
+        answer, reason = self._call(self._root.CreateNamespace, storage_pb2.CreateNamespaceRequest(
             name=namespace, ns_conf=stream_pb2.NamespaceConfiguration()))
-        _check(answer.code, f"creating namespace {namespace}")
+        _check(answer.code, f"creating namespace {namespace}", reason)
 
     def create_stream(self, namespace: str, stream: str) -> stream_pb2.StreamProperties:
-        answer = self._call(self._root.CreateStream, storage_pb2.CreateStreamRequest(
+        answer, reason = self._call(self._root.CreateStream, storage_pb2.CreateStreamRequest(
             ns_name=namespace, name=stream, stream_conf=stream_pb2.StreamConfiguration()))
-        _check(answer.code, f"creating stream {namespace}/{stream}")
+        _check(answer.code, f"creating stream {namespace}/{stream}", reason)
         return answer.stream_props
 
     def get_stream(self, namespace: str, stream: str) -> stream_pb2.StreamProperties:
-        answer = self._call(self._root.GetStream, storage_pb2.GetStreamRequest(
+        answer, reason = self._call(self._root.GetStream, storage_pb2.GetStreamRequest(
             stream_name=stream_pb2.StreamName(namespace_name=namespace, stream_name=stream)))
-        _check(answer.code, f"getting stream {namespace}/{stream}")
+        _check(answer.code, f"getting stream {namespace}/{stream}", reason)
         return answer.stream_props
 
     def delete_stream(self, namespace: str, stream: str) -> None:
-        answer = self._call(self._root.DeleteStream, storage_pb2.DeleteStreamRequest(ns_name=namespace, name=stream))
-        _check(answer.code, f"deleting stream {namespace}/{stream}")
+        answer, reason = self._call(self._root.DeleteStream,
+                                    storage_pb2.DeleteStreamRequest(ns_name=namespace, name=stream))
+        _check(answer.code, f"deleting stream {namespace}/{stream}", reason)
 
     def table(self, namespace: str, stream: str) -> TableClient:
         return TableClient(self, namespace, stream)
@@ -100,9 +115,9 @@ class TableClient:
     def _header(self, key: bytes, pkey: bytes | None) -> kv_rpc_pb2.RoutingHeader:
         return kv_rpc_pb2.RoutingHeader(stream_id=self._stream_id, r_key=pkey or key)
 
-    def _send(self, method, request, what: str):
-        answer = self._client._call(method, request)
-        _check(answer.header.code, f"{what} on table {self.namespace}/{self.stream}")
+    def _send(self, method, request, what: str, metadata=()):
+        answer, reason = self._client._call(method, request, metadata)
+        _check(answer.header.code, f"{what} on table {self.namespace}/{self.stream}", reason)
         return answer
 
     def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None):
@@ -115,17 +130,18 @@ class TableClient:
         return answer.kvs[0] if answer.kvs else None
 
     def range(self, key: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0) -> list:
-        """Keys of `pkey` from `key` up to `end` (b"": to the end of the pkey)."""
-        request = kv_rpc_pb2.RangeRequest(key=key, range_end=end or b"\0", limit=limit,
-                                          header=self._header(key, pkey))
-        return list(self._send(self._stub.Range, request, "range").kvs)
+        """Keys of `pkey` from `key` up to and including `end` (b"": to the end of the pkey)."""
+        request = kv_rpc_pb2.RangeRequest(key=key, range_end=end, limit=limit, header=self._header(key, pkey))
+        metadata = () if end else ((TO_PKEY_END_HEADER, "1"),)
+        return list(self._send(self._stub.Range, request, "range", metadata).kvs)
 
     def increment(self, key: bytes, amount: int, *, pkey: bytes | None = None) -> int:
         request = kv_rpc_pb2.IncrementRequest(key=key, amount=amount, get_total=True, header=self._header(key, pkey))
         return self._send(self._stub.Increment, request, "increment").total_amount
 
     def delete(self, key: bytes, *, pkey: bytes | None = None) -> int:
-        request = kv_rpc_pb2.DeleteRangeRequest(key=key, header=self._header(key, pkey))
+        """How many keys it deleted (asking for the previous kvs: BookKeeper counts no others)."""
+        request = kv_rpc_pb2.DeleteRangeRequest(key=key, prev_kv=True, header=self._header(key, pkey))
         return self._send(self._stub.Delete, request, "delete").deleted
 
     def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> WatchStream:

@@ -74,7 +74,8 @@ class AsyncTable:
         return await self._call("delete", key, pkey=pkey)
 
     async def range(self, start: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0) -> list:
-        """KeyValues of `pkey` from `start` up to `end` (b"": to the end of the pkey)."""
+        """KeyValues of `pkey` from `start` up to and including `end` (b"": to the end of the
+        pkey); versions count from 0, as BookKeeper's do."""
         return await self._call("range", start, end, pkey=pkey, limit=limit)
 
     async def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> AsyncIterator[dict]:

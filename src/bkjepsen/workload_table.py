@@ -85,7 +85,7 @@ class TableWorkload:
         op = self.history.invoke(process, "put", key, value)
         answered, prev = await self._call(op, lambda: table.put(key.encode(), value.encode()), is_read=False)
         if answered:
-            self.history.ok(op, [prev.value.decode(), prev.version] if prev is not None else [None, 0])
+            self.history.ok(op, [prev.value.decode(), _register_version(prev)] if prev is not None else [None, 0])
 
     async def _get(self, table, process: str, key: str) -> None:
         op = self.history.invoke(process, "get", key)
@@ -108,7 +108,9 @@ class TableWorkload:
             self.history.ok(op, succeeded)
 
     def _txn(self, key: bytes, expected_version: int, value: bytes) -> bool:
-        """Compare the key's version, put on success (runs in a worker thread)."""
+        """Compare the key's version, put on success (runs in a worker thread). Version 0 (no
+        key) is BookKeeper's compare-and-create, a compare with no value; comparing another
+        version of a missing key fails (BookKeeper answers KEY_NOT_FOUND)."""
         import grpc
         from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
@@ -116,12 +118,18 @@ class TableWorkload:
         if self._txn_stub is None:
             self._txn_stub = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(self.server_address))
         header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id_of(NAMESPACE, STREAM), r_key=key)
+        if expected_version == 0:
+            compare = kv_rpc_pb2.Compare(target=kv_rpc_pb2.Compare.VALUE, result=kv_rpc_pb2.Compare.EQUAL, key=key)
+        else:
+            compare = kv_rpc_pb2.Compare(target=kv_rpc_pb2.Compare.VERSION, result=kv_rpc_pb2.Compare.EQUAL,
+                                         key=key, version=expected_version - 1)
         request = kv_rpc_pb2.TxnRequest(
             header=header,
-            compare=[kv_rpc_pb2.Compare(target=kv_rpc_pb2.Compare.VERSION, result=kv_rpc_pb2.Compare.EQUAL,
-                                        key=key, version=expected_version)],
+            compare=[compare],
             success=[kv_rpc_pb2.RequestOp(request_put=kv_rpc_pb2.PutRequest(key=key, value=value, header=header))])
         answer = self._txn_stub.Txn(request, timeout=OP_TIMEOUT_S)
+        if answer.header.code == storage_pb2.KEY_NOT_FOUND:
+            return False
         if answer.header.code != storage_pb2.SUCCESS:
             raise ConnectionError(f"txn answered {storage_pb2.StatusCode.Name(answer.header.code)}")
         return answer.succeeded
@@ -148,4 +156,9 @@ def _observed(key: str, kv):
     """What a get saw: a counter's number, or a register's [value, version] ([None, 0]: absent)."""
     if key in COUNTERS:
         return kv.number_value if kv is not None else 0
-    return [kv.value.decode(), kv.version] if kv is not None else [None, 0]
+    return [kv.value.decode(), _register_version(kv)] if kv is not None else [None, 0]
+
+
+def _register_version(kv) -> int:
+    """The checker's register counts a key's versions from 1 (0: absent); BookKeeper from 0."""
+    return kv.version + 1

@@ -26,7 +26,7 @@ import grpc
 import msgpack
 import trio
 from bookkeeper.proto import (
-    common_pb2, kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
+    common_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
 )
 
 from bkcore.errors import BKException
@@ -34,16 +34,16 @@ from bkcore.stream.errors import (
     NamespaceExists, NamespaceNotEmpty, NamespaceNotFound, StreamException, StreamExists, StreamNotFound,
 )
 from bkcore.stream.segments import StreamSettings, stream_id_of
-from bkcore.table.commands import (
-    Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, KeyValue, Put, PutResult, RangeRead,
-    RangeResult, TableError, Txn,
-    fold_key, unfold_key,
-)
+from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
-from bkcore.table.watch_rpc import WATCH_METHOD
-from bkcore.table.service import Tables, _folded_end, range_of
+from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
+from bkcore.table.service import Tables, range_of
 from streamstorage.grpc_bridge import TrioBridge
 from streamstorage.lmdb_kv import LmdbRangeIndexes
+from streamstorage.table_protocol import (
+    compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
+    range_read_of, response_op, txn_op_of,
+)
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
@@ -52,8 +52,11 @@ FORWARDED_HEADER = "bk-forwarded"
 FORWARD_TIMEOUT_S = 30.0
 _WATCH_END = object()
 
+# TableStoreUtils.mvccCodeToStatusCode: ILLEGAL_OP and INVALID_ARGUMENT -> BAD_REQUEST,
+# KEY_NOT_FOUND -> KEY_NOT_FOUND.
 _STATUS = [
-    (TableError, storage_pb2.BAD_REQUEST), (ValueError, storage_pb2.BAD_REQUEST),
+    (KeyNotFound, storage_pb2.KEY_NOT_FOUND), (TableError, storage_pb2.BAD_REQUEST),
+    (ValueError, storage_pb2.BAD_REQUEST),
     (NamespaceExists, storage_pb2.NAMESPACE_EXISTS), (NamespaceNotFound, storage_pb2.NAMESPACE_NOT_FOUND),
     (NamespaceNotEmpty, storage_pb2.ILLEGAL_OP), (StreamExists, storage_pb2.STREAM_EXISTS),
     (StreamNotFound, storage_pb2.STREAM_NOT_FOUND),
@@ -67,6 +70,12 @@ def status_of(error: BaseException) -> int:
         if isinstance(error, cls):
             return code
     return storage_pb2.INTERNAL_SERVER_ERROR
+
+
+def refused(response, error: BaseException, context):
+    """`response` (which carries the status code), with the reason in the trailing metadata."""
+    context.set_trailing_metadata(((ERROR_MESSAGE_HEADER, str(error).encode()),))
+    return response
 
 
 def settings_from_conf(conf: stream_pb2.StreamConfiguration, base: StreamSettings = StreamSettings()) -> StreamSettings:
@@ -98,22 +107,15 @@ def stream_properties(namespace: str, stream: str, settings: StreamSettings) -> 
                                        stream_name=stream, stream_conf=conf_from_settings(settings))
 
 
-def kv_to_proto(kv: KeyValue) -> kv_pb2.KeyValue:
-    _, lkey = unfold_key(kv.key)
-    return kv_pb2.KeyValue(key=lkey, value=kv.value, create_revision=kv.create_revision,
-                           mod_revision=kv.mod_revision, version=kv.version, is_number=kv.is_number,
-                           number_value=kv.number or 0, expire_time=kv.expire_at_ms)
-
-
 class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
     def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
 
-    def _call(self, response_cls, fn, *args, fields):
+    def _call(self, response_cls, fn, *args, fields, context):
         try:
             return response_cls(code=storage_pb2.SUCCESS, **fields(self._bridge.run(fn, *args)))
         except (StreamException, BKException, ValueError, OSError) as exc:
-            return response_cls(code=status_of(exc))
+            return refused(response_cls(code=status_of(exc)), exc, context)
 
     def CreateNamespace(self, request, context):
         settings = settings_from_conf(request.ns_conf.default_stream_conf)
@@ -122,15 +124,15 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
             await self._streams.create_namespace(request.name, settings)
             return settings
         return self._call(storage_pb2.CreateNamespaceResponse, create,
-                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)})
+                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)}, context=context)
 
     def GetNamespace(self, request, context):
         return self._call(storage_pb2.GetNamespaceResponse, self._streams.catalog.namespace_settings, request.name,
-                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)})
+                          fields=lambda s: {"ns_props": _namespace_properties(request.name, s)}, context=context)
 
     def DeleteNamespace(self, request, context):
         return self._call(storage_pb2.DeleteNamespaceResponse, self._streams.delete_namespace, request.name,
-                          fields=lambda _: {})
+                          fields=lambda _: {}, context=context)
 
     def CreateStream(self, request, context):
         namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
@@ -141,7 +143,16 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
             await self._streams.create_stream(namespace, stream, settings)
             return settings
         return self._call(storage_pb2.CreateStreamResponse, create,
-                          fields=lambda s: {"stream_props": stream_properties(namespace, stream, s)})
+                          fields=lambda s: {"stream_props": stream_properties(namespace, stream, s)}, context=context)
+
+    async def _stream(self, namespace: str, stream: str):
+        """The stream's metadata; NamespaceNotFound when its namespace is missing too
+        (RootRangeStoreImpl.getStream and deleteStream answer NAMESPACE_NOT_FOUND first)."""
+        try:
+            return await self._streams.catalog.get_stream(namespace, stream)
+        except StreamNotFound:
+            await self._streams.catalog.namespace_settings(namespace)
+            raise
 
     def GetStream(self, request, context):
         async def get():
@@ -150,19 +161,19 @@ class RootRangeServicer(storage_pb2_grpc.RootRangeServiceServicer):
                 stream = request.stream_name.stream_name
             else:
                 namespace, stream = await self._streams.catalog.stream_by_id(request.stream_id)
-            metadata = await self._streams.catalog.get_stream(namespace, stream)
+            metadata = await self._stream(namespace, stream)
             return namespace, stream, metadata.settings
         return self._call(storage_pb2.GetStreamResponse, get,
-                          fields=lambda r: {"stream_props": stream_properties(*r)})
+                          fields=lambda r: {"stream_props": stream_properties(*r)}, context=context)
 
     def DeleteStream(self, request, context):
         namespace, stream = request.ns_name or DEFAULT_NAMESPACE, request.name
 
         async def delete():
-            await self._streams.catalog.get_stream(namespace, stream)
+            await self._stream(namespace, stream)
             await self._tables.drop_table(namespace, stream)
             await self._streams.delete_stream(namespace, stream)
-        return self._call(storage_pb2.DeleteStreamResponse, delete, fields=lambda _: {})
+        return self._call(storage_pb2.DeleteStreamResponse, delete, fields=lambda _: {}, context=context)
 
 
 def _namespace_properties(name: str, settings: StreamSettings) -> stream_pb2.NamespaceProperties:
@@ -203,6 +214,10 @@ class MetaRangeServicer(storage_pb2_grpc.MetaRangeServiceServicer):
 
 
 class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
+    """TableService: each call becomes our command (streamstorage.table_protocol), run in the
+    loop. A refusal answers BookKeeper's status code in the response header, and its reason in
+    the trailing metadata ERROR_MESSAGE_HEADER (which the stock client does not read)."""
+
     def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
@@ -214,7 +229,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
 
-    def _run(self, request, response_cls, operate, context=None, method: str = ""):
+    def _run(self, request, response_cls, operate, context, method: str):
         """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
         in the trio loop and build the response (with its header) from what it returns. A
         range another server owns is forwarded there, once (a forwarded request that lands
@@ -223,83 +238,82 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
 
         async def call():
             namespace, stream = await self._stream_of(header.stream_id)
-            pkey = header.r_key or request.key
-            return await operate(namespace, stream, pkey)
+            return await operate(namespace, stream, header.r_key or request.key)
         try:
             fields = self._bridge.run(call)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
         except NotOwner as exc:
-            if context is None or _was_forwarded(context):
+            if _was_forwarded(context):
                 return response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR))
-            return self._forward(exc.owner, method, request)
+            return self._forward(exc.owner, method, request, context)
         except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
-            return response_cls(header=_response_header(header, status_of(exc)))
+            return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
-    def _forward(self, owner: str, method: str, request):
+    def _forward(self, owner: str, method: str, request, context):
         stub = self._peers.get(owner)
         if stub is None:
             stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(owner))
-        return getattr(stub, method)(request, metadata=[(FORWARDED_HEADER, "1")], timeout=FORWARD_TIMEOUT_S)
+        passed = [(key, value) for key, value in context.invocation_metadata() if key == TO_PKEY_END_HEADER]
+        answer, call = getattr(stub, method).with_call(request, metadata=[(FORWARDED_HEADER, "1"), *passed],
+                                                       timeout=FORWARD_TIMEOUT_S)
+        context.set_trailing_metadata([(key, value) for key, value in call.trailing_metadata() or ()
+                                       if key == ERROR_MESSAGE_HEADER])
+        return answer
 
     def Range(self, request, context):
-        answer = self._range_in_thread(request)
+        to_pkey_end = any(key == TO_PKEY_END_HEADER for key, _ in context.invocation_metadata())
+        answer = self._range_in_thread(request, to_pkey_end)
         if answer is not None:
             return answer
 
         async def operate(namespace, stream, pkey):
-            return _range_fields(await self._tables.range(
-                namespace, stream, pkey, request.key, _end_of(request.range_end), limit=request.limit,
-                count_only=request.count_only, keys_only=request.keys_only))
+            read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
+            return range_fields(await self._tables.read(namespace, stream, pkey, read))
         return self._run(request, kv_rpc_pb2.RangeResponse, operate, context, "Range")
 
-    def _range_in_thread(self, request) -> kv_rpc_pb2.RangeResponse | None:
+    def _range_in_thread(self, request, to_pkey_end: bool) -> kv_rpc_pb2.RangeResponse | None:
         """A read answered in this handler thread, without a trip through the loop, when the
         table's range is served here and needs nothing of the loop (Tables.read_in_thread)."""
         header = request.header
         name = self._names.get(header.stream_id)
         if name is None:
             return None
-        result = self._tables.read_in_thread(*name, header.r_key or request.key, request.key,
-                                             _end_of(request.range_end), limit=request.limit,
-                                             count_only=request.count_only, keys_only=request.keys_only)
+        pkey = header.r_key or request.key
+        try:
+            read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
+        except TableError:
+            return None             # the loop's path answers it
+        result = self._tables.read_in_thread(*name, pkey, read)
         if result is None:
             return None
-        return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **_range_fields(result))
+        return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **range_fields(result))
 
     def Put(self, request, context):
         async def operate(namespace, stream, pkey):
-            put = _put_of(pkey, request)
-            if request.expected_version > 0:
-                txn = Txn((Compare(put.key, CompareTarget.VERSION, CompareResult.EQUAL, request.expected_version),),
-                          (put,))
-                result = await self._tables.txn(namespace, stream, pkey, txn)
-                if not result.succeeded:
-                    raise _BadVersion()
-                result = result.results[0]
-            else:
-                result = await self._tables.execute(namespace, stream, pkey, put)
-            return {"prev_kv": kv_to_proto(result.prev_kv)} if result.prev_kv else {}
+            return put_fields(await self._tables.execute(namespace, stream, pkey, put_of(pkey, request)))
         return self._run(request, kv_rpc_pb2.PutResponse, operate, context, "Put")
 
     def Delete(self, request, context):
         async def operate(namespace, stream, pkey):
-            result = await self._tables.execute(namespace, stream, pkey, _delete_of(pkey, request))
-            return {"deleted": result.deleted, "prev_kvs": [kv_to_proto(kv) for kv in result.prev_kvs]}
+            delete = delete_of(pkey, request)
+            return delete_fields(delete, await self._tables.execute(namespace, stream, pkey, delete))
         return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context, "Delete")
 
     def Increment(self, request, context):
         async def operate(namespace, stream, pkey):
-            result = await self._tables.increment(namespace, stream, pkey, request.key, request.amount)
+            result = await self._tables.execute(namespace, stream, pkey, increment_of(pkey, request))
             return {"total_amount": result.total or 0}
         return self._run(request, kv_rpc_pb2.IncrementResponse, operate, context, "Increment")
 
     def Txn(self, request, context):
         async def operate(namespace, stream, pkey):
-            txn = Txn(tuple(_compare_of(pkey, c) for c in request.compare),
-                      tuple(_request_op_of(pkey, op) for op in request.success),
-                      tuple(_request_op_of(pkey, op) for op in request.failure))
+            success = tuple(txn_op_of(pkey, op) for op in request.success)
+            failure = tuple(txn_op_of(pkey, op) for op in request.failure)
+            txn = Txn(tuple(compare_of(pkey, c) for c in request.compare), success, failure)
             result = await self._tables.txn(namespace, stream, pkey, txn)
-            return {"succeeded": result.succeeded, "responses": [_response_op(r) for r in result.results]}
+            ops = success if result.succeeded else failure
+            return {"succeeded": result.succeeded,
+                    "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
         return self._run(request, kv_rpc_pb2.TxnResponse, operate, context, "Txn")
 
 
@@ -308,72 +322,8 @@ def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.
     return kv_rpc_pb2.ResponseHeader(code=code, routing_header=routing)
 
 
-def _range_fields(result: RangeResult) -> dict:
-    return {"kvs": [kv_to_proto(kv) for kv in result.kvs], "count": result.count, "more": result.more}
-
-
 def _was_forwarded(context) -> bool:
     return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata())
-
-
-class _BadVersion(TableError):
-    pass
-
-
-_STATUS.insert(0, (_BadVersion, storage_pb2.BAD_VERSION))
-
-
-def _put_of(pkey: bytes, request) -> Put:
-    return Put(fold_key(pkey, request.key), request.value, request.prev_kv)
-
-
-def _delete_of(pkey: bytes, request) -> DeleteRange:
-    return DeleteRange(fold_key(pkey, request.key), _folded_end(pkey, _end_of(request.range_end)), request.prev_kv)
-
-
-def _end_of(range_end: bytes) -> bytes | None:
-    """A request's range end: none (one key), b"\\0" (etcd's "to the end": here, of the
-    pkey), or an lkey."""
-    if not range_end:
-        return None
-    return b"" if range_end == b"\0" else range_end
-
-
-def _compare_of(pkey: bytes, compare) -> Compare:
-    wire = kv_rpc_pb2.Compare
-    target = {wire.VALUE: CompareTarget.VALUE, wire.VERSION: CompareTarget.VERSION,
-              wire.CREATE: CompareTarget.CREATE_REVISION, wire.MOD: CompareTarget.MOD_REVISION}[compare.target]
-    result = {wire.EQUAL: CompareResult.EQUAL, wire.NOT_EQUAL: CompareResult.NOT_EQUAL,
-              wire.LESS: CompareResult.LESS, wire.GREATER: CompareResult.GREATER}[compare.result]
-    value = {CompareTarget.VALUE: compare.value, CompareTarget.VERSION: compare.version,
-             CompareTarget.CREATE_REVISION: compare.create_revision,
-             CompareTarget.MOD_REVISION: compare.mod_revision}[target]
-    return Compare(fold_key(pkey, compare.key), target, result, value)
-
-
-def _request_op_of(pkey: bytes, op):
-    kind = op.WhichOneof("request")
-    if kind == "request_put":
-        return _put_of(pkey, op.request_put)
-    if kind == "request_delete_range":
-        return _delete_of(pkey, op.request_delete_range)
-    if kind == "request_range":
-        r = op.request_range
-        return RangeRead(fold_key(pkey, r.key), _folded_end(pkey, _end_of(r.range_end)), r.limit, r.count_only,
-                         r.keys_only)
-    raise TableError(f"txn operation {kind!r} is not supported")
-
-
-def _response_op(result) -> kv_rpc_pb2.ResponseOp:
-    if isinstance(result, PutResult):
-        return kv_rpc_pb2.ResponseOp(response_put=kv_rpc_pb2.PutResponse(
-            prev_kv=kv_to_proto(result.prev_kv) if result.prev_kv else None))
-    if isinstance(result, DeleteResult):
-        return kv_rpc_pb2.ResponseOp(response_delete_range=kv_rpc_pb2.DeleteRangeResponse(
-            deleted=result.deleted, prev_kvs=[kv_to_proto(kv) for kv in result.prev_kvs]))
-    assert isinstance(result, RangeResult)
-    return kv_rpc_pb2.ResponseOp(response_range=kv_rpc_pb2.RangeResponse(
-        kvs=[kv_to_proto(kv) for kv in result.kvs], count=result.count, more=result.more))
 
 
 class _WatchHandler:
@@ -404,7 +354,9 @@ class _WatchHandler:
                         if events.qsize() >= WATCH_QUEUE_EVENTS:
                             raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
                         events.put({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
-                                    "revision": event.revision, "version": event.kv.version,
+                                    "revision": event.revision,
+                                    # BookKeeper's version, from 0 (streamstorage.table_protocol)
+                                    "version": event.kv.version - 1 if event.kind == "put" else 0,
                                     "is_number": event.kv.is_number, "number": event.kv.number,
                                     "prev_value": event.prev_kv.value if event.prev_kv else None})
             except NotOwner as exc:

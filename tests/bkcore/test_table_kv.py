@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bkcore.table.commands import (
-    Compare, CompareResult, CompareTarget, DeleteRange, ExpireKeys, Increment, Put, RangeRead, Stamped,
-    TableError, Txn, decode_stamped, encode_stamped, fold_key, pkey_end, unfold_key,
+    Compare, CompareResult, CompareTarget, DeleteRange, ExpireKeys, IllegalOp, Increment, KeyNotFound, OpRefused, Put,
+    PutResult, RangeRead, Stamped, TableError, Txn, decode_stamped, encode_stamped, fold_key, pkey_end, unfold_key,
 )
 from bkcore.table.kv import MemoryKvIndex, RangeState
 
@@ -63,7 +63,15 @@ def test_counters_and_failed_commands_change_nothing():
     run(state, Put(b"text", b"12345678"))       # 8 bytes, but a value, not a counter
     before = (state.revision, MemoryKvIndex.items(state.index))
     error, events = run(state, Increment(b"text", 1))
-    assert isinstance(error, TableError) and "counter" in str(error) and events == []
+    assert isinstance(error, IllegalOp) and "holds bytes, not a number" in str(error) and events == []
+    # ...nor a put one that holds a number; inside a txn only that put is refused.
+    error, events = run(state, Put(b"c", b"text"))
+    assert isinstance(error, IllegalOp) and "holds a number" in str(error) and events == []
+    result, _ = run(state, Txn((), (Put(b"c", b"x"), Put(b"other", b"y"))))
+    assert isinstance(result.results[0], OpRefused) and isinstance(result.results[1], PutResult)
+    assert state.get(b"c", now_ms=0).number == 70 and state.get(b"other", now_ms=0).value == b"y"
+    run(state, DeleteRange(b"other"))
+    before = (state.revision, MemoryKvIndex.items(state.index))
     # A txn whose second op fails leaves its first op undone too.
     error, events = run(state, Txn((), (Put(b"new", b"v"), Increment(b"text", 1))))
     assert isinstance(error, TableError) and events == []
@@ -88,11 +96,20 @@ def test_txn_compares_every_target_and_picks_a_branch():
     assert txn(Compare(b"k", C.VALUE, R.LESS, b"v3"), Compare(b"k", C.VERSION, R.NOT_EQUAL, 5))
     assert not txn(Compare(b"k", C.VALUE, R.EQUAL, b"v1"))
     assert state.get(b"lost", now_ms=0) is not None
-    # Compare-and-create: a missing key has version 0 and no value.
-    result, _ = run(state, Txn((Compare(b"fresh", C.VERSION, R.EQUAL, 0),), (Put(b"fresh", b"1"),)))
+    # BookKeeper's rules for a missing key: its version or revisions cannot be compared (the
+    # txn is refused); compare-and-create compares its value with "no value" (empty bytes).
+    for target in (C.VERSION, C.CREATE_REVISION, C.MOD_REVISION):
+        error, events = run(state, Txn((Compare(b"fresh", target, R.EQUAL, 0),), (Put(b"fresh", b"1"),)))
+        assert isinstance(error, KeyNotFound) and "does not exist" in str(error) and events == []
+    result, _ = run(state, Txn((Compare(b"fresh", C.VALUE, R.EQUAL, b""),), (Put(b"fresh", b"1"),)))
     assert result.succeeded and result.results[0].revision == state.revision
     assert txn(Compare(b"missing", C.VALUE, R.NOT_EQUAL, b"x"))
     assert not txn(Compare(b"missing", C.VALUE, R.EQUAL, b"x"))
+    assert not txn(Compare(b"missing", C.VALUE, R.LESS, b"x"))
+    assert not txn(Compare(b"missing", C.VALUE, R.GREATER, b"x"))
+    # A present key against "no value": > and != hold, = and < do not.
+    assert txn(Compare(b"k", C.VALUE, R.GREATER, b"")) and txn(Compare(b"k", C.VALUE, R.NOT_EQUAL, b""))
+    assert not txn(Compare(b"k", C.VALUE, R.EQUAL, b"")) and not txn(Compare(b"k", C.VALUE, R.LESS, b""))
 
 
 def test_ttl_keys_vanish_from_reads_and_expire_with_delete_events():

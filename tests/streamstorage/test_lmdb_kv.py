@@ -7,7 +7,7 @@ import pytest
 
 from bkcore.table.kv import MemoryKvIndex, RangeState
 from bkcore.table.commands import Increment, Put, RangeRead, Stamped
-from streamstorage.lmdb_kv import IndexFull, LmdbRangeIndexes
+from streamstorage.lmdb_kv import LONG_KEY_PREFIX_SIZE, IndexFull, LmdbRangeIndexes
 
 
 @pytest.fixture
@@ -17,19 +17,32 @@ def indexes(tmp_path):
     indexes.close()
 
 
-def test_random_writes_and_scans_agree_with_the_memory_index(indexes):
+@pytest.mark.parametrize("prefix_size", [0, LONG_KEY_PREFIX_SIZE - 1, LONG_KEY_PREFIX_SIZE, 4000])
+def test_random_writes_and_scans_agree_with_the_memory_index(indexes, prefix_size):
+    """Keys after a common prefix of `prefix_size` bytes: short ones, ones about lmdb's key
+    limit (some stored whole, some as prefix and hash) and ones far past it (sharing their
+    stored prefix, so only the whole key orders them)."""
     rng = random.Random(7)
     lmdb_index, memory_index = indexes.index_for("ns/t", 0), MemoryKvIndex()
-    keys = [bytes([rng.randrange(4), rng.randrange(256)]) for _ in range(60)]
+    prefix = b"p" * prefix_size
+    keys = [prefix[:rng.choice([prefix_size, prefix_size - 1, prefix_size // 2])] +
+            bytes([rng.randrange(4), rng.randrange(256)])[:rng.randrange(1, 3)] for _ in range(60)]
     for _ in range(300):
         changes = {rng.choice(keys): rng.choice([None, b"", b"v%d" % rng.randrange(100)]) for _ in range(3)}
         lmdb_index.write(changes)
         memory_index.write(changes)
         start, end = sorted([rng.choice(keys), rng.choice(keys)])
         assert list(lmdb_index.scan(start, end)) == list(memory_index.scan(start, end))
+        with lmdb_index.snapshot() as snapshot:
+            assert list(snapshot.scan(start, end)) == list(memory_index.scan(start, end))
         key = rng.choice(keys)
         assert lmdb_index.get(key) == memory_index.get(key)
     assert list(lmdb_index.items()) == memory_index.items()
+    with lmdb_index.snapshot() as snapshot:
+        assert list(snapshot.items()) == memory_index.items()
+    rebuilt = indexes.index_for("ns/t", 1)
+    rebuilt.replace_all(memory_index.items())
+    assert list(rebuilt.items()) == memory_index.items()
 
 
 def test_items_is_a_snapshot_taken_when_asked(indexes):

@@ -190,7 +190,7 @@ async def test_random_operations_match_a_model_dict_with_versions(bk, open_range
     from checkpoint + journal holds the same state."""
     import random
 
-    from bkcore.table.commands import Compare, CompareResult, CompareTarget
+    from bkcore.table.commands import Compare, CompareResult, CompareTarget, IllegalOp, KeyNotFound, OpRefused
     rng = random.Random(2026)
     table_range = await open_range(checkpoint_every=40)
     model: dict[bytes, tuple[bytes, int, bool]] = {}      # key -> (value, version, is_number)
@@ -200,6 +200,10 @@ async def test_random_operations_match_a_model_dict_with_versions(bk, open_range
         kind = rng.choice(["put", "put", "delete", "incr", "cas"])
         if kind == "put":
             value = b"v%d" % step
+            if key in model and model[key][2]:
+                with pytest.raises(IllegalOp):          # a number is not replaced by bytes
+                    await table_range.execute(Put(key, value))
+                continue
             await table_range.execute(Put(key, value))
             model[key] = (value, model[key][1] + 1 if key in model else 1, False)
         elif kind == "delete":
@@ -215,13 +219,19 @@ async def test_random_operations_match_a_model_dict_with_versions(bk, open_range
             assert total == before + 3
             model[key] = (total.to_bytes(8, "big", signed=True), model[key][1] + 1 if key in model else 1, True)
         else:
-            expected_version = rng.choice([0, 1, 2, 3])
-            result = await table_range.execute(Txn(
-                (Compare(key, CompareTarget.VERSION, CompareResult.EQUAL, expected_version),),
-                (Put(key, b"cas%d" % step),)))
-            holds = (model[key][1] if key in model else 0) == expected_version
+            expected_version = rng.choice([1, 2, 3])
+            cas = Txn((Compare(key, CompareTarget.VERSION, CompareResult.EQUAL, expected_version),),
+                      (Put(key, b"cas%d" % step),))
+            if key not in model:
+                with pytest.raises(KeyNotFound):
+                    await table_range.execute(cas)
+                continue
+            result = await table_range.execute(cas)
+            holds = model[key][1] == expected_version
             assert result.succeeded == holds
-            if holds:
+            if holds and model[key][2]:
+                assert isinstance(result.results[0], OpRefused)
+            elif holds:
                 model[key] = (b"cas%d" % step, expected_version + 1, False)
         for k in keys:
             kvs = (await table_range.read(RangeRead(k))).kvs
@@ -249,8 +259,10 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
     history: list[HistoryOp] = []
     done_ops = [0]
 
+    await current[0].execute(Put(b"x", b"init"))      # (a missing key's version cannot be compared)
+
     async def client(index: int) -> None:
-        seen_version = 0
+        seen_version = 1
         for n in range(25):
             owner = current[0]
             if rng.random() < 0.4:
@@ -261,7 +273,7 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
                 except Exception:       # noqa: BLE001 - a stopped owner: no answer
                     continue
                 op.completed_ns = time.perf_counter_ns()
-                op.result = (kvs[0].value, kvs[0].version) if kvs else (b"init", 0)
+                op.result = (kvs[0].value, kvs[0].version)
                 seen_version = op.result[1]
             else:
                 expected = seen_version if rng.random() < 0.7 else rng.randrange(4)
@@ -275,8 +287,7 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
                 except Exception:       # noqa: BLE001 - lost at the switch: the outcome is unknown
                     continue
                 op.completed_ns = time.perf_counter_ns()
-                version = expected + 1 if result.succeeded else \
-                    (result.results[0].kvs[0].version if result.results[0].kvs else 0)
+                version = expected + 1 if result.succeeded else result.results[0].kvs[0].version
                 op.result = (result.succeeded, version)
                 seen_version = version
             done_ops[0] += 1
@@ -295,7 +306,7 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
         for index in range(4):
             nursery.start_soon(client, index)
     assert sum(1 for op in history if op.kind == "cas" and op.result and op.result[0]) >= 5
-    assert check_register_linearizable(history, initial=(b"init", 0))
+    assert check_register_linearizable(history, initial=(b"init", 1))
 
 
 async def test_reads_in_other_threads_see_whole_commands_only(bk, open_range):

@@ -8,9 +8,12 @@ Keys are bytes. A PTable key is (pkey, lkey): both are folded into one index key
 length first, so everything of one pkey is contiguous and ordered by lkey; a Table key is a
 PTable key with an empty lkey. Ranges (range, delete-range) stay within one pkey.
 
-Comparisons and results follow etcd: each key has a create_revision, a mod_revision and a
-version (writes since its creation); every command that changes something gets the range's next
-revision (a txn gets one for all its writes).
+Each key has a create_revision, a mod_revision and a version (writes since its creation, the
+first counting 1); every command that changes something gets the range's next revision (a txn
+gets one for all its writes). A key holds bytes or a number (made by increments), never both in
+turn; compares follow BookKeeper's MVCCStoreImpl (see Compare). What BookKeeper's protocol shows
+differently (versions from 0, inclusive range ends, blind deletes counting 0) is the gRPC
+gateway's translation (streamstorage.bk_protocol), not a second set of rules here.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from enum import Enum
 import msgpack
 
 COMMAND_FORMAT = 1
+# The most bytes one journaled command may take: BookKeeper journals each table command as one
+# DistributedLog record, at most LogRecord.MAX_LOGRECORD_SIZE = 1 MiB - 8 KiB. Keys and values
+# have no limits of their own beyond fitting in it.
+COMMAND_SIZE_MAX = 1024 * 1024 - 8 * 1024
 
 
 class CompareTarget(Enum):
@@ -39,8 +46,11 @@ class CompareResult(Enum):
 
 @dataclass(frozen=True, slots=True)
 class Compare:
-    """Holds when the key's `target` compares to `value` as `result` says. A missing key has
-    version, create and mod revision 0 and no value (only != holds against a value)."""
+    """Holds when the key's `target` compares to `value` as `result` says, by BookKeeper's rules
+    (MVCCStoreImpl.processCompareOp). Comparing the version or a revision of a missing key
+    refuses the whole txn (KeyNotFound). Against a value, a missing key and an empty expected
+    value are both "no value": a missing key is = to no value and != to any bytes, never < or >;
+    a present key is > and != no value, never = or <; otherwise bytes compare as bytes."""
 
     key: bytes
     target: CompareTarget
@@ -73,6 +83,12 @@ class RangeRead:
     limit: int = 0               # 0: no limit
     count_only: bool = False
     keys_only: bool = False
+    # Only keys whose revisions lie within these bounds (0: no bound), as BookKeeper's
+    # RangeOption has them; the limit counts the keys that pass.
+    min_mod_revision: int = 0
+    max_mod_revision: int = 0
+    min_create_revision: int = 0
+    max_create_revision: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +176,44 @@ class TxnResult:
 
 
 class TableError(Exception):
-    """A command the table refuses (it changes nothing): bad key, non-numeric counter..."""
+    """A command the table refuses (it changes nothing): a command too large, bad input..."""
+
+
+class IllegalOp(TableError):
+    """A put on a key that holds a number, or an increment of one that holds bytes
+    (BookKeeper's Code.ILLEGAL_OP)."""
+
+
+class KeyNotFound(TableError):
+    """A txn compared the version or a revision of a key that does not exist (BookKeeper's
+    Code.KEY_NOT_FOUND)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpRefused:
+    """The result of a put in a txn that its key's value type refuses (an IllegalOp, whose
+    message `reason` is): BookKeeper answers that put alone with its code and carries out the
+    rest of the txn."""
+
+    reason: str
+
+
+def key_name(key: bytes) -> str:
+    """A folded key as its user knows it: the key of a plain table (pkey == lkey), else
+    lkey and pkey."""
+    if len(key) < 2 or len(key) < 2 + int.from_bytes(key[:2], "big"):
+        return repr(key)             # not a folded key (a range used by itself, in tests)
+    pkey, lkey = unfold_key(key)
+    return repr(lkey) if pkey == lkey else f"{lkey!r} (pkey {pkey!r})"
+
+
+def describe(command: Command) -> str:
+    """What a command is, for a message: its kind and its (first) key."""
+    if isinstance(command, Txn):
+        keys = [c.key for c in command.compares] + [op.key for op in command.success + command.failure]
+        return f"a txn on key {key_name(keys[0])}" if keys else "an empty txn"
+    kind = {Put: "a put to", DeleteRange: "a delete of", Increment: "an increment of"}.get(type(command))
+    return f"{kind} key {key_name(command.key)}" if kind else type(command).__name__
 
 
 # -- key folding --------------------------------------------------------------------------------

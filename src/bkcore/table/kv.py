@@ -26,16 +26,16 @@ import msgpack
 from sortedcontainers import SortedDict
 
 from bkcore.table.commands import (
-    Command, Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, ExpireKeys, Increment,
-    IncrementResult, KeyValue, Put, PutResult, RangeRead, RangeResult, Stamped, TableError, Txn, TxnResult,
+    COMMAND_SIZE_MAX, Command, Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, ExpireKeys, IllegalOp,
+    Increment, IncrementResult, KeyNotFound, KeyValue, OpRefused, Put, PutResult, RangeRead, RangeResult, Stamped,
+    TableError, Txn, TxnResult, key_name,
 )
 
 DATA, EXPIRY, META = b"d", b"e", b"m"
 EXPIRY_END = b"f"                  # every expiry key is below it
 NO_EXPIRY_MS = 2**64               # the expiry floor of a range without expiries
 COUNTER_SIZE = 8
-KEY_SIZE_MAX = 64 * 1024
-VALUE_SIZE_MAX = 256 * 1024     # a put fits one journal entry
+KEY_SIZE_MAX = COMMAND_SIZE_MAX      # no key is larger than the command that put it
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +200,7 @@ class _Batch:
         return sorted(keys)
 
     def range(self, op: RangeRead) -> RangeResult:
-        kvs = [kv for kv in map(self.get, self._keys_in(op.key, op.range_end)) if kv is not None]
+        kvs = [kv for kv in map(self.get, self._keys_in(op.key, op.range_end)) if kv is not None and _passes(kv, op)]
         count = len(kvs)
         more = bool(op.limit) and count > op.limit
         if op.limit:
@@ -241,11 +241,15 @@ class _Batch:
 
     def _put(self, op: Put) -> PutResult:
         _check_key(op.key)
-        if not isinstance(op.value, bytes) or len(op.value) > VALUE_SIZE_MAX:
-            raise TableError(f"a value is bytes of at most {VALUE_SIZE_MAX}")
+        if not isinstance(op.value, bytes):
+            raise TableError(f"the value put to key {key_name(op.key)} is bytes, not {type(op.value).__name__}")
         if type(op.ttl_ms) is not int or op.ttl_ms < 0:
             raise TableError(f"ttl_ms must be a non-negative int, not {op.ttl_ms!r}")
         previous = self.get(op.key)
+        if previous is not None and previous.is_number:
+            # MVCCStoreImpl.put: a record whose value type is not BYTES -> Code.ILLEGAL_OP.
+            raise IllegalOp(f"key {key_name(op.key)} holds a number (made by increments); a put may not replace "
+                            f"it with bytes: delete the key first")
         self._store(op.key, op.value, previous, expire_at_ms=self.now_ms + op.ttl_ms if op.ttl_ms else 0,
                     is_number=False)
         return PutResult(self.revision, previous if op.prev_kv else None)
@@ -288,35 +292,54 @@ class _Batch:
             raise TableError(f"an increment amount is an int, not {op.amount!r}")
         previous = self.get(op.key)
         if previous is not None and not previous.is_number:
-            raise TableError(f"key {op.key!r} holds a value, not a counter (only keys made by increments count)")
+            # MVCCStoreImpl.increment: a record whose value type is not NUMBER -> Code.ILLEGAL_OP.
+            raise IllegalOp(f"key {key_name(op.key)} holds bytes, not a number; only a key made by increments "
+                            f"may be incremented")
         total = (previous.number if previous else 0) + op.amount
         if not -2**63 <= total < 2**63:
-            raise TableError(f"incrementing {op.key!r} by {op.amount} overflows a 64-bit counter")
+            raise TableError(f"incrementing key {key_name(op.key)} by {op.amount} would overflow its 64-bit "
+                             f"number ({previous.number if previous else 0})")
         self._store(op.key, total.to_bytes(COUNTER_SIZE, "big", signed=True), previous,
                     expire_at_ms=previous.expire_at_ms if previous else 0, is_number=True)
         return IncrementResult(self.revision, total if op.get_total else None)
 
     def _txn(self, txn: Txn) -> TxnResult:
         succeeded = all(self._holds(compare) for compare in txn.compares)
-        results = tuple(self._operation(op) for op in (txn.success if succeeded else txn.failure))
+        results = tuple(map(self._txn_operation, txn.success if succeeded else txn.failure))
         return TxnResult(self.revision if self.wrote else self.state.revision, succeeded, results)
 
+    def _txn_operation(self, op):
+        """MVCCStoreImpl.processTxn: a put its key's value type refuses answers with its code
+        alone; the other operations of the txn go ahead."""
+        try:
+            return self._operation(op)
+        except IllegalOp as error:
+            if not isinstance(op, Put):
+                raise
+            return OpRefused(str(error))
+
     def _holds(self, compare: Compare) -> bool:
+        """MVCCStoreImpl.processCompareOp (see Compare)."""
         _check_key(compare.key)
         kv = self.get(compare.key)
+        expected = compare.value
         if compare.target is CompareTarget.VALUE:
-            if kv is None:
-                return compare.result is CompareResult.NOT_EQUAL
-            actual, expected = kv.value, compare.value
             if not isinstance(expected, bytes):
-                raise TableError("a value comparison needs bytes")
+                raise TableError(f"a value comparison of key {key_name(compare.key)} needs bytes")
+            if kv is None or not expected:
+                # "No value" on one side: only (in)equality with no value can hold.
+                is_equal = kv is None and not expected
+                return {CompareResult.EQUAL: is_equal, CompareResult.NOT_EQUAL: not is_equal,
+                        CompareResult.LESS: False, CompareResult.GREATER: kv is not None}[compare.result]
+            actual = kv.value
         else:
-            actual = 0 if kv is None else {CompareTarget.VERSION: kv.version,
-                                           CompareTarget.CREATE_REVISION: kv.create_revision,
-                                           CompareTarget.MOD_REVISION: kv.mod_revision}[compare.target]
-            expected = compare.value
             if type(expected) is not int:
-                raise TableError(f"a {compare.target.value} comparison needs an int")
+                raise TableError(f"a {compare.target.value} comparison of key {key_name(compare.key)} needs an int")
+            if kv is None:
+                raise KeyNotFound(f"txn compares the {compare.target.value} of key {key_name(compare.key)}, which "
+                                  f"does not exist (only a value may be compared with a missing key)")
+            actual = {CompareTarget.VERSION: kv.version, CompareTarget.CREATE_REVISION: kv.create_revision,
+                      CompareTarget.MOD_REVISION: kv.mod_revision}[compare.target]
         return {CompareResult.EQUAL: actual == expected, CompareResult.NOT_EQUAL: actual != expected,
                 CompareResult.LESS: actual < expected, CompareResult.GREATER: actual > expected}[compare.result]
 
@@ -343,5 +366,12 @@ def _expiry_key(expire_at_ms: int, key: bytes) -> bytes:
 
 
 def _check_key(key: object) -> None:
-    if not isinstance(key, bytes) or not key or len(key) > KEY_SIZE_MAX:
-        raise TableError(f"a key is 1 to {KEY_SIZE_MAX} bytes, not {key!r:.60}")
+    if not isinstance(key, bytes) or not key:
+        raise TableError(f"a key is bytes, not {key!r:.60}")
+
+
+def _passes(kv: KeyValue, op: RangeRead) -> bool:
+    """MVCCRecord.test: the key's revisions lie within the read's bounds (0: none)."""
+    return (kv.mod_revision >= op.min_mod_revision and kv.create_revision >= op.min_create_revision
+            and (not op.max_mod_revision or kv.mod_revision <= op.max_mod_revision)
+            and (not op.max_create_revision or kv.create_revision <= op.max_create_revision))

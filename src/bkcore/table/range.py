@@ -35,12 +35,13 @@ from bkcore.stream.errors import NamespaceExists, PositionTruncated, StreamExist
 from bkcore.stream.records import DLSN
 from bkcore.stream.segments import StreamSettings
 from bkcore.table.commands import (
-    Command, ExpireKeys, RangeRead, RangeResult, Stamped, TableError, decode_stamped, encode_stamped,
+    COMMAND_SIZE_MAX, Command, ExpireKeys, RangeRead, RangeResult, Stamped, TableError, decode_stamped, describe,
+    encode_stamped,
 )
 from bkcore.table.kv import EXPIRY, KvIndex, MemoryKvIndex, RangeState, WatchEvent
-from bkcore.stream.writer import ENTRY_SIZE_MAX
 from bkcore.table.checkpoints import (
-    CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record, header_record,
+    CHECKPOINT_CHUNK_BYTES, CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record,
+    header_record,
 )
 
 TABLES_NAMESPACE = "__tables"
@@ -49,7 +50,11 @@ WATCH_HISTORY_EVENTS = 10_000
 WATCH_BUFFER_EVENTS = 10_000
 CHECKPOINT_EVERY_COMMANDS = 10_000
 EXPIRY_CHECK_INTERVAL_S = 0.2
-JOURNAL_RECORD_MAX = ENTRY_SIZE_MAX - 1024
+# The journal's entries hold one largest command, the checkpoints' a chunk plus one largest
+# key and value (a chunk closes after the pair that takes it past CHECKPOINT_CHUNK_BYTES); the
+# rest is room for the stream's record framing.
+JOURNAL_ENTRY_SIZE_MAX = COMMAND_SIZE_MAX + 64 * 1024
+CHECKPOINT_ENTRY_SIZE_MAX = CHECKPOINT_CHUNK_BYTES + 2 * COMMAND_SIZE_MAX
 
 
 class RangeClosed(Exception):
@@ -133,8 +138,10 @@ class TableRange:
         for name in (self._journal_name, self._checkpoint_name):
             with contextlib.suppress(StreamExists):
                 await streams.create_stream(TABLES_NAMESPACE, name, self._settings)
-        self._journal = await streams.start_writer(nursery, TABLES_NAMESPACE, self._journal_name)
-        self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name)
+        self._journal = await streams.start_writer(nursery, TABLES_NAMESPACE, self._journal_name,
+                                                   entry_size_max=JOURNAL_ENTRY_SIZE_MAX)
+        self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name,
+                                                             entry_size_max=CHECKPOINT_ENTRY_SIZE_MAX)
         await self._restore()
 
     def stop(self, error: BaseException) -> None:
@@ -194,8 +201,9 @@ class TableRange:
         self._check_serving()
         slot = _Slot(Stamped(command, self._now_ms()), self._rt.Event())
         record = encode_stamped(slot.stamped)
-        if len(record) > JOURNAL_RECORD_MAX:
-            raise TableError(f"the command takes {len(record)} bytes; a table command is at most {JOURNAL_RECORD_MAX}")
+        if len(record) > COMMAND_SIZE_MAX:
+            raise TableError(f"{describe(command)} takes {len(record)} bytes; a table command is at most "
+                             f"{COMMAND_SIZE_MAX} bytes (1 MiB - 8 KiB, one journal record) with its key and value")
         self._slots.append(slot)
         try:
             # Shielded: once queued in the journal the command must get its position, or the

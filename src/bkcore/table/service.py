@@ -96,8 +96,8 @@ class Tables:
         return settings
 
     async def range_for(self, namespace: str, stream: str, pkey: bytes) -> TableRange:
-        if not isinstance(pkey, bytes) or not pkey:
-            raise TableError(f"a pkey is non-empty bytes, not {pkey!r:.60}")
+        if not isinstance(pkey, bytes):
+            raise TableError(f"a pkey is bytes, not {pkey!r:.60}")
         settings = await self.settings_of(namespace, stream)
         index = (namespace, stream, range_of(pkey, settings.table_ranges))
         table_range = self._ranges.get(index)
@@ -240,7 +240,12 @@ class Tables:
 
     async def range(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
                     limit: int = 0, count_only: bool = False, keys_only: bool = False) -> RangeResult:
-        """`lkey`, or [lkey, lkey_end) within the pkey (lkey_end b"": to the pkey's end).
+        """`lkey`, or [lkey, lkey_end) within the pkey (lkey_end b"": to the pkey's end)."""
+        return await self.read(namespace, stream, pkey, RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end),
+                                                                  limit, count_only, keys_only))
+
+    async def read(self, namespace: str, stream: str, pkey: bytes, op: RangeRead) -> RangeResult:
+        """A read whose keys are folded keys of `pkey` (see range()).
 
         Answered from this owner's applied state, which is the newest only while no other
         server can have taken the range over: with ownership claims, that is while the
@@ -253,12 +258,10 @@ class Tables:
                 raise OwnershipUncertain(f"range {table_range.range_id} of table {namespace}/{stream}: this server's "
                                          f"metastore session is not confirmed, so it may have lost the range; retry")
             self._read_lease_until = self._rt.monotonic_s() + min(lease_s, READ_LEASE_RECHECK_S)
-        return await table_range.read(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit, count_only,
-                                          keys_only))
+        return await table_range.read(op)
 
-    def read_in_thread(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None,
-                       *, limit: int = 0, count_only: bool = False, keys_only: bool = False) -> RangeResult | None:
-        """range() from a thread other than the loop's, when it needs nothing of the loop: the
+    def read_in_thread(self, namespace: str, stream: str, pkey: bytes, op: RangeRead) -> RangeResult | None:
+        """read() from a thread other than the loop's, when it needs nothing of the loop: the
         table's settings are cached, its range is open and serving here, and the read lease the
         loop last confirmed still holds. None otherwise, and for anything unusual (a bad key,
         an index closed under the read): the caller then goes through the loop, which answers
@@ -272,8 +275,7 @@ class Tables:
             table_range = self._ranges.get((namespace, stream, range_of(pkey, cached[0].table_ranges)))
             if table_range is None:
                 return None
-            return table_range.read_in_thread(RangeRead(fold_key(pkey, lkey), _folded_end(pkey, lkey_end), limit,
-                                                        count_only, keys_only))
+            return table_range.read_in_thread(op)
         except Exception:      # noqa: BLE001 - the loop's path reads again and reports it
             return None
 

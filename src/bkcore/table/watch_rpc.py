@@ -1,5 +1,12 @@
-"""The watch method of stream storage's gRPC endpoint, which is ours (BookKeeper's protos have
-no watch): its name, shared by the server (streamstorage.grpc_gateway, whose _WatchHandler
-describes the msgpack requests and answers) and the client (bkclient.storage_client)."""
+"""What stream storage's gRPC endpoint adds to BookKeeper's protocol, named once for the server
+(streamstorage.grpc_gateway, streamstorage.table_protocol) and the client
+(bkclient.storage_client): the watch method (BookKeeper's protos have no watch; _WatchHandler
+describes its msgpack requests and answers) and two metadata keys, which the stock client
+neither sends nor reads."""
 
 WATCH_METHOD = "/bk.table.Watch/Watch"
+# Trailing metadata of a refused table call: why, naming the key and the rule (utf-8).
+ERROR_MESSAGE_HEADER = "bk-error-message-bin"
+# Request metadata of a Range call: read from its key to the end of its pkey (BookKeeper's
+# range ends are inclusive keys, and none means "to the end").
+TO_PKEY_END_HEADER = "bk-range-to-pkey-end"
