@@ -8,7 +8,8 @@ application processes), with the same rules:
   deposed leader cut off from the others still does, as a real one would); any other answer,
   a member that crashes, or a leader that loses its place, drops the connection: the request's
   outcome is unknown (LOST) and every watch the caller set there fires. The next request goes
-  to a member that leads, if any.
+  to a member that leads, waiting for one (as the real client waits to be connected) for up to
+  a session timeout.
 - writes and session open/close/expire are proposals answered once applied; Get and Children
   are read-index reads; a watch is set when its request reaches the member and fires on the
   changes that member applies; a ping is answered once the leader's next heartbeat round
@@ -43,6 +44,7 @@ MEMBER_IDS = (1, 2, 3)
 # outcome is the same: unknown).
 REQUEST_TIMEOUT_NS = 2_000 * MS
 MEMBER_CUT_OFF_MEAN_NS = 2_000 * MS
+RECONNECT_NS = 100 * MS
 # A member's invariants (which walk its log) are checked after every n-th input: every input
 # would make the raft-lite runs a third slower.
 INVARIANTS_EVERY = 10
@@ -90,12 +92,26 @@ class RaftMetastore:
     # -- requests ------------------------------------------------------------------------------
 
     def submit(self, caller: str, command: list, on_answer: Callable[[object], None],
-               on_received: Callable[[], None] | None = None) -> None:
-        member = self._member_for(caller)
-        core = self.members.core(member) if member is not None else None
+               on_received: Callable[[], None] | None = None, *, wait_until_ns: int | None = None) -> None:
+        member = self._connected.get(caller)
+        if member is None:
+            # Not connected: as the real client, wait for a member that leads (trying again
+            # every RECONNECT_NS) for up to a session timeout, then give up.
+            leaders = self.members.leaders()
+            if not leaders:
+                now_ns = self._loop.now_ns
+                if wait_until_ns is None:
+                    wait_until_ns = now_ns + self._world.scenario.metastore.session_timeout_ns
+                if now_ns >= wait_until_ns:
+                    self._answer(on_answer, LOST)
+                else:
+                    self._loop.call_later(RECONNECT_NS, self._submit_again, caller, command, on_answer,
+                                          on_received, wait_until_ns)
+                return
+            member = self._connected[caller] = self._rng.choice(leaders)
+        core = self.members.core(member)
         if core is None or not core.is_leader:
-            if member is not None:
-                self._drop_connection(caller)
+            self._drop_connection(caller)       # "not leader", or a broken connection
             self._answer(on_answer, LOST)
             return
         now_ns = self._loop.now_ns
@@ -125,15 +141,9 @@ class RaftMetastore:
         pending.timeout = self._loop.call_later(REQUEST_TIMEOUT_NS, self._time_out, token)
         self.members.perform(member)
 
-    def _member_for(self, caller: str) -> int | None:
-        """The member the caller is connected to, or one that leads (None: none does)."""
-        member = self._connected.get(caller)
-        if member is None:
-            leaders = self.members.leaders()
-            if not leaders:
-                return None
-            member = self._connected[caller] = self._rng.choice(leaders)
-        return member
+    def _submit_again(self, caller: str, command: list, on_answer: Callable[[object], None],
+                      on_received: Callable[[], None] | None, wait_until_ns: int) -> None:
+        self.submit(caller, command, on_answer, on_received, wait_until_ns=wait_until_ns)
 
     def _on_reply(self, member: int, reply: Reply) -> None:
         pending = self._pending.pop(reply.token, None)

@@ -32,6 +32,7 @@ DIGESTS = {"crc32c": DigestType.CRC32C, "hmac": DigestType.HMAC_SHA256}
 TAIL_READ_BATCH_COUNT = 256
 # How long a tail waits before asking the metastore again when it did not answer.
 METADATA_RETRY_PAUSE_S = 0.1
+LONG_POLL_RETRY_PAUSE_S = 0.05
 
 
 class WriteHandle:
@@ -148,8 +149,12 @@ class ReadHandle:
                     await self._metadata_watch.wait()
 
             await race(driver.runtime, long_poll, until_closed)
-            if reader.last_add_confirmed == before and timeout_ns is not None:
-                break
+            if reader.last_add_confirmed == before:
+                if timeout_ns is not None:
+                    break
+                # The poll came back with nothing (a bookie without the ledger answers at once,
+                # without waiting): poll again after a pause, not at the network's pace.
+                await driver.runtime.sleep(LONG_POLL_RETRY_PAUSE_S)
         return reader.last_add_confirmed
 
     async def _has_closed(self) -> bool:
