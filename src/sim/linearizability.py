@@ -27,15 +27,18 @@ def check_linearizable(ops: Sequence, initial: Hashable, step: Callable[[Hashabl
                        step_budget: int = 2_000_000) -> bool:
     assert step_budget > 0
     order = sorted(range(len(ops)), key=lambda i: (ops[i].invoked_ns, i))
+    # The answered operations by completion time: the first still remaining sets the horizon.
+    by_completion = sorted((i for i in range(len(ops)) if ops[i].result is not None),
+                           key=lambda i: (ops[i].completed_ns, i))
     failed: set = set()          # (remaining, state) pairs known to lead nowhere
     steps = 0
-    # Each frame: (remaining, state, candidates still to try from this frame).
     start = frozenset(range(len(ops)))
-    if not _has_answered(ops, start):
+    if not by_completion:
         return True
-    stack = [(start, initial, iter(_candidates(ops, order, start)))]
+    # Each frame: (remaining, state, how many answered ones remain, candidates still to try).
+    stack = [(start, initial, len(by_completion), iter(_candidates(ops, order, by_completion, start)))]
     while stack:
-        remaining, state, candidates = stack[-1]
+        remaining, state, answered_left, candidates = stack[-1]
         pushed = False
         for i in candidates:
             steps += 1
@@ -43,14 +46,16 @@ def check_linearizable(ops: Sequence, initial: Hashable, step: Callable[[Hashabl
                 raise SearchBudgetExceeded(f"more than {step_budget} steps over {len(ops)} operations")
             op = ops[i]
             after = step(state, op)
-            if after is None or (op.result is None and after == state):
+            is_answered = op.result is not None
+            if after is None or (not is_answered and after == state):
                 continue
-            rest = remaining - {i}
-            if not _has_answered(ops, rest):
+            left = answered_left - 1 if is_answered else answered_left
+            if not left:
                 return True
+            rest = remaining - {i}
             if (rest, after) in failed:
                 continue
-            stack.append((rest, after, iter(_candidates(ops, order, rest))))
+            stack.append((rest, after, left, iter(_candidates(ops, order, by_completion, rest))))
             pushed = True
             break
         if not pushed:
@@ -59,20 +64,17 @@ def check_linearizable(ops: Sequence, initial: Hashable, step: Callable[[Hashabl
     return False
 
 
-def _has_answered(ops: Sequence, remaining: frozenset) -> bool:
-    return any(ops[i].result is not None for i in remaining)
-
-
-def _candidates(ops: Sequence, order: list[int], remaining: frozenset) -> list[int]:
+def _candidates(ops: Sequence, order: list[int], by_completion: list[int], remaining: frozenset) -> list[int]:
     """The operations that may come next: invoked before the earliest completion of an answered
     one. Answered ones are tried first: an unanswered one is placed only when the answers need it,
     which keeps histories with many unknown writes from exploring every placement of them."""
-    horizon_ns = min(ops[i].completed_ns for i in remaining if ops[i].result is not None)
+    horizon_ns = next(ops[i].completed_ns for i in by_completion if i in remaining)
     answered, unanswered = [], []
     for i in order:
         if i not in remaining:
             continue
-        if ops[i].invoked_ns > horizon_ns:
+        op = ops[i]
+        if op.invoked_ns > horizon_ns:
             break
-        (answered if ops[i].result is not None else unanswered).append(i)
+        (answered if op.result is not None else unanswered).append(i)
     return answered + unanswered

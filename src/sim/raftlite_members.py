@@ -171,11 +171,13 @@ class RaftMembers:
         self._arm(node_id)
 
     def _arm(self, node_id: int) -> None:
-        """One timer per member, at the core's next deadline (moved when that changes)."""
+        """One timer per member, at or before the core's next deadline. A deadline that moves
+        later (a follower hearing its leader) leaves the timer where it is: when it fires early
+        it is set again for the new deadline, which costs less than moving it on every message."""
         node = self.nodes[node_id]
         at_ns = max(node.core.next_deadline_ns(), self.loop.now_ns)
         if node.timer_handle is not None:
-            if node.timer_at_ns == at_ns:
+            if node.timer_at_ns <= at_ns:
                 return
             self.loop.cancel(node.timer_handle)
         node.timer_at_ns = at_ns
@@ -186,6 +188,9 @@ class RaftMembers:
         if node.core is None or node.incarnation != incarnation:
             return
         node.timer_handle = node.timer_at_ns = None
+        if node.core.next_deadline_ns() > self.loop.now_ns:
+            self._arm(node_id)                  # early: the deadline moved on meanwhile
+            return
         node.core.on_timer(self.loop.now_ns)
         self.perform(node_id)
 

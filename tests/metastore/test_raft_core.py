@@ -395,9 +395,12 @@ def test_a_new_leader_serves_no_read_before_its_own_entry_commits():
 # -- sessions ------------------------------------------------------------------------------------
 
 def ping(cluster: Cluster, node_id: int, session: int, token: object = "ping") -> Reply | None:
+    """Ping at node_id; its answer, which comes with the next heartbeat round (None: none came)."""
     assert cluster.nodes[node_id].ping(token, session, cluster.now_ns)
     cluster.pump(node_id)
     cluster.deliver()
+    assert token not in cluster.replies or cluster.nodes[node_id].peer_ids == []   # not before the round
+    cluster.tick(CONFIG.heartbeat_interval_ns + 10 * MS)
     return cluster.replies.pop(token, None)
 
 

@@ -37,6 +37,12 @@ SESSION_CHECK_INTERVAL_S = 0.5
 # asks the metastore client again (a lease can only be shorter than what the client last said;
 # and a session the client knows is lost stops those reads at once).
 READ_LEASE_RECHECK_S = 0.1
+# A range whose opening failed (no bookies, the metastore away) is not opened again for a
+# while: the requests that arrive meanwhile get the same error, instead of each starting an
+# opening of its own (a storm of metastore and bookie calls while the cause lasts). The pause
+# doubles with each failure in a row, from the first to the last.
+OPEN_RETRY_PAUSE_FIRST_S = 0.1
+OPEN_RETRY_PAUSE_LAST_S = 2.0
 
 
 def range_of(pkey: bytes, range_count: int) -> int:
@@ -77,6 +83,9 @@ class Tables:
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
         # Ranges being opened now, by a task of their own (see _open).
         self._opening: dict[tuple[str, str, int], _Opening] = {}
+        # Ranges whose opening failed lately: the error, until when it stands, and the pause
+        # that will follow the next failure in a row.
+        self._open_failures: dict[tuple[str, str, int], tuple[Exception, float, float]] = {}
         # monotonic_s() until which reads outside the loop may trust this server still owns
         # its ranges (set by the loop from the metastore session's lease; see read_in_thread).
         self._read_lease_until = 0.0 if server_id else math.inf
@@ -105,6 +114,9 @@ class Tables:
             return table_range
         opening = self._opening.get(index)
         if opening is None:
+            failure = self._open_failures.get(index)
+            if failure is not None and failure[1] > self._rt.monotonic_s():
+                raise failure[0]
             opening = self._opening[index] = _Opening(self._rt.Event())
             self._nursery.start_soon(self._open, index, settings, opening)
         await opening.done.wait()
@@ -137,9 +149,15 @@ class Tables:
                 raise
             self._nursery.start_soon(self._serve_range, index, table_range)
             self._ranges[index] = table_range
+            self._open_failures.pop(index, None)
             opening.table_range = table_range
         except Exception as exc:      # noqa: BLE001 - raised to every request waiting for the range
             opening.error = exc
+            if not isinstance(exc, NotOwner):
+                previous = self._open_failures.get(index)
+                pause_s = OPEN_RETRY_PAUSE_FIRST_S if previous is None else previous[2]
+                self._open_failures[index] = (exc, self._rt.monotonic_s() + pause_s,
+                                              min(pause_s * 2, OPEN_RETRY_PAUSE_LAST_S))
         except BaseException:
             opening.error = RangeClosed(f"the table service stopped while opening range {range_id} of "
                                         f"{namespace}/{stream}")

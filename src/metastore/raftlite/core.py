@@ -272,14 +272,17 @@ class RaftNode:
         full timeout from then; the client may count its session alive for a timeout from when
         it sent the ping. A deposed leader that has not heard of its successor never answers
         (it would otherwise stretch a session its successor is about to expire). Answered
-        like a read: after this leader has applied everything committed before it. False when
+        like a read: after this leader has applied everything committed before it, and on the
+        next heartbeat round rather than one of its own. False when
         not the leader (nothing happens)."""
         if not self.is_leader:
             return False
         self.touch(session_id, now_ns)
+        # Confirmed by the next scheduled heartbeat round (within heartbeat_interval_ns): a
+        # ping is not worth a round of its own, and its answer is not urgent (the client counts
+        # its lease from when it sent the ping).
         self._seq += 1
         self._reads.append(_Read(token, _Ping(session_id), self.commit_index, self._seq))
-        self._broadcast(now_ns)
         self._serve_reads()
         return True
 
