@@ -39,46 +39,25 @@ def _summary(latencies: list[float], elapsed: float, errors: int) -> dict:
             "errors": errors}
 
 
-def _run_clients(address: str, clients: int, seconds: float, operation,
-                 *, processes: dict[str, list[int]] | None = None) -> dict:
-    """`operation(table, client_index, n)` in every client thread until the time is up; also
-    the CPU microseconds per operation of this process (the clients) and of each named group of
-    `processes` (their pids)."""
+def _run_clients(address: str, args, name: str, value: bytes, *, keys_per_client: int = 1,
+                 processes: dict[str, list[int]] | None = None, clients=None) -> dict:
+    """One phase: every client does operation `name` until the time is up (in threads here, or
+    in the client processes `clients`); also the CPU microseconds per operation of the client
+    side and of each named group of `processes` (their pids)."""
+    from bkbench.client_processes import operation, run_client_threads
     from bkbench.cpu_usage import CpuMeter
-    meter = CpuMeter(processes)
-    summary = _run_client_threads(address, clients, seconds, operation)
+    groups = dict(processes or {})
+    if clients is not None:
+        groups["client_processes"] = clients.pids
+    meter = CpuMeter(groups)
+    if clients is None:
+        latencies, errors, elapsed = run_client_threads(address, 0, args.clients, args.seconds,
+                                                        operation(name, value, keys_per_client))
+    else:
+        latencies, errors, elapsed = clients.run(address, args.clients, args.seconds, name, value, keys_per_client)
+    summary = _summary(latencies, elapsed, errors)
     summary.update(meter.per_operation(summary["ops"], "op"))
     return summary
-
-
-def _run_client_threads(address: str, clients: int, seconds: float, operation) -> dict:
-    from bkclient.storage_client import StorageClient
-    latencies: list[list[float]] = [[] for _ in range(clients)]
-    errors = [0]
-    start = threading.Barrier(clients + 1)
-
-    def client(index: int) -> None:
-        with StorageClient(address) as storage:
-            table = storage.table("default", "bench")
-            start.wait()
-            deadline = time.perf_counter() + seconds
-            n = 0
-            while (now := time.perf_counter()) < deadline:
-                try:
-                    operation(table, index, n)
-                except Exception:       # noqa: BLE001 - counted, the run goes on
-                    errors[0] += 1
-                latencies[index].append(time.perf_counter() - now)
-                n += 1
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    return _summary([x for per_client in latencies for x in per_client], time.perf_counter() - began, errors[0])
 
 
 def _watch_latency(address: str, samples: int = 300) -> dict:
@@ -118,32 +97,38 @@ def _watch_latency(address: str, samples: int = 300) -> dict:
 
 def bench_table(args) -> int:
     from bkclient.storage_client import StorageClient
+    from bkbench.client_processes import ClientProcesses
     root, cluster = _cluster(args, with_stream_storage=True)
     value = os.urandom(args.value_size)
+    clients = ClientProcesses(args.client_processes) if args.client_processes > 1 else None
     try:
-        cluster.start(log=lambda line: None)
-        address = f"127.0.0.1:{cluster.stream_storage_port}"
-        with StorageClient(address) as storage:
-            storage.create_stream("default", "bench")
-            table = storage.table("default", "bench")
-            for index in range(64):                  # open every range before timing
-                table.put(b"warm-%d" % index, value)
-        processes = {"server": [cluster.stream_storage.process.pid],
-                     "bookies": [bookie.process.pid for bookie in cluster.bookies],
-                     "metastore": [node.process.pid for node in cluster.metastore_nodes]}
-        puts, gets = _puts_then_gets(address, args, value, processes)
-        increments = _run_clients(address, args.clients, args.seconds,
-                                  lambda t, i, n: t.increment(b"counter-%d" % (n % 8), 1), processes=processes)
-        watch = _watch_latency(address)
+        try:
+            cluster.start(log=lambda line: None)
+            address = f"127.0.0.1:{cluster.stream_storage_port}"
+            with StorageClient(address) as storage:
+                storage.create_stream("default", "bench")
+                table = storage.table("default", "bench")
+                for index in range(64):                  # open every range before timing
+                    table.put(b"warm-%d" % index, value)
+            processes = {"server": [cluster.stream_storage.process.pid],
+                         "bookies": [bookie.process.pid for bookie in cluster.bookies],
+                         "metastore": [node.process.pid for node in cluster.metastore_nodes]}
+            puts, gets = _puts_then_gets(address, args, value, processes, clients)
+            increments = _run_clients(address, args, "increment", value, processes=processes, clients=clients)
+            watch = _watch_latency(address)
+        finally:
+            cluster.stop()
+            shutil.rmtree(root, ignore_errors=True)
+        ceiling = {"ceiling": _ceiling(args, value, clients)} if args.ceiling else {}
     finally:
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
-    ceiling = {"ceiling": _ceiling(args, value)} if args.ceiling else {}
+        if clients is not None:
+            clients.close()
     peers = {"etcd": _in_fresh_process(_etcd_table, args.seconds, args.clients, args.dir, value)} if args.peers else {}
     if peers and "put" in peers["etcd"]:
         peers["ratios"] = {"puts_over_etcd": round(puts["ops_per_second"] / peers["etcd"]["put"]["ops_per_second"], 2),
                            "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2)}
-    print(json.dumps({"benchmark": "table", "clients": args.clients, "value_size": args.value_size,
+    print(json.dumps({"benchmark": "table", "clients": args.clients, "client_processes": args.client_processes,
+                      "value_size": args.value_size,
                       "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
                       **ceiling,
                       **({"peers": peers} if peers else {}),
@@ -152,23 +137,23 @@ def bench_table(args) -> int:
     return 0
 
 
-def _puts_then_gets(address: str, args, value: bytes, processes: dict[str, list[int]]) -> tuple[dict, dict]:
+def _puts_then_gets(address: str, args, value: bytes, processes: dict[str, list[int]],
+                    clients=None) -> tuple[dict, dict]:
     """Puts of distinct keys, then gets of keys the puts wrote."""
-    puts = _run_clients(address, args.clients, args.seconds,
-                        lambda t, i, n: t.put(b"key-%d-%d" % (i, n), value), processes=processes)
+    puts = _run_clients(address, args, "put", value, processes=processes, clients=clients)
     per_client = max(1, puts["ops"] // args.clients)
-    gets = _run_clients(address, args.clients, args.seconds,
-                        lambda t, i, n: t.get(b"key-%d-%d" % (i, random.randrange(per_client))), processes=processes)
+    gets = _run_clients(address, args, "get", value, keys_per_client=per_client, processes=processes,
+                        clients=clients)
     return puts, gets
 
 
-def _ceiling(args, value: bytes) -> dict:
+def _ceiling(args, value: bytes, clients=None) -> dict:
     """The put/get load on each kind of dict-backed server (see bkbench.table_ceiling)."""
     from bkbench.table_ceiling import CEILING_KINDS, CeilingServer
     results = {}
     for kind in CEILING_KINDS:
         with CeilingServer(kind) as server:
-            puts, gets = _puts_then_gets(server.address, args, value, {"server": [server.pid]})
+            puts, gets = _puts_then_gets(server.address, args, value, {"server": [server.pid]}, clients)
             results[kind] = {"put": puts, "get": gets}
     return results
 

@@ -112,6 +112,9 @@ def _add_ledger(sub) -> None:
 def _add_table_and_stream(sub) -> None:
     table = sub.add_parser("table", help="table put/get/incr throughput and watch latency (JSON)")
     table.add_argument("--clients", type=int, default=16, help="client threads (16)")
+    table.add_argument("--client-processes", type=int, default=1,
+                       help="spread the clients over this many processes (1: threads of this one), so "
+                            "the Python client is not what is measured")
     table.add_argument("--seconds", type=float, default=10.0, help="seconds per measurement")
     table.add_argument("--value-size", type=int, default=100)
     table.add_argument("--bookies", type=int, default=3)

@@ -339,14 +339,23 @@ class SimWorld:
         is_readonly = node.monitor.is_readonly
         stale = self.layout.bookie_path(node.name, is_readonly=not is_readonly)
 
+        path = self.layout.bookie_path(node.name, is_readonly=is_readonly)
+        create = ["op", session_id, Create(path, is_ephemeral=True)]
+
         def on_created(answer: object) -> None:
-            if answer is LOST and node.is_up and node.incarnation == incarnation and node.session_id == session_id:
+            if not (node.is_up and node.incarnation == incarnation and node.session_id == session_id):
+                return
+            if answer is LOST:
                 self.loop.call_later(METASTORE_RETRY_NS, self._register_again, node, incarnation, session_id)
+            elif answer.code is MetaCode.NODE_EXISTS:
+                # A registration of this bookie's previous session that has not expired yet:
+                # take it over, as transports.bookie_server does (it would vanish at expiry).
+                self.metastore.submit(node.name, ["op", None, Delete(path)], ignore_answer)
+                self.metastore.submit(node.name, create, on_created)
 
         if self.metastore.read_applied(Get(stale)).code is MetaCode.OK:
             self.metastore.submit(node.name, ["op", None, Delete(stale)], ignore_answer)
-        self.metastore.submit(node.name, ["op", session_id, Create(self.layout.bookie_path(
-            node.name, is_readonly=is_readonly), is_ephemeral=True)], on_created)
+        self.metastore.submit(node.name, create, on_created)
 
     def _register_again(self, node: _BookieNode, incarnation: int, session_id: int) -> None:
         if node.is_up and node.incarnation == incarnation and node.session_id == session_id:
