@@ -89,6 +89,10 @@ def _watch_latency(address: str, samples: int = 300) -> dict:
             table.put(b"watched", value)
             time.sleep(0.005)
     watcher.join(30)
+    return _watch_summary(delays)
+
+
+def _watch_summary(delays: list[float]) -> dict:
     def ms(fraction: float) -> float | None:
         return round(percentile(delays, fraction) * 1e3, 3) if delays else None
     return {"events": len(delays), "measured_from": "put sent", "watch_latency_p50_ms": ms(0.5),
@@ -125,8 +129,11 @@ def bench_table(args) -> int:
             clients.close()
     peers = {"etcd": _in_fresh_process(_etcd_table, args.seconds, args.clients, args.dir, value)} if args.peers else {}
     if peers and "put" in peers["etcd"]:
+        etcd_watch_ms = peers["etcd"]["watch"]["watch_latency_p50_ms"]
         peers["ratios"] = {"puts_over_etcd": round(puts["ops_per_second"] / peers["etcd"]["put"]["ops_per_second"], 2),
-                           "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2)}
+                           "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2),
+                           "watch_p50_over_etcd": round(watch["watch_latency_p50_ms"] / etcd_watch_ms, 2)
+                           if etcd_watch_ms and watch["watch_latency_p50_ms"] else None}
     print(json.dumps({"benchmark": "table", "clients": args.clients, "client_processes": args.client_processes,
                       "value_size": args.value_size,
                       "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
@@ -196,7 +203,8 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
             put = await phase(lambda i, n: client.put(b"key-%d-%d" % (i, n), value))
             written = put["ops"] // clients
             get = await phase(lambda i, n: client.get(b"key-%d-%d" % (i, random.randrange(max(1, written)))))
-            return {"members": 3, "client": "aetcd", "put": put, "get": get}
+            watch = await _etcd_watch_latency(client)
+            return {"members": 3, "client": "aetcd", "put": put, "get": get, "watch": watch}
 
     root = tempfile.mkdtemp(dir=directory, prefix="bench-etcd-")
     try:
@@ -204,6 +212,36 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
             return asyncio.run(measure(leader_url))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def _etcd_watch_latency(client, samples: int = 300) -> dict:
+    """As _watch_latency does for the table: the delay from sending a put of a watched key to the
+    watcher seeing it, one put every 5 ms."""
+    import asyncio
+    put_at: dict[bytes, float] = {}
+    delays: list[float] = []
+    watch = await client.watch(b"watched")
+
+    async def follow() -> None:
+        async for event in watch:
+            seen = time.perf_counter()
+            if event.kv.value in put_at:
+                delays.append(seen - put_at[event.kv.value])
+            if len(delays) >= samples:
+                return
+
+    follower = asyncio.ensure_future(follow())
+    await asyncio.sleep(0.5)
+    for i in range(samples):
+        value = b"%d" % i
+        put_at[value] = time.perf_counter()
+        await client.put(b"watched", value)
+        await asyncio.sleep(0.005)
+    try:
+        await asyncio.wait_for(follower, 30)
+    except asyncio.TimeoutError:
+        pass
+    return _watch_summary(delays)
 
 
 def bench_stream(args) -> int:
