@@ -17,6 +17,7 @@ client node.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from typing import Awaitable, Callable
@@ -28,6 +29,8 @@ from sim.scenario import MS
 from sim.tasks import ProcessStopped, SimRuntime
 
 NEMESIS_TICK_NS = 100 * MS
+SESSION_CHECK_INTERVAL_S = 0.1
+SESSION_RESTART_DELAY_NS = 100 * MS
 
 
 class _Call:
@@ -170,10 +173,28 @@ class Processes:
 class ProcessWorkload:
     """What every workload of application processes does at the run's phases (sim.run): it
     stops writing, its crashed processes restart when the cluster heals, and the run's end
-    stops them all. A subclass sets `processes` and `is_writing`."""
+    stops them all. A subclass sets `processes` and `is_writing`.
+
+    start_supervised(role, main) starts a process that a supervisor restarts once its metastore
+    session is lost (an expired session is final, in ZooKeeper as in raft-lite: the library
+    says to connect again)."""
 
     processes: Processes
     is_writing: bool
+
+    def start_supervised(self, role: str, main: Callable[[SimProcess], Awaitable[None]]) -> None:
+        async def run(process: SimProcess) -> None:
+            async with process.runtime.open_nursery() as nursery:
+                nursery.start_soon(self._restart_when_session_lost, process)
+                await main(process)
+        self.processes.start(role, run)
+
+    async def _restart_when_session_lost(self, process: SimProcess) -> None:
+        while not process.store.session_lost:
+            await process.runtime.sleep(SESSION_CHECK_INTERVAL_S)
+        self.processes.world.loop.call_later(0, functools.partial(self.processes.crash, process.role,
+                                                                  restart_after_ns=SESSION_RESTART_DELAY_NS))
+        await process.runtime.sleep_forever()
 
     def stop_writing(self) -> None:
         self.is_writing = False

@@ -70,7 +70,8 @@ class RaftMetastore:
         self._loop = world.loop
         self._rng = rng
         options = world.scenario.metastore
-        config = RaftConfig(session_timeout_ns=options.session_timeout_ns, snapshot_threshold=500)
+        config = RaftConfig(session_timeout_ns=options.session_timeout_ns, snapshot_threshold=500,
+                            check_quorum=world.scenario.metastore_check_quorum)
         self.members = RaftMembers(loop=world.loop, rng=rng, ids=list(MEMBER_IDS), config=config,
                                    on_reply=self._on_reply, on_changed=self._on_changed,
                                    delay_ns=lambda: MS // 2 + rng.randrange(MS), invariants_every=INVARIANTS_EVERY)

@@ -111,6 +111,10 @@ class Scenario:
     # raft-lite only: how often its leader is cut off from the other members (clients still
     # reach it, and a deposed leader goes on believing it leads until it hears otherwise).
     metastore_leader_cut_off_per_second: float = 0.0
+    # raft-lite only: whether a leader that stops hearing from a majority steps down (check
+    # quorum). Without it a deposed leader lingers until it hears of its successor: the worst
+    # case for its reads and pings, which must still never be answered.
+    metastore_check_quorum: bool = True
 
     def bookie_config(self) -> BookieConfig:
         return BookieConfig(journal_writes_in_flight_max=self.journal_writes_in_flight_max)
@@ -183,6 +187,7 @@ class Scenario:
         session_timeout = rng.choice([500 * MS, 1 * S, 2 * S])
         metastore_kind = rng.choice(METASTORE_KINDS)
         leader_cut_off = rng.choice([0.2, 0.5, 1.0])
+        check_quorum = rng.choice([True, False])
         if workload != "ledger":
             metastore = dataclasses.replace(metastore, session_timeout_ns=session_timeout)
         else:
@@ -207,7 +212,8 @@ class Scenario:
             client_write_busy_ns=client_write_busy,
             workload=workload, clock_skew_max_ns=clock_skew,
             **services, **tables, metastore_kind=metastore_kind,
-            metastore_leader_cut_off_per_second=leader_cut_off if "metastore" in faults else 0.0)
+            metastore_leader_cut_off_per_second=leader_cut_off if "metastore" in faults else 0.0,
+            metastore_check_quorum=check_quorum)
 
     def describe(self) -> list[str]:
         return [
@@ -223,7 +229,7 @@ class Scenario:
             f"disk: {self.disk} capacity={self.disk_capacity_size}",
             f"metastore: {self.metastore_kind} {self.metastore}"
             + (f" leader_cut_off/s={self.metastore_leader_cut_off_per_second}"
-               if self.metastore_kind == "raftlite" else ""),
+               f" check_quorum={self.metastore_check_quorum}" if self.metastore_kind == "raftlite" else ""),
             f"process: crash/s={self.crash_probability_per_second} pause/s={self.pause_probability_per_second} "
             f"restart_delay_mean={self.restart_delay_mean_ns / MS:g}ms "
             f"client_request_timeout={self.request_timeout_ns / MS:g}ms "

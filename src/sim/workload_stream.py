@@ -76,14 +76,14 @@ class StreamWorkload(ProcessWorkload):
     # -- the run's phases -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self.processes.start("setup", self._setup)
+        self.start_supervised("setup", self._setup)
 
     def start_nemesis(self, end_ns: int) -> None:
         ProcessNemesis(processes=self.processes, roles=self.writer_roles + self.reader_roles + ["st"],
                        end_ns=end_ns).start()
 
     def start_verification(self) -> None:
-        self.processes.start("sv", self._verify)
+        self.start_supervised("sv", self._verify)
 
     def check(self) -> list:
         return check_stream_history(self.history)
@@ -118,10 +118,10 @@ class StreamWorkload(ProcessWorkload):
                 await process.runtime.sleep(RETRY_PAUSE_S)
         self.is_ready = True
         for role in self.writer_roles:
-            self.processes.start(role, self._writer)
+            self.start_supervised(role, self._writer)
         for index, role in enumerate(self.reader_roles):
-            self.processes.start(role, lambda p, i=index: self._reader(p, i))
-        self.processes.start("st", self._truncator)
+            self.start_supervised(role, lambda p, i=index: self._reader(p, i))
+        self.start_supervised("st", self._truncator)
 
     async def _writer(self, process: SimProcess) -> None:
         rt = process.runtime

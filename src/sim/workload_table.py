@@ -49,7 +49,6 @@ TTLS_MS = (100, 300, 1000)
 RETRY_PAUSE_S = 0.1
 OP_INTERVAL_MEAN_S = 0.01
 CLIENT_TASKS_COUNT = 2             # requests a client process has in flight at once
-SESSION_RESTART_DELAY_NS = 100 * MS
 PLANNED_RESTART_NS = 200 * MS
 # Weights of the client's operations.
 OPERATIONS = (("put", 30), ("get", 20), ("delete", 6), ("txn", 12), ("range", 8), ("delete-range", 3), ("incr", 15))
@@ -82,7 +81,7 @@ class TableWorkload(ProcessWorkload):
     # -- the run's phases -----------------------------------------------------------------------
 
     def start(self) -> None:
-        self.processes.start("ts", self._setup)
+        self.start_supervised("ts", self._setup)
 
     def start_nemesis(self, end_ns: int) -> None:
         ProcessNemesis(processes=self.processes, roles=self.server_roles + self.client_roles + self.watcher_roles,
@@ -94,7 +93,7 @@ class TableWorkload(ProcessWorkload):
                                    functools.partial(self.processes.crash, role, restart_after_ns=PLANNED_RESTART_NS))
 
     def start_verification(self) -> None:
-        self.processes.start("tv", self._verify)
+        self.start_supervised("tv", self._verify)
 
     def check(self) -> list:
         return check_table_history(self.history)
@@ -117,21 +116,6 @@ class TableWorkload(ProcessWorkload):
 
     # -- processes ------------------------------------------------------------------------------
 
-    def _start(self, role: str, main) -> None:
-        """Start `role`, restarted whenever its metastore session is lost."""
-        async def run(process: SimProcess) -> None:
-            async with process.runtime.open_nursery() as nursery:
-                nursery.start_soon(self._restart_when_session_lost, process)
-                await main(process)
-        self.processes.start(role, run)
-
-    async def _restart_when_session_lost(self, process: SimProcess) -> None:
-        while not process.store.session_lost:
-            await process.runtime.sleep(RETRY_PAUSE_S)
-        self.world.loop.call_later(0, functools.partial(self.processes.crash, process.role,
-                                                        restart_after_ns=SESSION_RESTART_DELAY_NS))
-        await process.runtime.sleep_forever()
-
     async def _setup(self, process: SimProcess) -> None:
         streams = process.bk.streams
         while True:
@@ -143,11 +127,11 @@ class TableWorkload(ProcessWorkload):
                 await process.runtime.sleep(RETRY_PAUSE_S)
         self.is_ready = True
         for role in self.server_roles:
-            self._start(role, self._server)
+            self.start_supervised(role, self._server)
         for role in self.client_roles:
-            self._start(role, self._client)
+            self.start_supervised(role, self._client)
         for role in self.watcher_roles:
-            self._start(role, self._watcher)
+            self.start_supervised(role, self._watcher)
 
     async def _server(self, process: SimProcess) -> None:
         server = TableServer(world=self.world, process=process, namespace=NAMESPACE, stream=TABLE,

@@ -14,6 +14,7 @@ and never breaks an invariant.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 
 import pytest
@@ -27,6 +28,9 @@ from metastore.raftlite.core import (
 CONFIG = RaftConfig(election_timeout_min_ns=150 * MS, election_timeout_max_ns=300 * MS,
                     heartbeat_interval_ns=50 * MS, session_timeout_ns=1_000 * MS, snapshot_threshold=20)
 NOOP = ["noop"]
+# Without check quorum a leader cut off from the others believes it leads until it hears of a
+# higher term: the worst case, for the tests of what such a leader must never do.
+UNAWARE = dataclasses.replace(CONFIG, check_quorum=False)
 
 
 def op(path: str, data: bytes = b"", session: int = 0) -> list:
@@ -365,7 +369,7 @@ def test_a_read_waits_for_a_majority_to_confirm_leadership():
 
 
 def test_a_deposed_leader_cut_off_from_the_others_never_answers_a_read():
-    cluster = Cluster()
+    cluster = Cluster(config=UNAWARE)      # a deposed leader that does not know it yet
     cluster.elect(1)
     cluster.blocked = {1}
     cluster.tick(1_000 * MS)                           # 2 and 3 elect a new leader
@@ -458,7 +462,7 @@ def test_a_deposed_leader_never_confirms_a_ping():
     the session. A leader cut off from the others still believes it leads; if it answered pings
     from its own memory, a client connected to it would keep stretching its lease while the new
     leader expires the session a timeout after its election."""
-    cluster = Cluster()
+    cluster = Cluster(config=UNAWARE)
     cluster.elect(1)
     session = cluster.propose(1, "open", ["open"]).result
     cluster.blocked = {1}
@@ -529,3 +533,16 @@ def test_random_peer_messages_are_accepted_or_ignored(messages, as_leader):
         core.on_timer(10 * CONFIG.session_timeout_ns)
         core.invariants()
     core.take_effects()
+
+
+def test_a_leader_that_does_not_hear_from_a_majority_steps_down():
+    """Check quorum: cut off from the others, a leader steps down within the shortest election
+    timeout (plus a heartbeat), so its clients are told "not leader" and go and find the next."""
+    cluster = Cluster()
+    cluster.elect(1)
+    assert cluster.nodes[1].propose("pending", ["noop"], cluster.now_ns)
+    cluster.blocked = {1}
+    cluster.pump(1)
+    cluster.tick(CONFIG.election_timeout_min_ns + CONFIG.heartbeat_interval_ns + 20 * MS)
+    assert not cluster.nodes[1].is_leader
+    assert cluster.replies.pop("pending").error == "not leader"

@@ -106,7 +106,8 @@ def test_the_worlds_reads_refuse_when_no_live_member_has_applied_every_acknowled
 
 
 def test_a_deposed_leader_serves_its_callers_but_never_confirms_their_pings():
-    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=1 * S))
+    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=1 * S),
+                          metastore_check_quorum=False)
     run_for(world, 1)
     metastore, members = world.metastore, world.metastore.members
     answers = submit(world, "owner", ["open", True])
@@ -120,3 +121,21 @@ def test_a_deposed_leader_serves_its_callers_but_never_confirms_their_pings():
     run_for(world, 2.5)
     assert pings == [LOST]                              # timed out unconfirmed, never True
     assert not members.up_to_date().sm.is_session_alive(session)   # the new leader expired it
+
+
+def test_with_check_quorum_a_cut_off_leader_steps_down_and_its_callers_find_the_next():
+    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=1 * S))
+    run_for(world, 1)
+    members = world.metastore.members
+    answers = submit(world, "owner", ["open", True])
+    run_for(world, 0.1)
+    session = answers[0]
+    old = members.leader()
+    members.partition({old})
+    pings = submit(world, "owner", ["ping", session])
+    run_for(world, 0.5)
+    assert pings == [LOST] and not members.core(old).is_leader     # stepped down: "not leader"
+    run_for(world, 0.4)
+    pings = submit(world, "owner", ["ping", session])                # at the successor
+    run_for(world, 0.1)
+    assert pings == [True]

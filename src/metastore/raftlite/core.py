@@ -13,6 +13,9 @@ its conflicting suffix; a leader counts only entries of its own term toward comm
 no-op when elected so earlier entries commit too); snapshots of the state machine with log
 truncation, and InstallSnapshot for a follower that is behind the leader's log.
 
+A leader that has not heard from a majority within the shortest election timeout steps down
+(check quorum), so the clients of a leader cut off from the others go and find its successor.
+
 Linearizable reads use read-index: the leader notes its commit index, confirms it is still the
 leader with a round of heartbeats acknowledged by a majority (each heartbeat carries a sequence
 number that followers echo), waits until it has applied up to that index, and answers from its
@@ -54,6 +57,9 @@ class RaftConfig:
     session_timeout_ns: int = 10_000 * MS
     snapshot_threshold: int = 10_000          # applied entries kept in the log before a snapshot
     entries_per_append_max: int = 1000
+    # A leader that has not heard from a majority within election_timeout_min_ns steps down.
+    # (Off only in tests that need a deposed leader that does not know it.)
+    check_quorum: bool = True
 
 
 # -- effects (performed in order; Save* durable before anything after them) ------------------
@@ -150,6 +156,7 @@ class RaftNode:
         self._next_index: dict[int, int] = {}
         self._match_index: dict[int, int] = {}
         self._acked_seq: dict[int, int] = {}
+        self._peer_heard_ns: dict[int, int] = {}       # when each peer last answered this leader
         self._seq = 0
         self._heartbeat_due_ns = 0
         self._proposals: dict[int, tuple[int, object]] = {}     # index -> (term, token)
@@ -192,11 +199,23 @@ class RaftNode:
     def on_timer(self, now_ns: int) -> None:
         self._now_ns = now_ns
         if self.is_leader:
+            if self.config.check_quorum and not self._hears_a_majority(now_ns):
+                self._step_down(self.term, now_ns)
+                return
             if now_ns >= self._heartbeat_due_ns:
                 self._broadcast(now_ns)
             self._expire_silent_sessions(now_ns)
         elif now_ns >= self._election_deadline_ns:
             self._start_election(now_ns)
+
+    def _hears_a_majority(self, now_ns: int) -> bool:
+        """Check quorum: whether a majority (this leader included) answered within the shortest
+        election timeout. A leader cut off from the others steps down once it does not: a
+        successor may be elected meanwhile, and its clients should go and find it rather than
+        wait on requests it can never commit."""
+        since_ns = now_ns - self.config.election_timeout_min_ns
+        heard = 1 + sum(1 for at_ns in self._peer_heard_ns.values() if at_ns >= since_ns)
+        return heard * 2 > len(self.peer_ids) + 1
 
     def _start_election(self, now_ns: int) -> None:
         self.role = Role.CANDIDATE
@@ -222,6 +241,7 @@ class RaftNode:
         self._match_index = {p: 0 for p in self.peer_ids}
         self._acked_seq = {p: 0 for p in self.peer_ids}
         self._session_seen = {s: now_ns for s in self.sm._sessions}     # fresh timeouts for all
+        self._peer_heard_ns = {p: now_ns for p in self.peer_ids}
         self._expiring = set()
         self._append(["noop"], now_ns)
 
@@ -403,6 +423,7 @@ class RaftNode:
         _, term, success, match, seq = message
         if not self.is_leader or term != self.term:
             return
+        self._peer_heard_ns[source] = now_ns
         self._acked_seq[source] = max(self._acked_seq.get(source, 0), seq)
         if success:
             if match > self._match_index[source]:
