@@ -4,6 +4,9 @@ Paths and value formats are bkcore.stream.segments'. Every change is a create or
 compare-and-set; when the store answers CONNECTION_LOSS (the outcome is unknown) the node is
 re-read and compared before anything is retried, so a write that did land is never applied
 twice nor reported as lost.
+
+Segment listings read the children and then each segment node, except those held in the
+catalog's SegmentCache (bkcore.stream.segment_cache), whose watches say they have not changed.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from bkcore.stream.errors import (
     StreamMetadataConflict, StreamNotFound,
 )
 from bkcore.stream.records import DLSN
+from bkcore.stream.segment_cache import SegmentCache
 from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings, stream_id_of
 
 # How often an op whose outcome stayed unknown is tried again, and the pause between tries.
@@ -26,6 +30,7 @@ class StreamCatalog:
         self.store = store              # an async metastore (metastore.api's interface)
         self.layout = layout
         self._rt = runtime
+        self.segment_cache = SegmentCache()
 
     # -- namespaces ---------------------------------------------------------------------------
 
@@ -147,10 +152,28 @@ class StreamCatalog:
             raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
         segments = []
         for name in sorted(result.children):
-            child = await self._read(Get(f"{path}/{name}"))
-            if child.code is MetaCode.OK:
-                segments.append(SegmentMetadata.from_bytes(child.data, version=child.version))
+            segment = await self._segment(f"{path}/{name}")
+            if segment is not None:
+                segments.append(segment)
         return segments, fired
+
+    async def _segment(self, path: str) -> SegmentMetadata | None:
+        """One segment node's value (None: it is gone), from the cache while its watch is
+        quiet; otherwise read with a new watch, and cached."""
+        segment = self.segment_cache.get(path)
+        if segment is not None:
+            return segment
+        result, watch = await self.store.execute_watch(Get(path))
+        if result.code in (MetaCode.CONNECTION_LOSS, MetaCode.SESSION_EXPIRED):
+            # Read again as every read is (tried while the outcome is unknown, raising once the
+            # session is gone), and cache nothing: that read sets no watch.
+            result, watch = await self._read(Get(path)), None
+        if result.code is not MetaCode.OK:
+            return None
+        segment = SegmentMetadata.from_bytes(result.data, version=result.version)
+        if watch is not None:
+            self.segment_cache.put(path, segment, watch)
+        return segment
 
     async def create_segment(self, namespace: str, stream: str, segment: SegmentMetadata) -> SegmentMetadata | None:
         """The stored segment, or None if that seqno exists already (another writer won)."""
@@ -165,6 +188,7 @@ class StreamCatalog:
     async def replace_segment(self, namespace: str, stream: str, new: SegmentMetadata) -> SegmentMetadata | None:
         """CAS on new.version; the stored segment, or None if it changed (or vanished) meanwhile."""
         path = self.layout.segment_path(namespace, stream, new.seqno)
+        self.segment_cache.forget(path)
         result = await self._write(SetData(path, new.to_bytes(), new.version))
         if result.code in (MetaCode.BAD_VERSION, MetaCode.NO_NODE):
             return None
@@ -221,10 +245,9 @@ class StreamCatalog:
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _ensure(self, path: str) -> None:
-        """Create `path` and its parents if missing."""
-        parts = path.strip("/").split("/")
-        for depth in range(1, len(parts) + 1):
-            await self._write(Create("/" + "/".join(parts[:depth])))
+        """Create `path` if missing. One create: every backend makes the missing parents of
+        what it creates (BookKeeper's createFullPathOptimistic; metastore.memory)."""
+        await self._write(Create(path))
 
     async def _read(self, op: Get | Children) -> MetaResult:
         return await self._execute(op, settle=None)
