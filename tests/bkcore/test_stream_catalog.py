@@ -1,12 +1,17 @@
-"""The stream catalog's metastore traffic: a segment listing reads only the segment nodes whose
-watches fired since they were last read, yet always returns what the store holds; making a
+"""The stream catalog's metastore traffic: a segment listing (and a stream's metadata) reads only
+the nodes whose watches fired since they were last read, yet always returns what the store holds; making a
 node's parents costs one create. Two catalogs over one memory:// tree play two clients."""
 
+import dataclasses
+
+import pytest
 import trio
 
 from bkcore.metaops import Children, Create, Get
 from bkcore.stream.catalog import StreamCatalog
-from bkcore.stream.segment_cache import SegmentCache
+from bkcore.stream.errors import StreamNotFound
+from bkcore.stream.records import DLSN
+from bkcore.stream.watched_cache import WatchedCache
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamLayout
 from metastore.memory_store import MemoryServer, MemoryStore
 from metastore.watches import OneShotWatch
@@ -66,6 +71,20 @@ async def test_a_listing_reads_again_only_the_segments_that_changed():
     assert store.count(Get) == 5
 
 
+async def test_the_stream_node_is_read_again_only_after_it_changed():
+    reader, writer, store = two_catalogs()
+    await writer.create_namespace("ns")
+    await writer.create_stream("ns", "s")
+    first = await reader.get_stream("ns", "s")
+    assert await reader.get_stream("ns", "s") == first and store.count(Get) == 1
+    truncated = dataclasses.replace(first, truncated_to=DLSN(2, 0, 0))
+    assert await writer.replace_stream("ns", "s", truncated) is not None
+    assert (await reader.get_stream("ns", "s")).truncated_to == DLSN(2, 0, 0) and store.count(Get) == 2
+    await writer.delete_stream_nodes("ns", "s")
+    with pytest.raises(StreamNotFound):
+        await reader.get_stream("ns", "s")
+
+
 async def test_a_deleted_segment_leaves_the_listing_and_the_cache():
     reader, writer, _ = two_catalogs()
     await writer.create_namespace("ns")
@@ -87,9 +106,9 @@ async def test_a_lost_session_empties_what_the_cache_may_serve():
     await catalog.create_stream("ns", "s")
     await catalog.create_segment("ns", "s", SegmentMetadata(1, ledger_id=11))
     await catalog.segments("ns", "s")
-    assert catalog.segment_cache.get("/ledgers/streams/ns/s/segments/0000000001") is not None
+    assert catalog.cache.get("/ledgers/streams/ns/s/segments/0000000001") is not None
     store.expire_session()
-    assert catalog.segment_cache.get("/ledgers/streams/ns/s/segments/0000000001") is None
+    assert catalog.cache.get("/ledgers/streams/ns/s/segments/0000000001") is None
 
 
 async def test_ensuring_a_path_is_one_create_whatever_its_depth():
@@ -105,7 +124,7 @@ async def test_ensuring_a_path_is_one_create_whatever_its_depth():
 
 
 def test_the_cache_serves_only_entries_whose_watch_is_quiet():
-    cache = SegmentCache(entries_max=2)
+    cache = WatchedCache(entries_max=2)
     quiet, fired = OneShotWatch(trio.Event()), OneShotWatch(trio.Event())
     fired.fire()
     cache.put("/a", SegmentMetadata(1, ledger_id=1), quiet)
@@ -116,7 +135,7 @@ def test_the_cache_serves_only_entries_whose_watch_is_quiet():
 
 
 def test_a_full_cache_drops_fired_entries_first_then_the_oldest():
-    cache = SegmentCache(entries_max=2)
+    cache = WatchedCache(entries_max=2)
     watches = [OneShotWatch(trio.Event()) for _ in range(4)]
     cache.put("/a", SegmentMetadata(1, ledger_id=1), watches[0])
     cache.put("/b", SegmentMetadata(2, ledger_id=2), watches[1])

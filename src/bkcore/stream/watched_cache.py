@@ -1,15 +1,16 @@
-"""SegmentCache: the segment metadata a catalog has read, kept while the metastore's watch on
-each node says it is unchanged.
+"""WatchedCache: the metadata values a catalog has read (segments, streams), kept while the
+metastore's watch on each node says it is unchanged.
 
 Readers list a stream's segments over and over (on every segment they finish, and on every
-wake-up of a tailing reader), and a listing used to read every segment node again although a
-sealed segment's value changes rarely (a truncation mark) and an in-progress one once (when it
-is sealed). Each entry is the value a Get returned together with the one-shot watch set by that
-same Get; the entry serves only while its watch has not fired. The watch fires on any change of
+wake-up of a tailing reader) and read the stream node after each listing (its truncation
+point), and used to read every one of those nodes again although a sealed segment's value
+changes rarely (a truncation mark), an in-progress one once (when it is sealed), a stream's on
+truncation. Each entry is the decoded value a Get returned together with the one-shot watch set
+by that same Get; the entry serves only while its watch has not fired. The watch fires on any change of
 the node (its value, its deletion) and on a lost connection or session, and every backend
 delivers it before the answer to any later read of the same session (metastore.api), so a
 listing that reads the children first and then takes the entries whose watches are quiet sees
-each segment as fresh as a Get sent at that moment would.
+each node as fresh as a Get sent at that moment would.
 
 Limits: at most `entries_max` entries. A put into a full cache first drops every entry whose
 watch has fired, then, if still full, the oldest entry (it is read again when next needed; its
@@ -18,25 +19,23 @@ watch stays set in the store until the node changes, as any unneeded watch does)
 
 from __future__ import annotations
 
-from bkcore.stream.segments import SegmentMetadata
-
-SEGMENT_CACHE_ENTRIES_MAX = 4096
+WATCHED_CACHE_ENTRIES_MAX = 4096
 
 
-class SegmentCache:
+class WatchedCache:
     __slots__ = ("entries_max", "_entries", "hit_count", "miss_count", "eviction_count")
 
-    def __init__(self, *, entries_max: int = SEGMENT_CACHE_ENTRIES_MAX) -> None:
+    def __init__(self, *, entries_max: int = WATCHED_CACHE_ENTRIES_MAX) -> None:
         assert entries_max >= 1
         self.entries_max = entries_max
-        # Path -> (segment, the watch its Get set). Invariant: the segment is the value the
-        # node had when that watch was set; insertion order is age (oldest first).
-        self._entries: dict[str, tuple[SegmentMetadata, object]] = {}
+        # Path -> (value, the watch its Get set). Invariant: the value is what the node held
+        # when that watch was set; insertion order is age (oldest first).
+        self._entries: dict[str, tuple[object, object]] = {}
         self.hit_count = 0
         self.miss_count = 0
         self.eviction_count = 0
 
-    def get(self, path: str) -> SegmentMetadata | None:
+    def get(self, path: str) -> object | None:
         """The cached value of `path` if its watch is still quiet; None otherwise."""
         entry = self._entries.get(path)
         if entry is not None:
@@ -47,9 +46,10 @@ class SegmentCache:
         self.miss_count += 1
         return None
 
-    def put(self, path: str, segment: SegmentMetadata, watch) -> None:
-        """Keep `segment`, read from `path` by the Get that set `watch` (one already fired is
-        not kept)."""
+    def put(self, path: str, value: object, watch) -> None:
+        """Keep `value` (not None), read from `path` by the Get that set `watch` (one already
+        fired is not kept)."""
+        assert value is not None
         if watch.is_fired:
             self._entries.pop(path, None)
             return
@@ -59,7 +59,7 @@ class SegmentCache:
             if len(self._entries) >= self.entries_max:
                 del self._entries[next(iter(self._entries))]
                 self.eviction_count += 1
-        self._entries[path] = (segment, watch)
+        self._entries[path] = (value, watch)
 
     def forget(self, path: str) -> None:
         """This session changed the node: its entry is stale (its watch fires too)."""
