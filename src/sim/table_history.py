@@ -100,8 +100,15 @@ class TableHistory:
         op.result, op.completed_ns = result, now_ns
 
     def drop(self, op: TableOp) -> None:
-        """The op certainly did nothing (a failed read, a refused request)."""
-        self.ops.remove(op)
+        """The op certainly did nothing (a failed read, a refused request). Found by identity
+        from the newest (ops are dropped soon after they are invoked): list.remove() compares
+        every older op field by field (6% of a profiled mixed run)."""
+        ops = self.ops
+        for index in range(len(ops) - 1, -1, -1):
+            if ops[index] is op:
+                del ops[index]
+                return
+        raise ValueError("dropped an op this history does not hold")
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1

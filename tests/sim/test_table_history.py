@@ -147,3 +147,18 @@ def test_a_resumed_watch_must_start_where_the_last_one_stopped():
     h.watches = [watch("w/1", 0, [(1, b"a", "put", b"v1")]),
                  watch("w/2", 2, [(3, b"a", "delete", None)], resumes="w/1")]
     assert set(kinds(h)) == {"watch-gap"}
+
+
+def test_drop_removes_the_op_itself_and_refuses_one_it_does_not_hold():
+    h = history()
+    first = op(h, "get", b"a", (), 0, None, None)
+    twin = op(h, "get", b"a", (), 0, None, None)            # equal to `first`, another op
+    kept = op(h, "put", b"a", (b"v1", 0), 1, 2, (None, 0, 1))
+    h.drop(first)
+    assert len(h.ops) == 2 and h.ops[0] is twin and h.ops[1] is kept
+    try:
+        h.drop(first)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("dropping an op twice must fail")

@@ -4,6 +4,10 @@ Paths and value formats are bkcore.stream.segments'. Every change is a create or
 compare-and-set; when the store answers CONNECTION_LOSS (the outcome is unknown) the node is
 re-read and compared before anything is retried, so a write that did land is never applied
 twice nor reported as lost.
+
+Segment and stream nodes are read through the catalog's WatchedCache
+(bkcore.stream.watched_cache): a node whose watch has not fired since its last read is not read
+again.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from bkcore.stream.errors import (
     StreamMetadataConflict, StreamNotFound,
 )
 from bkcore.stream.records import DLSN
+from bkcore.stream.watched_cache import WatchedCache
 from bkcore.stream.segments import SegmentMetadata, StreamLayout, StreamMetadata, StreamSettings, stream_id_of
 
 # How often an op whose outcome stayed unknown is tried again, and the pause between tries.
@@ -26,6 +31,7 @@ class StreamCatalog:
         self.store = store              # an async metastore (metastore.api's interface)
         self.layout = layout
         self._rt = runtime
+        self.cache = WatchedCache()
 
     # -- namespaces ---------------------------------------------------------------------------
 
@@ -93,10 +99,10 @@ class StreamCatalog:
         return namespace, stream
 
     async def get_stream(self, namespace: str, stream: str) -> StreamMetadata:
-        result = await self._read(Get(self.layout.stream_path(namespace, stream)))
-        if result.code is MetaCode.NO_NODE:
+        metadata = await self._watched_get(self.layout.stream_path(namespace, stream), StreamMetadata.from_bytes)
+        if metadata is None:
             raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
-        return StreamMetadata.from_bytes(result.data, version=result.version)
+        return metadata
 
     async def list_streams(self, namespace: str) -> list[str]:
         result = await self._read(Children(self.layout.namespace_path(namespace)))
@@ -106,7 +112,9 @@ class StreamCatalog:
 
     async def replace_stream(self, namespace: str, stream: str, new: StreamMetadata) -> StreamMetadata | None:
         """CAS on new.version; the stored value, or None if someone else changed it first."""
-        result = await self._write(SetData(self.layout.stream_path(namespace, stream), new.to_bytes(), new.version))
+        path = self.layout.stream_path(namespace, stream)
+        self.cache.forget(path)
+        result = await self._write(SetData(path, new.to_bytes(), new.version))
         if result.code is MetaCode.NO_NODE:
             raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
         if result.code is MetaCode.BAD_VERSION:
@@ -147,10 +155,28 @@ class StreamCatalog:
             raise StreamNotFound(f"stream {namespace}/{stream} does not exist")
         segments = []
         for name in sorted(result.children):
-            child = await self._read(Get(f"{path}/{name}"))
-            if child.code is MetaCode.OK:
-                segments.append(SegmentMetadata.from_bytes(child.data, version=child.version))
+            segment = await self._watched_get(f"{path}/{name}", SegmentMetadata.from_bytes)
+            if segment is not None:
+                segments.append(segment)
         return segments, fired
+
+    async def _watched_get(self, path: str, decode):
+        """decode(data, version=) of a node's value (None: no such node), from the cache while
+        its watch is quiet; otherwise read with a new watch, and cached."""
+        value = self.cache.get(path)
+        if value is not None:
+            return value
+        result, watch = await self.store.execute_watch(Get(path))
+        if result.code in (MetaCode.CONNECTION_LOSS, MetaCode.SESSION_EXPIRED):
+            # Read again as every read is (tried while the outcome is unknown, raising once the
+            # session is gone), and cache nothing: that read sets no watch.
+            result, watch = await self._read(Get(path)), None
+        if result.code is not MetaCode.OK:
+            return None
+        value = decode(result.data, version=result.version)
+        if watch is not None:
+            self.cache.put(path, value, watch)
+        return value
 
     async def create_segment(self, namespace: str, stream: str, segment: SegmentMetadata) -> SegmentMetadata | None:
         """The stored segment, or None if that seqno exists already (another writer won)."""
@@ -165,6 +191,7 @@ class StreamCatalog:
     async def replace_segment(self, namespace: str, stream: str, new: SegmentMetadata) -> SegmentMetadata | None:
         """CAS on new.version; the stored segment, or None if it changed (or vanished) meanwhile."""
         path = self.layout.segment_path(namespace, stream, new.seqno)
+        self.cache.forget(path)
         result = await self._write(SetData(path, new.to_bytes(), new.version))
         if result.code in (MetaCode.BAD_VERSION, MetaCode.NO_NODE):
             return None
@@ -221,10 +248,9 @@ class StreamCatalog:
     # -- plumbing -----------------------------------------------------------------------------
 
     async def _ensure(self, path: str) -> None:
-        """Create `path` and its parents if missing."""
-        parts = path.strip("/").split("/")
-        for depth in range(1, len(parts) + 1):
-            await self._write(Create("/" + "/".join(parts[:depth])))
+        """Create `path` if missing. One create: every backend makes the missing parents of
+        what it creates (BookKeeper's createFullPathOptimistic; metastore.memory)."""
+        await self._write(Create(path))
 
     async def _read(self, op: Get | Children) -> MetaResult:
         return await self._execute(op, settle=None)
