@@ -114,21 +114,6 @@ def _watch_drops_an_event() -> Callable[[], None]:
     return _swap(TableRange, "_publish", lossy)
 
 
-def _deposed_leader_confirms_pings() -> Callable[[], None]:
-    from metastore.raftlite.core import RaftNode, Reply
-
-    def at_once(original):
-        def ping(self, token, session_id, now_ns):
-            # Answered from this node's memory, without asking a majority whether it still leads.
-            if not self.is_leader:
-                return False
-            self.touch(session_id, now_ns)
-            self._effects.append(Reply(token, self.session_alive(session_id)))
-            return True
-        return ping
-    return _swap(RaftNode, "ping", at_once)
-
-
 PLANTS: dict[str, Plant] = {plant.name: plant for plant in [
     Plant("recovery-reads-without-fencing", "ledger", 45,
           "ledger recovery reads (the LAC read and the forward reads) do not fence the bookies",
@@ -149,10 +134,6 @@ PLANTS: dict[str, Plant] = {plant.name: plant for plant in [
     Plant("watch-drops-an-event", "table", 30,
           "a range does not send every fifth change to its live watchers",
           _watch_drops_an_event),
-    Plant("deposed-leader-confirms-pings", "table", 70,
-          "a raft-lite leader answers a session's ping at once, so a deposed one cut off from the "
-          "others stretches a lease its successor is about to expire (two range owners)",
-          _deposed_leader_confirms_pings),
 ]}
 
 

@@ -176,8 +176,8 @@ class ProcessWorkload:
     stops them all. A subclass sets `processes` and `is_writing`.
 
     start_supervised(role, main) starts a process that a supervisor restarts once its metastore
-    session is lost (an expired session is final, in ZooKeeper as in raft-lite: the library
-    says to connect again)."""
+    session is lost while main runs (an expired session is final, in ZooKeeper as in raft-lite:
+    the library says to connect again)."""
 
     processes: Processes
     is_writing: bool
@@ -187,6 +187,7 @@ class ProcessWorkload:
             async with process.runtime.open_nursery() as nursery:
                 nursery.start_soon(self._restart_when_session_lost, process)
                 await main(process)
+                nursery.cancel_scope.cancel()      # done: nothing to restart (a setup that ran)
         self.processes.start(role, run)
 
     async def _restart_when_session_lost(self, process: SimProcess) -> None:
