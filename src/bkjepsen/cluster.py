@@ -36,7 +36,7 @@ STOP_WAIT_S = 5.0
 class ClusterSpec:
     metastore: str = "raft"          # raft | zk
     bookie_count: int = 4
-    stream_storage: bool = False
+    stream_storage_count: int = 0   # stream storage servers ss1..ssN (they share the tables)
     tmpfs_ledger_dirs: bool = False  # a small tmpfs per bookie ledger dir (for the disk-full nemesis)
 
 
@@ -118,15 +118,19 @@ class Cluster:
         return None
 
     @property
-    def stream_storage_address(self) -> str:
-        return f"127.0.0.1:{self.services['ss'].port}"
+    def stream_storage_names(self) -> list[str]:
+        return [f"ss{i + 1}" for i in range(self.spec.stream_storage_count)]
+
+    @property
+    def stream_storage_addresses(self) -> list[str]:
+        return [f"127.0.0.1:{self.services[name].port}" for name in self.stream_storage_names]
 
     # -- starting -------------------------------------------------------------------------------
 
     async def start(self, nursery: trio.Nursery) -> None:
         os.makedirs(self.root, exist_ok=True)
         metastore_ports = await self._start_metastore(nursery)
-        clients = ["c", *self.bookie_names] + (["ss"] if self.spec.stream_storage else [])
+        clients = ["c", *self.bookie_names, *self.stream_storage_names]
         for source in clients:
             for name, port in zip(self.metastore_names, metastore_ports):
                 await self.proxies.add(nursery, source=source, target=name, target_port=port)
@@ -135,9 +139,9 @@ class Cluster:
             await self.proxies.add(nursery, source="c", target=name, target_port=port)
             self.services[name] = self._bookie_service(name, port)
         await self._start_all(self.bookie_names)
-        if self.spec.stream_storage:
-            self.services["ss"] = self._stream_storage_service(free_port())
-            await self._start_all(["ss"])
+        for name in self.stream_storage_names:
+            self.services[name] = self._stream_storage_service(name, free_port())
+        await self._start_all(self.stream_storage_names)
 
     async def _start_all(self, names: list[str]) -> None:
         async with trio.open_nursery() as starting:
@@ -193,12 +197,12 @@ class Cluster:
         return Service(name, "bookie", port, data_dir,
                        lambda i: self._launch(name, ["bookie", "--config", config_path], data_dir, port, i))
 
-    def _stream_storage_service(self, port: int) -> Service:
-        data_dir = os.path.join(self.root, "ss")
-        argv = ["stream-storage", "--metastore", self.metastore_uri("ss"), "--port", str(port),
+    def _stream_storage_service(self, name: str, port: int) -> Service:
+        data_dir = os.path.join(self.root, name)
+        argv = ["stream-storage", "--metastore", self.metastore_uri(name), "--port", str(port),
                 "--data-dir", data_dir]
-        return Service("ss", "stream-storage", port, data_dir,
-                       lambda i: self._launch("ss", argv, data_dir, port, i))
+        return Service(name, "stream-storage", port, data_dir,
+                       lambda i: self._launch(name, argv, data_dir, port, i))
 
     def _mount_tmpfs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

@@ -118,7 +118,9 @@ class Nemesis:
 
     async def _partition(self, fault_s: float) -> None:
         proxies = self.cluster.proxies
-        nodes = sorted({link.target for link in proxies.links.values()})
+        # Metastore nodes and bookies, and stream storage servers (cut off from the metastore
+        # while clients still reach them: their sessions expire and their ranges move on).
+        nodes = sorted({link.target for link in proxies.links.values()} | set(self.cluster.stream_storage_names))
         shape = self.rng.choice(["isolate", "split", "one-way", "slow"])
         node = self.rng.choice(nodes)
         if shape == "isolate":

@@ -19,7 +19,8 @@ def replay_command(args: argparse.Namespace) -> str:
     """The command that runs this again with the same options and seed (bkjepsen.runner's
     parse_args reads them)."""
     return (f"jepsen-like/run --workload {args.workload} --nemesis {args.nemesis} --time {args.time:g} "
-            f"--seed {args.seed} --metastore {args.metastore} --bookies {args.bookies}")
+            f"--seed {args.seed} --metastore {args.metastore} --bookies {args.bookies}"
+            + (f" --stream-storage-servers {args.stream_storage_servers}" if args.workload == "table" else ""))
 
 
 def report_lines(result, args, folder: str) -> list[str]:

@@ -42,6 +42,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=None, help="the seed of every random choice (default: new)")
     parser.add_argument("--metastore", choices=("raft", "zk"), default="raft")
     parser.add_argument("--bookies", type=int, default=4)
+    parser.add_argument("--stream-storage-servers", type=int, default=3,
+                        help="stream storage servers of the table workload (3); ranges move between them")
     parser.add_argument("--results", default=DEFAULT_RESULTS, help="results folder (jepsen-like/results)")
     args = parser.parse_args(argv)
     if args.seed is None:
@@ -98,7 +100,8 @@ async def run(args: argparse.Namespace, folder: str, log=print) -> RunResult:
     result = RunResult(History())
     if why_no_tmpfs and args.nemesis in ("all",) or (why_no_tmpfs and "disk-full" in args.nemesis):
         result.notes.append(f"disk-full nemesis left out: cannot mount a tmpfs here ({why_no_tmpfs})")
-    spec = ClusterSpec(metastore=args.metastore, bookie_count=args.bookies, stream_storage=args.workload == "table",
+    spec = ClusterSpec(metastore=args.metastore, bookie_count=args.bookies,
+                       stream_storage_count=args.stream_storage_servers if args.workload == "table" else 0,
                        tmpfs_ledger_dirs="disk-full" in kinds)
     cluster = Cluster(spec, os.path.join(folder, "cluster"))
     try:
@@ -109,8 +112,8 @@ async def run(args: argparse.Namespace, folder: str, log=print) -> RunResult:
             history = result.history = History()
             workload = make_workload(args.workload, history, random.Random(rng.random()), cluster)
             await workload.prepare(cluster.client_uri)
-            victims = ["ss"] if spec.stream_storage else []
-            nemesis = Nemesis(cluster, history, rng=random.Random(rng.random()), kinds=kinds, victims_extra=victims)
+            nemesis = Nemesis(cluster, history, rng=random.Random(rng.random()), kinds=kinds,
+                              victims_extra=cluster.stream_storage_names)
             async with trio.open_nursery() as inner:
                 inner.start_soon(nemesis.run, args.time)
                 inner.start_soon(workload.run, cluster.client_uri, args.time)

@@ -1,6 +1,7 @@
 """The table workload: four clients doing put / get / compare-and-set (a txn comparing the
 key's version, then putting) on a few register keys, and increment / get on counter keys,
-against the stream storage process (which the nemesis may kill or pause).
+against several stream storage servers sharing the table (the nemesis kills, pauses and cuts
+them off from the metastore, so ranges move between them).
 
 put, get and increment go through the library (bk.open_table); the txn goes straight to the
 gRPC TableService with BookKeeper's TxnRequest, since the library's table has no txn call.
@@ -31,8 +32,9 @@ NOT_SENT_TEXT = "no stream storage server is running"
 class TableWorkload:
     def __init__(self, history: History, rng: random.Random, cluster) -> None:
         self.history, self.rng = history, rng
-        self.server_address = cluster.stream_storage_address
-        self._txn_stub = None
+        # The txn goes to any server (one that does not own the key's range forwards it).
+        self.server_addresses = cluster.stream_storage_addresses
+        self._txn_stubs: dict[str, object] = {}
 
     async def prepare(self, uri: str) -> None:
         await prepare_stream(uri, NAMESPACE, STREAM)
@@ -101,22 +103,25 @@ class TableWorkload:
 
     async def _cas(self, table, process: str, key: str, expected_version: int, value: str) -> None:
         op = self.history.invoke(process, "cas", key, [expected_version, value])
+        address = self.rng.choice(self.server_addresses)
         answered, succeeded = await self._call(
-            op, lambda: trio.to_thread.run_sync(self._txn, key.encode(), expected_version, value.encode()),
+            op, lambda: trio.to_thread.run_sync(self._txn, address, key.encode(), expected_version, value.encode()),
             is_read=False)
         if answered:
             self.history.ok(op, succeeded)
 
-    def _txn(self, key: bytes, expected_version: int, value: bytes) -> bool:
-        """Compare the key's version, put on success (runs in a worker thread). Version 0 (no
+    def _txn(self, address: str, key: bytes, expected_version: int, value: bytes) -> bool:
+        """At the server at `address`, compare the key's version, put on success (runs in a
+        worker thread). Version 0 (no
         key) is BookKeeper's compare-and-create, a compare with no value; comparing another
         version of a missing key fails (BookKeeper answers KEY_NOT_FOUND)."""
         import grpc
         from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
         from bkcore.stream.segments import stream_id_of
-        if self._txn_stub is None:
-            self._txn_stub = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(self.server_address))
+        stub = self._txn_stubs.get(address)
+        if stub is None:
+            stub = self._txn_stubs[address] = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(address))
         header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id_of(NAMESPACE, STREAM), r_key=key)
         if expected_version == 0:
             compare = kv_rpc_pb2.Compare(target=kv_rpc_pb2.Compare.VALUE, result=kv_rpc_pb2.Compare.EQUAL, key=key)
@@ -127,7 +132,7 @@ class TableWorkload:
             header=header,
             compare=[compare],
             success=[kv_rpc_pb2.RequestOp(request_put=kv_rpc_pb2.PutRequest(key=key, value=value, header=header))])
-        answer = self._txn_stub.Txn(request, timeout=OP_TIMEOUT_S)
+        answer = stub.Txn(request, timeout=OP_TIMEOUT_S)
         if answer.header.code == storage_pb2.KEY_NOT_FOUND:
             return False
         if answer.header.code != storage_pb2.SUCCESS:
@@ -148,8 +153,7 @@ class TableWorkload:
                         await trio.sleep(1.0 + attempt)
             finally:
                 table.close()
-            if self._txn_stub is not None:
-                self._txn_stub = None
+            self._txn_stubs.clear()
 
 
 def _observed(key: str, kv):

@@ -31,12 +31,22 @@ def range_name(index: tuple[str, str, int]) -> str:
 async def owner_of(store, root: str, index: tuple[str, str, int]) -> str | None:
     """The server serving a range now, if any."""
     result = await store.execute(Get(f"{owners_path(root)}/{range_name(index)}"))
+    _check_reachable(result.code, "find the owner of a table range")
     return result.data.decode() if result.code is MetaCode.OK else None
 
 
 async def live_servers(store, root: str) -> list[str]:
     result = await store.execute(Children(servers_path(root)))
+    _check_reachable(result.code, "list the stream storage servers")
     return sorted(result.children) if result.code is MetaCode.OK else []
+
+
+def _check_reachable(code: MetaCode, what: str) -> None:
+    """A metastore that did not answer is not an answer of "nobody": say what happened."""
+    if code is MetaCode.SESSION_EXPIRED:
+        raise ConnectionError(f"cannot {what}: the metastore session of this client expired; connect again")
+    if code is MetaCode.CONNECTION_LOSS:
+        raise ConnectionError(f"cannot {what}: the metastore did not answer (connection lost); try again")
 
 
 class NotOwner(Exception):
