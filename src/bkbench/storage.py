@@ -28,7 +28,8 @@ def _cluster(args, *, with_stream_storage: bool):
     from bklocal.standalone import StandaloneCluster
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-storage-")
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, metastore_count=1,
-                                              with_stream_storage=with_stream_storage)
+                                              with_stream_storage=with_stream_storage,
+                                              stream_storage_server_count=getattr(args, "servers", 1))
     return root, cluster
 
 
@@ -114,7 +115,7 @@ def bench_table(args) -> int:
                 table = storage.table("default", "bench")
                 for index in range(64):                  # open every range before timing
                     table.put(b"warm-%d" % index, value)
-            processes = {"server": [cluster.stream_storage.process.pid],
+            processes = {"server": [server.process.pid for server in cluster.stream_storage_servers],
                          "bookies": [bookie.process.pid for bookie in cluster.bookies],
                          "metastore": [node.process.pid for node in cluster.metastore_nodes]}
             puts, gets = _puts_then_gets(address, args, value, processes, clients)
@@ -134,7 +135,8 @@ def bench_table(args) -> int:
                            "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2),
                            "watch_p50_over_etcd": round(watch["watch_latency_p50_ms"] / etcd_watch_ms, 2)
                            if etcd_watch_ms and watch["watch_latency_p50_ms"] else None}
-    print(json.dumps({"benchmark": "table", "clients": args.clients, "client_processes": args.client_processes,
+    print(json.dumps({"benchmark": "table", "servers": args.servers, "clients": args.clients,
+                      "client_processes": args.client_processes,
                       "value_size": args.value_size,
                       "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
                       **ceiling,

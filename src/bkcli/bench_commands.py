@@ -118,6 +118,9 @@ def _add_table_and_stream(sub) -> None:
     table.add_argument("--seconds", type=float, default=10.0, help="seconds per measurement")
     table.add_argument("--value-size", type=int, default=100)
     table.add_argument("--bookies", type=int, default=3)
+    table.add_argument("--servers", type=int, default=1,
+                       help="stream storage servers sharing the tables and one address (SO_REUSEPORT); their "
+                            "CPU is reported summed (1)")
     _add_cluster_dir(table)
     table.add_argument("--ceiling", action="store_true",
                        help="also measure dict-backed gRPC servers under the same load (bkbench.table_ceiling: "

@@ -9,6 +9,7 @@ finds it without flags.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -30,7 +31,15 @@ def add_parser(commands) -> None:
                             help="first bookie HTTP admin port (8000); 0 turns it off")
     standalone.add_argument("--stream-storage-port", type=int, default=4181,
                             help="stream storage (tables, gRPC) port (4181); 0 turns it off")
+    standalone.add_argument("--stream-storage-servers", type=int, default=default_stream_storage_servers(),
+                            help="stream storage servers sharing the tables and that port (one per two cores: "
+                                 f"{default_stream_storage_servers()} here); ranges move to the others when one dies")
     standalone.set_defaults(run=cmd_standalone)
+
+
+def default_stream_storage_servers() -> int:
+    """One stream storage server per two cores (each is one Python process: one core's worth)."""
+    return max(1, (os.cpu_count() or 2) // 2)
 
 
 def cmd_standalone(args) -> int:
@@ -40,7 +49,8 @@ def cmd_standalone(args) -> int:
         args.data_dir, bookie_ports=[args.bookie_port + i for i in range(args.bookies)],
         metastore_ports=[args.metastore_port + i for i in range(args.metastore_nodes)],
         http_ports=[args.http_port + i for i in range(args.bookies)] if args.http_port else None,
-        bookie_extra={"autoRecoveryDaemonEnabled": True}, stream_storage_port=args.stream_storage_port)
+        bookie_extra={"autoRecoveryDaemonEnabled": True}, stream_storage_port=args.stream_storage_port,
+        stream_storage_server_count=max(1, args.stream_storage_servers))
     print(f"bk standalone: starting {args.metastore_nodes} raft-lite node(s) and {args.bookies} bookies "
           f"under {cluster.data_dir}", flush=True)
     try:

@@ -30,7 +30,11 @@ def add_parser(commands) -> None:
     server = commands.add_parser("stream-storage", help="serve streams and tables over gRPC (port 4181)")
     add_metastore_argument(server)
     server.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    server.add_argument("--port", type=int, default=4181, help="gRPC port (4181)")
+    server.add_argument("--port", type=int, default=4181,
+                        help="this server's own gRPC port (4181); it names the server among the others")
+    server.add_argument("--shared-port", type=int, default=None,
+                        help="a port every stream storage server of the cluster also listens on (SO_REUSEPORT), "
+                             "so clients given one address are spread over the servers")
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
@@ -118,8 +122,9 @@ async def _serve(args) -> int:
     async with trio.open_nursery() as nursery:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
-            index_dir=os.path.join(data_dir, "table-indexes")))
-        print(f"stream storage listening on {gateway.host}:{gateway.port}", flush=True)
+            index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port))
+        shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
+        print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}", flush=True)
         await cancel_on_stop_signal(nursery)
     return 0
 

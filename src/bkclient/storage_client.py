@@ -56,7 +56,9 @@ def _reason(call) -> str:
 class StorageClient:
     def __init__(self, server: str = DEFAULT_SERVER) -> None:
         self.server = server
-        self._channel = grpc.insecure_channel(server)
+        # A connection of its own (gRPC otherwise shares one per address in a process): clients
+        # of an address several servers listen on (SO_REUSEPORT) are then spread over them.
+        self._channel = grpc.insecure_channel(server, options=[("grpc.use_local_subchannel_pool", 1)])
         self._root = storage_pb2_grpc.RootRangeServiceStub(self._channel)
 
     def close(self) -> None:

@@ -1,7 +1,12 @@
 """A standalone cluster on 127.0.0.1: raft-lite metastore nodes and bookies, each a `bk` child
-process with its data under one directory (kept across restarts), and optionally the stream
-storage server. `bk standalone` runs one in the foreground; tests and benchmarks start one on
-free ports with StandaloneCluster.on_free_ports.
+process with its data under one directory (kept across restarts), and optionally stream storage
+servers. `bk standalone` runs one in the foreground; tests and benchmarks start one on free
+ports with StandaloneCluster.on_free_ports.
+
+Several stream storage servers share the tables (each range has one owner at a time): each
+listens on a port of its own, which names it, and all of them on the stream storage port with
+SO_REUSEPORT, so a client given that one address is spread over them. One server listens on the
+stream storage port alone.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ class StandaloneCluster:
 
     def __init__(self, data_dir: str, *, bookie_ports: list[int], metastore_ports: list[int],
                  http_ports: list[int] | None = None, bookie_extra: dict | None = None,
-                 stream_storage_port: int = 0) -> None:
+                 stream_storage_port: int = 0, stream_storage_server_count: int = 1) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.metastore_ports = list(metastore_ports)
         self.bookie_ports = list(bookie_ports)
@@ -29,9 +34,10 @@ class StandaloneCluster:
         self.metastore_uri = raft_uri(self.metastore_ports)
         self.bookie_extra = bookie_extra or {}
         self.stream_storage_port = stream_storage_port
+        self.stream_storage_server_count = stream_storage_server_count if stream_storage_port else 0
         self.metastore_nodes = []
         self.bookies = []
-        self.stream_storage = None
+        self.stream_storage_servers = []
 
     @classmethod
     def on_free_ports(cls, data_dir: str, *, bookie_count: int, metastore_count: int = 3,
@@ -57,14 +63,24 @@ class StandaloneCluster:
             self.start_bookie(index)
             http = f", http://127.0.0.1:{self.http_ports[index]}/metrics" if self.http_ports[index] else ""
             log(f"  bookie {index + 1}: 127.0.0.1:{port}{http}  (data {self.bookie_dir(index)})")
-        if self.stream_storage_port:
-            self.stream_storage = spawn_bk(
-                "stream storage", ["stream-storage", "--metastore", self.metastore_uri,
-                                   "--port", str(self.stream_storage_port),
-                                   "--data-dir", os.path.join(self.data_dir, "stream-storage")],
-                log_path=os.path.join(self.data_dir, "stream-storage.log"), port=self.stream_storage_port,
-                ready_text="stream storage listening on")
+        if self.stream_storage_server_count == 1:
+            self.stream_storage_servers.append(self._spawn_stream_storage("", self.stream_storage_port, []))
             log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}")
+        elif self.stream_storage_server_count > 1:
+            for index, port in enumerate(free_ports(self.stream_storage_server_count)):
+                self.stream_storage_servers.append(self._spawn_stream_storage(
+                    str(index + 1), port, ["--shared-port", str(self.stream_storage_port)]))
+                log(f"  stream storage server {index + 1}: 127.0.0.1:{port}")
+            log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}, shared by "
+                f"{self.stream_storage_server_count} servers")
+
+    def _spawn_stream_storage(self, suffix: str, port: int, extra: list[str]):
+        name = f"stream-storage{suffix}"
+        return spawn_bk(name.replace("-", " "), ["stream-storage", "--metastore", self.metastore_uri,
+                                                 "--port", str(port), "--data-dir", os.path.join(self.data_dir, name),
+                                                 *extra],
+                        log_path=os.path.join(self.data_dir, f"{name}.log"), port=port,
+                        ready_text="stream storage listening on")
 
     def bookie_dir(self, index: int) -> str:
         return os.path.join(self.data_dir, f"bookie{index + 1}")
@@ -83,7 +99,7 @@ class StandaloneCluster:
 
     @property
     def children(self) -> list:
-        return ([self.stream_storage] if self.stream_storage else []) + self.bookies + self.metastore_nodes
+        return self.stream_storage_servers + self.bookies + self.metastore_nodes
 
     def stop(self) -> None:
         for child in self.children:

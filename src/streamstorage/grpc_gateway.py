@@ -245,7 +245,14 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         except NotOwner as exc:
             if _was_forwarded(context):
                 return response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR))
-            return self._forward(exc.owner, method, request, context)
+            try:
+                return self._forward(exc.owner, method, request, context)
+            except grpc.RpcError as failure:
+                # The owner is gone (its claim lasts until its metastore session expires) or
+                # slow: BookKeeper's transient error, which its clients retry.
+                return refused(response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR)),
+                               ConnectionError(f"the owner of this range, {exc.owner}, did not answer "
+                                               f"({failure.code().name}); retry"), context)
         except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
@@ -393,12 +400,19 @@ class _WatchHandler:
 
 class GrpcGateway:
     def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, threads: int = 32,
-                 checkpoint_every: int | None = None, index_dir: str | None = None) -> None:
+                 checkpoint_every: int | None = None, index_dir: str | None = None,
+                 shared_port: int | None = None) -> None:
         """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
-        the range journals whenever a range is opened); None keeps them in memory."""
+        the range journals whenever a range is opened); None keeps them in memory.
+
+        port is this server's own (its id among the servers, where the others forward what it
+        owns: no other process may listen there); shared_port, when given, is also listened on
+        with SO_REUSEPORT, by every server of the cluster, so that clients that know one address
+        (the stock client) are spread over them by the kernel, one connection at a time."""
         self._bk = bk
         self._index_dir = index_dir
         self.host, self.port = host, port
+        self.shared_port = shared_port
         self._threads = threads
         self._checkpoint_every = checkpoint_every
         self.tables: Tables | None = None
@@ -410,11 +424,17 @@ class GrpcGateway:
         except NamespaceExists:
             pass
         async with trio.open_nursery() as nursery:
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads))
+            # gRPC turns SO_REUSEPORT on by default: left on, a second server started on a port in
+            # use would share it (and this server's id) silently. Only the shared port needs it.
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads),
+                                 options=[("grpc.so_reuseport", 1 if self.shared_port else 0)])
             bound = server.add_insecure_port(f"{self.host}:{self.port}")
             if bound == 0:
                 raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
             self.port = bound
+            if self.shared_port and server.add_insecure_port(f"{self.host}:{self.shared_port}") == 0:
+                raise OSError(f"cannot listen on the shared port {self.host}:{self.shared_port} (is another "
+                              f"program there?)")
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
                                  server_id=f"{self.host}:{self.port}",
                                  indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
@@ -422,7 +442,7 @@ class GrpcGateway:
             storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
                 RootRangeServicer(bridge, streams, self.tables), server)
             storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
-                StorageContainerServicer(self.host, self.port), server)
+                StorageContainerServicer(self.host, self.shared_port or self.port), server)
             storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)
             kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(bridge, streams, self.tables), server)
             watch = grpc.unary_stream_rpc_method_handler(

@@ -22,7 +22,7 @@ SESSION_CHECK_INTERVAL_S = 0.5
 
 
 async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str | None,
-                             task_status=trio.TASK_STATUS_IGNORED) -> None:
+                             shared_port: int | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `task_status.started(gateway)` once it first listens (the
     gateway knows the port it got, which later sessions keep)."""
     is_first = True
@@ -30,7 +30,8 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
         async with open_client(uri) as driver:
             bk = BookKeeperClient(driver)
             async with trio.open_nursery() as nursery:
-                gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir).run)
+                gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
+                                                          shared_port=shared_port).run)
                 port = gateway.port
                 if is_first:
                     is_first = False

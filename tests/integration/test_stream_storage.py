@@ -113,11 +113,11 @@ def test_a_killed_server_restarts_with_every_acknowledged_increment(cluster):
     for worker in workers:
         worker.start()
     wait_for(lambda: acknowledged[0] >= 200)
-    cluster.stream_storage.kill()
+    cluster.stream_storage_servers[0].kill()
     stop.set()
     for worker in workers:
         worker.join(60)
-    cluster.stream_storage = spawn_bk(
+    cluster.stream_storage_servers[0] = spawn_bk(
         "stream storage", ["stream-storage", "--metastore", cluster.metastore_uri,
                            "--port", str(cluster.stream_storage_port)],
         log_path=os.path.join(cluster.data_dir, "stream-storage-restarted.log"), port=cluster.stream_storage_port,
