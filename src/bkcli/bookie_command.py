@@ -95,7 +95,7 @@ async def run_autorecovery(uri: str, config) -> None:
     """The autorecovery daemon of this bookie: an auditor candidate and a replication worker."""
     from transports.autorecovery import Autorecovery
     from bkclient.library import connect
-    async with connect(uri) as bk:
+    async with connect(uri, renew_session=False) as bk:       # its auditor node and locks are ephemeral
         await Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
                            audit_interval_s=config.audit_interval_s, name=f"bookie-{config.bookie_id}").run()
 

@@ -58,10 +58,14 @@ class BookKeeper(BookKeeperClient):
 
 @contextlib.asynccontextmanager
 async def connect(uri: str, *, config: ClientConfig = ClientConfig(), session_timeout_s: float = 10.0,
-                  tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> AsyncIterator[BookKeeper]:
+                  tls: ssl.SSLContext | None = None, auth_secret: bytes = b"",
+                  renew_session: bool = True) -> AsyncIterator[BookKeeper]:
     """Connect to the cluster whose metastore `uri` names (memory://, raft://, zk://). With
     `tls` bookie connections use TLS (the context verifies the bookies' certificates); with
-    `auth_secret` each bookie connection first proves the cluster's shared secret."""
+    `auth_secret` each bookie connection first proves the cluster's shared secret. A metastore
+    session that expires is replaced by a new one, as BookKeeper's client does (renew_session=
+    False for a process that owns something through its session's ephemeral nodes: it must
+    learn that the session ended)."""
     async with open_client(uri, config=config, session_timeout_s=session_timeout_s, tls=tls,
-                           auth_secret=auth_secret) as driver:
+                           auth_secret=auth_secret, renew_session=renew_session) as driver:
         yield BookKeeper(driver, driver.store)

@@ -18,18 +18,24 @@ import trio
 
 from bkcore.client.config import ClientConfig
 from metastore.layout_node import resolve_layout
+from metastore.renewing import RenewingStore
 from metastore.uri import open_metastore, parse_metastore_uri
 from transports.client_driver import ClientDriver
 
 
 @contextlib.asynccontextmanager
 async def open_client(uri: str, *, config: ClientConfig = ClientConfig(), session_timeout_s: float = 10.0,
-                      tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> AsyncIterator[ClientDriver]:
+                      tls: ssl.SSLContext | None = None, auth_secret: bytes = b"",
+                      renew_session: bool = False) -> AsyncIterator[ClientDriver]:
     """A driver of the cluster whose metastore `uri` names (memory://, raft://, zk://). With
     `tls` bookie connections use TLS (the context verifies the bookies' certificates); with
-    `auth_secret` each bookie connection first proves the cluster's shared secret."""
+    `auth_secret` each bookie connection first proves the cluster's shared secret. With
+    `renew_session` an expired metastore session is replaced by a new one (metastore.renewing:
+    for clients that own nothing through their session)."""
     parsed = parse_metastore_uri(uri)
     store = await open_metastore(parsed, session_timeout_s=session_timeout_s)
+    if renew_session:
+        store = RenewingStore(store, lambda: open_metastore(parsed, session_timeout_s=session_timeout_s))
     try:
         layout = await resolve_layout(store, parsed)
         driver = ClientDriver(store=store, layout=layout, config=config, tls=tls, auth_secret=auth_secret)

@@ -249,11 +249,22 @@ async def test_a_ledger_read_error_reaches_the_reader_as_its_typed_error(bk, mon
         assert reader.is_ended
 
 
-async def test_a_client_whose_metastore_session_expired_is_told_so(bk):
+async def test_a_client_whose_metastore_session_expired_goes_on_with_a_new_one(bk):
+    await bk.streams.create_stream("ns", "renewed")
+    expired = bk.store.current
+    expired.expire_session()
+    assert (await bk.streams.stream_info("ns", "renewed")) is not None
+    async with bk.streams.open_writer("ns", "renewed") as writer:
+        await writer.write(b"after the expiry")
+    assert bk.store.current is not expired and bk.store.renewal_count == 1
+
+
+async def test_a_client_that_does_not_renew_its_session_is_told_it_expired(bk):
     await bk.streams.create_stream("ns", "lost")
-    bk.store.expire_session()
-    with pytest.raises(MetastoreSessionExpired, match="session of this client expired.*connect again"):
-        await bk.streams.stream_info("ns", "lost")
-    with pytest.raises(MetastoreSessionExpired):
-        async with bk.streams.open_writer("ns", "lost"):
-            pass
+    async with bkclient.connect(URI, renew_session=False) as client:
+        client.store.expire_session()
+        with pytest.raises(MetastoreSessionExpired, match="session of this client expired.*connect again"):
+            await client.streams.stream_info("ns", "lost")
+        with pytest.raises(MetastoreSessionExpired):
+            async with client.streams.open_writer("ns", "lost"):
+                pass

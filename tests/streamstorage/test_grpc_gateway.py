@@ -26,7 +26,7 @@ URI = "memory://grpc"
 @pytest.fixture
 async def gateway(start_cluster, tmp_path):
     await start_cluster(URI, 3)
-    async with bkclient.connect(URI) as bk:
+    async with bkclient.connect(URI, renew_session=False) as bk:     # a server: it owns claims
         async with trio.open_nursery() as nursery:
             yield await nursery.start(GrpcGateway(bk, port=0, index_dir=str(tmp_path / "indexes")).run)
             nursery.cancel_scope.cancel()
@@ -121,7 +121,8 @@ async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(s
     session then expires (as when its process dies): B claims the range, fences A through the
     journal, rebuilds the state, and the table stays available with every acknowledged write."""
     await start_cluster(URI, 3)
-    async with bkclient.connect(URI) as bk_a, bkclient.connect(URI) as bk_b:
+    # Servers own claims through their sessions: they must learn that one ended, not renew it.
+    async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
         async with trio.open_nursery() as nursery:
             a = await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run)
             b = await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run)
