@@ -7,9 +7,12 @@ import pytest
 import trio
 
 import bkclient
+from bkcore.errors import BKException
+from bkcore.client.handles import WriteHandle
+from bkcore.stream.records import StreamEntry, unpack_entry
 from bkcore.stream.errors import WriterFenced
 from bkcore.table.commands import (
-    Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn,
+    Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn, decode_stamped,
 )
 from streamstorage.lmdb_kv import LmdbRangeIndexes
 from bkcore.table.range import TABLES_NAMESPACE, TableRange, WatchCompacted
@@ -340,3 +343,118 @@ async def test_reads_in_other_threads_see_whole_commands_only(bk, open_range):
     assert seen and all(len(values) == 2 and values[0] == values[1] for values in seen)
     table_range.stop(RuntimeError("moved"))
     assert table_range.read_in_thread(RangeRead(b"a")) is None
+
+
+async def settle() -> None:
+    """Time for the tasks just started to run up to where they wait (for a held add; nothing
+    else moves meanwhile)."""
+    await trio.sleep(0.05)
+
+
+class HeldJournalAdds:
+    """The adds of table ns/t's range journal, held back until the test lets them go: with
+    `answers_only` each add reaches the bookies at once and only its answer waits (the owner
+    cannot know it is durable); otherwise nothing is sent until release_one()."""
+
+    def __init__(self, monkeypatch, *, answers_only: bool = False) -> None:
+        # (handle, payload, on_done, answer): answer is None while the add is unsent
+        self.held: list[tuple] = []
+        self.entries: list[StreamEntry] = []   # every journal entry started, in order
+        original = self._original = WriteHandle.start_add
+
+        def start_add(handle, payload, on_done):
+            if dict(handle.metadata.custom_metadata).get("stream") != b"__tables/ns~t~0":
+                return original(handle, payload, on_done)
+            self.entries.append(unpack_entry(payload))
+            if answers_only:
+                original(handle, payload, lambda *answer: self.held.append((handle, payload, on_done, answer)))
+            else:
+                self.held.append((handle, payload, on_done, None))
+        monkeypatch.setattr(WriteHandle, "start_add", start_add)
+
+    def release_one(self) -> None:
+        handle, payload, on_done, answer = self.held.pop(0)
+        if answer is None:
+            self._original(handle, payload, on_done)
+        else:
+            on_done(*answer)
+
+    def lose_all(self) -> None:
+        """The owner's process died: no held add is sent, and no answer reaches it."""
+        while self.held:
+            self.held.pop(0)[2](None, BKException("the owner's process died"))
+
+
+async def test_commands_that_arrive_during_an_add_go_in_one_entry_answered_once_durable(
+        bk, open_range, monkeypatch):
+    """Group commit: while the journal's one entry in flight is being added, the commands that
+    arrive wait; then all of them go into the next entry (one ledger add), in the order they
+    arrived, are applied in that order and answered only when that entry is durable."""
+    table_range = await open_range()
+    held = HeldJournalAdds(monkeypatch)
+    answered: list[tuple[int, int]] = []
+
+    async def put(index: int) -> None:
+        answered.append((index, (await table_range.execute(Put(b"k%d" % index, b"v%d" % index))).revision))
+
+    revision = table_range.state.revision
+    async with trio.open_nursery() as nursery:
+        for index in range(6):
+            nursery.start_soon(put, index)
+            await settle()
+        assert len(held.entries) == 1 and len(held.entries[0].records) == 1      # the first alone
+        assert answered == [] and table_range.state.revision == revision
+        held.release_one()
+        while len(held.entries) < 2:
+            await trio.sleep(0.01)
+        await settle()
+        assert [i for i, _ in answered] == [0]            # the first is durable; the group is not
+        group = held.entries[1]
+        assert [decode_stamped(r.payload).command.key for r in group.records] == [b"k%d" % i for i in range(1, 6)]
+        assert table_range.state.revision == revision + 1
+        held.release_one()
+    assert len(held.entries) == 2
+    assert sorted(answered) == [(i, revision + 1 + i) for i in range(6)]       # applied in arrival order
+
+
+@pytest.mark.parametrize("answers_only", [False, True], ids=["group-unsent", "group-sent-unanswered"])
+async def test_an_owner_crashing_mid_group_loses_only_unanswered_commands(
+        bk, open_range, monkeypatch, answers_only):
+    """The owner stops (as in a crash: nothing sealed) while a group is being added: every
+    answered command survives in the next owner; the unanswered group survives whole if its
+    entry reached the bookies, else not at all, never in part."""
+    first = await open_range()
+    await first.execute(Put(b"answered", b"1"))
+    held = HeldJournalAdds(monkeypatch, answers_only=answers_only)
+    failures: list[BaseException] = []
+
+    async def put(key: bytes) -> None:
+        try:
+            await first.execute(Put(key, b"1"))
+        except (RuntimeError, BKException) as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(put, b"g0")
+        await settle()
+        while not held.held:
+            await trio.sleep(0.01)
+        held.release_one()                      # g0 durable and answered
+        while first.state.revision < 2:
+            await trio.sleep(0.01)
+        nursery.start_soon(put, b"g1")          # the entry in flight (held)
+        await settle()
+        for key in (b"g2", b"g3"):              # queued behind it
+            nursery.start_soon(put, key)
+            await settle()
+        while not held.held:
+            await trio.sleep(0.01)
+        first.stop(RuntimeError("the owner crashed"))
+        held.lose_all()
+    assert len(failures) == 3
+    monkeypatch.undo()
+    second = await open_range()
+    assert await value_of(second, b"answered") == b"1" and await value_of(second, b"g0") == b"1"
+    survivors = [key for key in (b"g1", b"g2", b"g3") if await value_of(second, key) is not None]
+    assert survivors == ([b"g1"] if answers_only else [])      # g1's entry alone reached the bookies
+    await second.aclose()
