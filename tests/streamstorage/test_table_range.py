@@ -272,7 +272,7 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
                 op = HistoryOp("get", (), time.perf_counter_ns())
                 history.append(op)
                 try:
-                    kvs = owner.read(RangeRead(b"x")).kvs
+                    kvs = (await owner.read(RangeRead(b"x"))).kvs
                 except Exception:       # noqa: BLE001 - a stopped owner: no answer
                     continue
                 op.completed_ns = time.perf_counter_ns()
