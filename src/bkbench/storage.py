@@ -24,12 +24,12 @@ import time
 from bkbench.journal import MIB, percentile
 
 
-def _cluster(args, *, with_stream_storage: bool):
+def _cluster(args, *, with_stream_storage: bool, servers: int = 1):
     from bklocal.standalone import StandaloneCluster
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-storage-")
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, metastore_count=1,
                                               with_stream_storage=with_stream_storage,
-                                              stream_storage_server_count=getattr(args, "servers", 1))
+                                              stream_storage_server_count=servers)
     return root, cluster
 
 
@@ -103,7 +103,7 @@ def _watch_summary(delays: list[float]) -> dict:
 def bench_table(args) -> int:
     from bkclient.storage_client import StorageClient
     from bkbench.client_processes import ClientProcesses
-    root, cluster = _cluster(args, with_stream_storage=True)
+    root, cluster = _cluster(args, with_stream_storage=True, servers=args.servers)
     value = os.urandom(args.value_size)
     clients = ClientProcesses(args.client_processes) if args.client_processes > 1 else None
     try:
