@@ -291,7 +291,7 @@ class TableCaller:
         self._process = process
         self._name = process_name or process.name
         self._endpoint = RpcEndpoint(world=workload.world, process=process)
-        self._routes = Routes(process.store, process.bk.layout.root, workload.rng)
+        self._routes = Routes(process.store, process.bk.layout.root)
         self._range_count = workload.scenario.table_range_count
         self.last_failure = ""
 
