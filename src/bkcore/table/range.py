@@ -9,7 +9,9 @@
 Opening a range takes ownership: opening the journal's writer fences the previous owner (its
 next write fails with WriterFenced), then the newest complete checkpoint is loaded (a torn or
 unreadable one falls back to the one before, then to replaying the whole journal) and the
-journal is replayed from the checkpoint's position up to this owner's first segment.
+journal is replayed from the checkpoint's position up to this owner's first segment. Closing
+gives ownership up gently (a handover to another server, a shutdown): new commands are refused,
+accepted ones are journaled, applied and answered, then the journal is sealed.
 
 A command is journaled first and applied once durable, strictly in journal order, so every
 acknowledged command survives a crash of the owner and a new owner applies the same ones in the
@@ -265,6 +267,8 @@ class TableRange:
         now_ms = self._now_ms()
         if self._slots:
             await self._slots[-1].done.wait()
+            if self._failure is not None and self._refusal is not None:
+                raise self._refusal     # closed meanwhile (handed over, say): the next owner answers
             self._check_serving()
         return self.state.read(op, now_ms=now_ms)
 
