@@ -47,8 +47,8 @@ class Rebalancer:
     """The live servers as this server last read them, and the loop that hands ranges over.
 
     `tables` is the service (bkcore.table.service.Tables): it says which ranges are served
-    here (ranges_here()), hands one over (hand_over(index, target)), and whether it is
-    stopping (is_stopping)."""
+    here (ranges_here()), hands one over (hand_over(index, target): whether it did), and
+    whether it is stopping (is_stopping)."""
 
     def __init__(self, *, tables, store, root: str, server_id: str, runtime) -> None:
         self._tables = tables
@@ -58,7 +58,7 @@ class Rebalancer:
         self.server_id = server_id
         # The live servers from the newest read of the servers' list; None until the first.
         self.servers: tuple[str, ...] | None = None
-        self.handover_count = 0
+        self.handover_count = 0         # ranges handed over by this server
 
     def preferred(self, index: tuple[str, str, int]) -> str | None:
         """Where range `index` belongs, as far as this server knows: None while it has no view
@@ -115,9 +115,12 @@ class Rebalancer:
         return watch
 
     async def _hand_over(self, batch: list[tuple[tuple[str, str, int], str]]) -> None:
+        async def hand_over(index: tuple[str, str, int], target: str) -> None:
+            if await self._tables.hand_over(index, target):
+                self.handover_count += 1
+
         async with self._rt.open_nursery() as nursery:
             for index, target in batch:
                 if self._should_stop():
                     break
-                self.handover_count += 1
-                nursery.start_soon(self._tables.hand_over, index, target)
+                nursery.start_soon(hand_over, index, target)

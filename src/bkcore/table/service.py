@@ -205,17 +205,18 @@ class Tables:
         if owner is not None:
             raise NotOwner(owner, what)
 
-    async def hand_over(self, index: tuple[str, str, int], target: str) -> None:
+    async def hand_over(self, index: tuple[str, str, int], target: str) -> bool:
         """Give range `index` up for `target`, which the rebalancer found it belongs on: new
         commands are refused with NotOwner(target) and the requests that arrive meanwhile wait,
         accepted commands finish durably (TableRange.aclose), the journal is sealed, then the
         claim is released and the waiting requests go on (to `target`, through _claim). The
         target claims the range at its next request and fences the journal, as any new owner
         does. Shielded: a handover half done would leave the range refusing commands here
-        while nobody else may claim it."""
+        while nobody else may claim it. Returns whether it handed the range over (False: it
+        was not served here any more, or the server is stopping)."""
         table_range = self._ranges.get(index)
         if table_range is None or not table_range.is_serving or self.is_stopping:
-            return
+            return False
         namespace, stream, range_id = index
         del self._ranges[index]
         moving = self._moving[index] = self._rt.Event()
@@ -227,6 +228,7 @@ class Tables:
         finally:
             del self._moving[index]
             moving.set()
+        return True
 
     async def _close_range(self, index: tuple[str, str, int], table_range: TableRange,
                            refusal: Exception | None = None) -> None:
