@@ -240,7 +240,7 @@ class Scenario:
             f"client_write_busy={self.client_write_busy_ns / MS:g}ms clock_skew_max={self.clock_skew_max_ns / MS:g}ms",
             f"streams: readers={self.stream_reader_count} rolling_size={self.stream_rolling_size} "
             f"retention_size={self.stream_retention_size}",
-            f"tables: servers={self.table_server_count} late_servers={self.table_late_server_count} clients={self.table_client_count} "
-            f"watchers={self.table_watcher_count} ranges={self.table_range_count} "
+            f"tables: servers={self.table_server_count} late_servers={self.table_late_server_count} "
+            f"clients={self.table_client_count} watchers={self.table_watcher_count} ranges={self.table_range_count} "
             f"checkpoint_every={self.table_checkpoint_every} request_timeout={self.table_request_timeout_ns / MS:g}ms",
         ]
