@@ -10,8 +10,8 @@
         ...
 
 A thick client: each call goes straight to the server that owns the key's range (found in the
-metastore, as the servers announce themselves there), or to any live server when the range has
-no owner yet, which then claims it (bkcore.table.routing, which the simulator's clients use
+metastore, as the servers announce themselves there), or to the range's preferred live server
+when it has no owner yet, which then claims it (bkcore.table.routing, which the simulator's clients use
 too; a server that is not the owner forwards the request to the one that is). Calls run on gRPC's blocking stubs in worker threads. Keys
 without a pkey use the key as pkey (BookKeeper's Table); with one they are PTable lkeys.
 """
@@ -19,7 +19,6 @@ without a pkey use the key as pkey (BookKeeper's Table); with one they are PTabl
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
 from typing import AsyncIterator
 
@@ -39,7 +38,7 @@ class AsyncTable:
         self.namespace, self.stream = namespace, stream
         self._table_ranges = table_ranges
         self._clients: dict[str, StorageClient] = {}
-        self._routes = Routes(bk.store, bk.layout.root, random.Random())
+        self._routes = Routes(bk.store, bk.layout.root)
 
     def _index(self, pkey: bytes) -> tuple[str, str, int]:
         return self.namespace, self.stream, range_of(pkey, self._table_ranges)

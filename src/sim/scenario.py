@@ -104,6 +104,9 @@ class Scenario:
     table_range_count: int = 2
     table_checkpoint_every: int = 20
     table_request_timeout_ns: int = 1 * S
+    # Servers that join the table service late (after the first ones, at a time the workload
+    # draws), so ranges are handed over to a newcomer while clients use them.
+    table_late_server_count: int = 0
     # The metastore: "memory" (one tree, faults drawn as outages and lost answers) or
     # "raftlite" (three raft-lite members that crash and get cut off; sessions expire by the
     # leader's rule). Drawn for the workloads of application processes.
@@ -188,6 +191,7 @@ class Scenario:
         metastore_kind = rng.choice(METASTORE_KINDS)
         leader_cut_off = rng.choice([0.2, 0.5, 1.0])
         check_quorum = rng.choice([True, False])
+        tables["table_late_server_count"] = rng.choice([0, 0, 1, 2])
         if workload != "ledger":
             metastore = dataclasses.replace(metastore, session_timeout_ns=session_timeout)
         else:
@@ -236,7 +240,7 @@ class Scenario:
             f"client_write_busy={self.client_write_busy_ns / MS:g}ms clock_skew_max={self.clock_skew_max_ns / MS:g}ms",
             f"streams: readers={self.stream_reader_count} rolling_size={self.stream_rolling_size} "
             f"retention_size={self.stream_retention_size}",
-            f"tables: servers={self.table_server_count} clients={self.table_client_count} "
-            f"watchers={self.table_watcher_count} ranges={self.table_range_count} "
+            f"tables: servers={self.table_server_count} late_servers={self.table_late_server_count} "
+            f"clients={self.table_client_count} watchers={self.table_watcher_count} ranges={self.table_range_count} "
             f"checkpoint_every={self.table_checkpoint_every} request_timeout={self.table_request_timeout_ns / MS:g}ms",
         ]

@@ -1,12 +1,11 @@
 """bkcore.table.routing (where thick clients send a table request) and the ownership claims it
 reads, over the memory:// metastore."""
 
-import random
-
 import pytest
 
 from bkcore.metaops import Get, MetaCode
 from bkcore.table.ownership import NotOwner, RangeOwnership, owners_path, range_name
+from bkcore.table.placement import preferred_server
 from bkcore.table.routing import NoServer, Routes, choose_server
 from metastore.memory_store import forget_memory_servers
 from metastore.uri import open_metastore
@@ -15,24 +14,28 @@ ROOT = "/ledgers"
 INDEX = ("ns", "table", 0)
 
 
-async def test_a_range_goes_to_its_owner_else_to_a_live_server():
+async def test_a_range_goes_to_its_owner_else_to_its_preferred_live_server():
     forget_memory_servers()
     async with await open_metastore("memory://route") as store:
         with pytest.raises(NoServer):
-            await choose_server(store, ROOT, INDEX, random.Random(1))
-        for server in ("s1", "s2", "s3"):
+            await choose_server(store, ROOT, INDEX)
+        servers = ("s1", "s2", "s3")
+        for server in servers:
             await RangeOwnership(store, ROOT, server).register()
-        chosen = {await choose_server(store, ROOT, INDEX, random.Random(seed)) for seed in range(20)}
-        assert chosen == {"s1", "s2", "s3"}
-        assert await RangeOwnership(store, ROOT, "s2").claim(INDEX) is None
-        assert await choose_server(store, ROOT, INDEX, random.Random(1)) == "s2"
+        indexes = [("ns", "table", i) for i in range(12)]
+        chosen = [await choose_server(store, ROOT, index) for index in indexes]
+        assert chosen == [preferred_server(index, servers) for index in indexes]
+        assert set(chosen) == set(servers), "unowned ranges spread over the servers"
+        other = next(server for server in servers if server != chosen[0])
+        assert await RangeOwnership(store, ROOT, other).claim(indexes[0]) is None
+        assert await choose_server(store, ROOT, indexes[0]) == other, "an owner wins over the preference"
 
 
 async def test_a_request_follows_not_owner_answers():
     forget_memory_servers()
     async with await open_metastore("memory://redirect") as store:
         await RangeOwnership(store, ROOT, "s1").register()
-        routes = Routes(store, ROOT, random.Random(1))
+        routes = Routes(store, ROOT)
         tried = []
 
         async def send(server: str) -> str:
@@ -57,7 +60,7 @@ async def test_a_route_is_kept_while_it_answers_and_forgotten_when_it_fails():
         for server in ("s1", "s2"):
             await RangeOwnership(store, ROOT, server).register()
         assert await RangeOwnership(store, ROOT, "s1").claim(INDEX) is None
-        routes = Routes(store, ROOT, random.Random(1))
+        routes = Routes(store, ROOT)
         assert await routes.server_for(INDEX) == "s1"
         await RangeOwnership(store, ROOT, "s1").release(INDEX)
         assert await RangeOwnership(store, ROOT, "s2").claim(INDEX) is None
@@ -85,4 +88,4 @@ async def test_a_restarted_server_replaces_the_claims_of_its_previous_session():
         claim = await after.execute(Get(f"{owners_path(ROOT)}/{range_name(INDEX)}"))
         assert (claim.code, claim.data) == (MetaCode.OK, b"s1")
         assert await RangeOwnership(after, ROOT, "s2").claim(INDEX) == "s1"
-        assert await choose_server(after, ROOT, ("ns", "table", 1), random.Random(1)) == "s1"
+        assert await choose_server(after, ROOT, ("ns", "table", 1)) == "s1"

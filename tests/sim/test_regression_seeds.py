@@ -20,6 +20,8 @@ REGRESSION_SEEDS = [
     ("table", 180, True, "a read waits for the commands accepted before it (bkcore.table.range)"),
     ("mixed", 26, True, "watches resume from the last revision delivered (bkcore.table.watch_resume)"),
     ("mixed", 2164, False, "the read fix of table seed 180, found again by bk sim explore"),
+    ("table", 52, False, "a watch counts as started once its log is in the history, whatever came after "
+                         "(sim.workload_table); 10 simulated seconds", 10),
     ("table", 2012, False, "raft-lite confirms a ping only after a heartbeat round (metastore.raftlite.core); "
                            "5 simulated seconds", 5),
 ]

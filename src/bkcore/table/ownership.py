@@ -66,6 +66,7 @@ class OwnershipUncertain(ConnectionError):
 class RangeOwnership:
     def __init__(self, store, root: str, server_id: str) -> None:
         self._store = store
+        self._layout_root = root
         self._root = owners_path(root)
         self._servers = servers_path(root)
         self.server_id = server_id
@@ -88,6 +89,10 @@ class RangeOwnership:
         result = await self._store.execute(Create(path, is_ephemeral=True))
         if result.code is not MetaCode.OK:
             raise ConnectionError(f"could not register stream storage server {self.server_id}: {result.code.name}")
+
+    async def owner(self, index: tuple[str, str, int]) -> str | None:
+        """The server the range's claim node names now, if any."""
+        return await owner_of(self._store, self._layout_root, index)
 
     async def claim(self, index: tuple[str, str, int]) -> str | None:
         """Take the range if nobody holds it; None if it is ours now, else the owner's id."""

@@ -9,7 +9,9 @@
 Opening a range takes ownership: opening the journal's writer fences the previous owner (its
 next write fails with WriterFenced), then the newest complete checkpoint is loaded (a torn or
 unreadable one falls back to the one before, then to replaying the whole journal) and the
-journal is replayed from the checkpoint's position up to this owner's first segment.
+journal is replayed from the checkpoint's position up to this owner's first segment. Closing
+gives ownership up gently (a handover to another server, a shutdown): new commands are refused,
+accepted ones are journaled, applied and answered, then the journal is sealed.
 
 A command is journaled first and applied once durable, strictly in journal order, so every
 acknowledged command survives a crash of the owner and a new owner applies the same ones in the
@@ -63,6 +65,10 @@ JOURNAL_ENTRY_SIZE_MAX = COMMAND_SIZE_MAX + 64 * 1024
 # bookie, per command. Latency is at most two adds; a second entry in flight would halve groups.
 JOURNAL_ENTRIES_IN_FLIGHT_MAX = 1
 CHECKPOINT_ENTRY_SIZE_MAX = CHECKPOINT_CHUNK_BYTES + 2 * COMMAND_SIZE_MAX
+# How long closing a range waits for its accepted commands (and a checkpoint under way) before
+# it stops without sealing: a journal add that is stuck (no bookies) must not hold a shutdown
+# or a handover for good.
+CLOSE_DRAIN_MAX_S = 10.0
 
 
 class RangeClosed(Exception):
@@ -125,6 +131,8 @@ class TableRange:
         self._since_checkpoint = 0
         self._checkpoint_lock = self._rt.Lock()
         self._failure: BaseException | None = None
+        # Set once aclose() began: what new commands are told while accepted ones drain.
+        self._refusal: Exception | None = None
         self.restored_from: str = ""          # "checkpoint", "journal" (what open() used)
         # Reads from other threads (read_in_thread) hold this lock while they read the index.
         # Once the range stops serving, _is_index_shared is False: no such read is under way or
@@ -160,13 +168,28 @@ class TableRange:
         self._journal.abort(error)
         self._checkpoint_writer.abort(error)
 
-    async def aclose(self) -> None:
-        """Stop serving: what is journaled is applied, the journal segments are sealed (a
-        range that already stopped or failed just lets its writers go)."""
+    async def aclose(self, *, refusal: Exception | None = None) -> None:
+        """Stop serving, gently: commands that arrive from now on are refused with `refusal`
+        (RangeClosed if None: a handover passes NotOwner(next owner)); those already accepted
+        are journaled and applied and get their answers, as does a checkpoint under way; then
+        reads and watches end and the journal segments are sealed, so the next owner starts
+        from a clean end. If that drain takes longer than CLOSE_DRAIN_MAX_S (the journal is
+        stuck), the range stops at once instead: those commands get RangeClosed, their outcome
+        unknown, and the next owner recovers the journal. A range that already stopped or
+        failed just lets its writers go."""
         if self._failure is not None:
             self.stop(self._failure)
             return
-        self._fail(RangeClosed(f"{self.table} range {self.range_id} was closed by its owner"))
+        closed = RangeClosed(f"{self.table} range {self.range_id} was closed by its owner")
+        self._refusal = refusal or closed
+        with self._rt.move_on_after(CLOSE_DRAIN_MAX_S):
+            while self._slots and self._failure is None:
+                await self._slots[-1].done.wait()
+            async with self._checkpoint_lock:
+                self._fail(closed)
+        if self._failure is not closed:         # the drain ran out of time, or the range failed
+            self.stop(self._failure or closed)
+            return
         await self._journal.aclose()
         await self._checkpoint_writer.aclose()
 
@@ -207,7 +230,7 @@ class TableRange:
         """Journal the command, apply it once durable (in journal order); returns its result
         or raises its TableError. Journal failures (WriterFenced: another owner took over)
         end this range's service."""
-        self._check_serving()
+        self._check_accepting()
         slot = _Slot(Stamped(command, self._now_ms()), self._rt.Event())
         record = encode_stamped(slot.stamped)
         if len(record) > COMMAND_SIZE_MAX:
@@ -228,7 +251,8 @@ class TableRange:
             raise slot.failure
         if isinstance(slot.result, TableError):
             raise slot.result
-        if self._since_checkpoint >= self._checkpoint_every and not self._checkpoint_lock.locked():
+        if (self._since_checkpoint >= self._checkpoint_every and not self._checkpoint_lock.locked()
+                and self._refusal is None):
             await self.checkpoint()
         return slot.result
 
@@ -243,6 +267,8 @@ class TableRange:
         now_ms = self._now_ms()
         if self._slots:
             await self._slots[-1].done.wait()
+            if self._failure is not None and self._refusal is not None:
+                raise self._refusal     # closed meanwhile (handed over, say): the next owner answers
             self._check_serving()
         return self.state.read(op, now_ms=now_ms)
 
@@ -286,6 +312,12 @@ class TableRange:
     def _check_serving(self) -> None:
         if self._failure is not None:
             raise self._failure
+
+    def _check_accepting(self) -> None:
+        """New commands: refused once the range is closing (see aclose)."""
+        self._check_serving()
+        if self._refusal is not None:
+            raise self._refusal
 
     async def expire_keys_when_due(self) -> None:
         """Journal ExpireKeys whenever a TTL has passed (run as a task by the owner)."""

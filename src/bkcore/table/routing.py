@@ -2,12 +2,13 @@
 (bkclient.table_client over gRPC, the simulator's table clients over its network).
 
 A range's owner is named by its claim node in the metastore (bkcore.table.ownership); a range
-nobody owns yet goes to a live server chosen at random, which claims it on first use. A server
-that finds the range owned by another answers NotOwner(owner), and the request goes there
-next. The server ids are what the servers registered (host:port, or a simulated process's
+nobody owns yet goes to its preferred server among the live ones (bkcore.table.placement, which
+the servers compute alike), which claims it on first use. A server that finds the range owned
+by another, or preferred by another while nobody owns it, answers NotOwner(that server), and
+the request goes there next. The server ids are what the servers registered (host:port, or a simulated process's
 role); how a request reaches one is the caller's business (`send`).
 
-Pure async code over a metastore session and an injected random.Random: no trio, no clock.
+Pure async code over a metastore session: no trio, no clock, no randomness.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Awaitable, Callable, TypeVar
 
 from bkcore.table.ownership import NotOwner, live_servers, owner_of
+from bkcore.table.placement import preferred_server
 
 # NotOwner answers followed before giving up (each one names a newer owner; more than a few in a
 # row means ownership is moving faster than the request, which the caller retries later).
@@ -26,15 +28,15 @@ class NoServer(ConnectionError):
     """No stream storage server is registered in the metastore."""
 
 
-async def choose_server(store, root: str, index: tuple[str, str, int], rng) -> str:
-    """The owner of range `index` if it has one, else a live server chosen with `rng`."""
+async def choose_server(store, root: str, index: tuple[str, str, int]) -> str:
+    """The owner of range `index` if it has one, else its preferred live server."""
     owner = await owner_of(store, root, index)
     if owner is not None:
         return owner
-    servers = await live_servers(store, root)
-    if not servers:
+    server = preferred_server(index, await live_servers(store, root))
+    if server is None:
         raise NoServer("no stream storage server is running (bk standalone, or bk stream-storage)")
-    return rng.choice(servers)
+    return server
 
 
 class Routes:
@@ -45,16 +47,15 @@ class Routes:
     redirects, or, deposed without knowing it, refuses reads (its lease ran out) and has its
     journal writes fenced, which is what keeps the answers right."""
 
-    def __init__(self, store, root: str, rng) -> None:
+    def __init__(self, store, root: str) -> None:
         self._store = store
         self._root = root
-        self._rng = rng
         self._servers: dict[tuple[str, str, int], str] = {}
 
     async def server_for(self, index: tuple[str, str, int]) -> str:
         server = self._servers.get(index)
         if server is None:
-            server = self._servers[index] = await choose_server(self._store, self._root, index, self._rng)
+            server = self._servers[index] = await choose_server(self._store, self._root, index)
         return server
 
     def forget(self, index: tuple[str, str, int]) -> None:

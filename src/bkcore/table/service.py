@@ -8,7 +8,10 @@ plain Table of BookKeeper's Python client sends the key as both pkey and lkey; t
 the same.
 
 A range is opened (its journal writer fencing any previous owner, its state rebuilt) the first
-time a key of it is used, and stays owned by this process until close().
+time a key of it is used, and stays owned by this process until close(), or until the
+rebalancer (bkcore.table.rebalance) hands it over to the server it belongs on now. With
+ownership claims, a request for a range nobody owns is claimed here only if this server is the
+range's preferred one (bkcore.table.placement); otherwise it gets NotOwner(preferred server).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from bkcore.table.commands import (
 from bkcore.table.kv import WatchEvent
 from bkcore.table.ownership import NotOwner, OwnershipUncertain, RangeOwnership
 from bkcore.table.range import TABLES_NAMESPACE, RangeClosed, TableRange, journal_stream_name
+from bkcore.table.rebalance import Rebalancer
 
 SETTINGS_TTL_S = 5.0
 logger = logging.getLogger(__name__)
@@ -78,11 +82,19 @@ class Tables:
         # With a server id, ranges are claimed in the metastore (several servers share the
         # tables); without one, this process serves every range it is asked about.
         self._ownership = RangeOwnership(bk.store, bk.layout.root, server_id) if server_id else None
+        self.rebalancer = (Rebalancer(tables=self, store=bk.store, root=bk.layout.root, server_id=server_id,
+                                      runtime=self._rt) if server_id else None)
+        self._is_rebalancing = False
+        # Set by close() and stop_all(): no handover starts after it.
+        self.is_stopping = False
         self._checkpoint_every = checkpoint_every
         self._ranges: dict[tuple[str, str, int], TableRange] = {}
         self._settings: dict[tuple[str, str], tuple[StreamSettings, float]] = {}
         # Ranges being opened now, by a task of their own (see _open).
         self._opening: dict[tuple[str, str, int], _Opening] = {}
+        # Ranges being handed over now (no longer in _ranges; their claims still held), each
+        # with the event set once the claim is released: requests for them wait for that.
+        self._moving: dict[tuple[str, str, int], object] = {}
         # Ranges whose opening failed lately: the error, until when it stands, and the pause
         # that will follow the next failure in a row.
         self._open_failures: dict[tuple[str, str, int], tuple[Exception, float, float]] = {}
@@ -91,8 +103,16 @@ class Tables:
         self._read_lease_until = 0.0 if server_id else math.inf
 
     async def register(self) -> None:
+        """Announce this server and, the first time, start rebalancing its ranges."""
         if self._ownership is not None:
             await self._ownership.register()
+            if not self._is_rebalancing:
+                self._is_rebalancing = True
+                self._nursery.start_soon(self.rebalancer.run)
+
+    def ranges_here(self) -> list[tuple[str, str, int]]:
+        """The ranges served here now (open and serving, not being handed over)."""
+        return [index for index, table_range in self._ranges.items() if table_range.is_serving]
 
     async def settings_of(self, namespace: str, stream: str) -> StreamSettings:
         """The table's stream settings, remembered for SETTINGS_TTL_S (a range count never
@@ -109,6 +129,8 @@ class Tables:
             raise TableError(f"a pkey is bytes, not {pkey!r:.60}")
         settings = await self.settings_of(namespace, stream)
         index = (namespace, stream, range_of(pkey, settings.table_ranges))
+        while (moving := self._moving.get(index)) is not None:
+            await moving.wait()         # then the opening below sends the request on
         table_range = self._ranges.get(index)
         if table_range is not None and table_range.is_serving:
             return table_range
@@ -132,9 +154,7 @@ class Tables:
         namespace, stream, range_id = index
         try:
             if self._ownership is not None:
-                owner = await self._ownership.claim(index)
-                if owner is not None:
-                    raise NotOwner(owner, f"range {range_id} of table {namespace}/{stream}")
+                await self._claim(index)
             journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
                                               settings.ack_quorum_size)
             options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
@@ -166,9 +186,66 @@ class Tables:
             del self._opening[index]
             opening.done.set()
 
+    async def _claim(self, index: tuple[str, str, int]) -> None:
+        """Claim range `index` here, or raise NotOwner naming where its requests go: its owner,
+        or, while nobody owns it, its preferred server if that is another (so a server that
+        handed a range over does not take it back at the next request of a stale client). A
+        claim node naming this server, left by its earlier session, is claimed anew (and the
+        rebalancer then hands the range over if it belongs elsewhere)."""
+        namespace, stream, range_id = index
+        what = f"range {range_id} of table {namespace}/{stream}"
+        preferred = self.rebalancer.preferred(index)
+        if preferred is not None and preferred != self._ownership.server_id:
+            owner = await self._ownership.owner(index)
+            if owner is None:
+                raise NotOwner(preferred, what)
+            if owner != self._ownership.server_id:
+                raise NotOwner(owner, what)
+        owner = await self._ownership.claim(index)
+        if owner is not None:
+            raise NotOwner(owner, what)
+
+    async def hand_over(self, index: tuple[str, str, int], target: str) -> bool:
+        """Give range `index` up for `target`, which the rebalancer found it belongs on: new
+        commands are refused with NotOwner(target) and the requests that arrive meanwhile wait,
+        accepted commands finish durably (TableRange.aclose), the journal is sealed, then the
+        claim is released and the waiting requests go on (to `target`, through _claim). The
+        target claims the range at its next request and fences the journal, as any new owner
+        does. Shielded: a handover half done would leave the range refusing commands here
+        while nobody else may claim it. Returns whether it handed the range over (False: it
+        was not served here any more, or the server is stopping)."""
+        table_range = self._ranges.get(index)
+        if table_range is None or not table_range.is_serving or self.is_stopping:
+            return False
+        namespace, stream, range_id = index
+        del self._ranges[index]
+        moving = self._moving[index] = self._rt.Event()
+        try:
+            with self._rt.CancelScope(shield=True):
+                logger.info("handing range %d of table %s/%s over to %s", range_id, namespace, stream, target)
+                await self._close_range(index, table_range,
+                                        NotOwner(target, f"range {range_id} of table {namespace}/{stream}"))
+        finally:
+            del self._moving[index]
+            moving.set()
+        return True
+
+    async def _close_range(self, index: tuple[str, str, int], table_range: TableRange,
+                           refusal: Exception | None = None) -> None:
+        """Close a range no longer in _ranges and release its claim (a close that fails stops
+        the range unsealed: its next owner recovers the journal)."""
+        try:
+            await table_range.aclose(refusal=refusal)
+        except Exception as exc:      # noqa: BLE001 - the claim must go either way
+            logger.warning("closing table range %s: %s", index, exc)
+            table_range.stop(exc)
+        await self._release(index)
+
     async def _serve_range(self, index: tuple[str, str, int], table_range: TableRange) -> None:
-        """While the range is served: journal TTL expiries; once it stops (fenced, closed, or
-        this server's metastore session is gone) give the claim up."""
+        """While the range is served: journal TTL expiries; once it stops (fenced, or this
+        server's metastore session is gone) give the claim up. A range closed on purpose
+        (handed over, its table dropped) was taken out of _ranges by whoever closed it, who
+        releases the claim."""
         async with self._rt.open_nursery() as nursery:
             nursery.start_soon(table_range.expire_keys_when_due)
             while table_range.is_serving:
@@ -179,8 +256,8 @@ class Tables:
             nursery.cancel_scope.cancel()
         if self._ranges.get(index) is table_range:
             del self._ranges[index]
-        with self._rt.CancelScope(shield=True):
-            await self._release(index)
+            with self._rt.CancelScope(shield=True):
+                await self._release(index)
 
     async def _release(self, index: tuple[str, str, int]) -> None:
         if self._ownership is not None and not self._bk.store.session_lost:
@@ -192,9 +269,7 @@ class Tables:
         and checkpoints."""
         self._settings.pop((namespace, stream), None)
         for index in [i for i in self._ranges if i[:2] == (namespace, stream)]:
-            table_range = self._ranges.pop(index)
-            if table_range.is_serving:
-                await table_range.aclose()
+            await self._close_range(index, self._ranges.pop(index))
         if self._indexes is not None:
             self._indexes.drop_table(f"{namespace}/{stream}")
         streams = self._bk.streams
@@ -208,6 +283,7 @@ class Tables:
         """Stop serving every range here at once, sealing nothing: this server can no longer be
         sure it owns them (its metastore session ended), and sealing would need that session.
         Each range's next owner recovers its journal."""
+        self.is_stopping = True
         for table_range in self._ranges.values():
             table_range.stop(error)
         self._ranges.clear()
@@ -215,6 +291,7 @@ class Tables:
     async def close(self) -> None:
         """Close every range served here (sealing their journals where the cluster still
         answers; a range that cannot be sealed is recovered by its next owner)."""
+        self.is_stopping = True
         for index, table_range in list(self._ranges.items()):
             try:
                 await table_range.aclose()
