@@ -148,8 +148,10 @@ class RaftMembers:
             elif kind is SaveHardState:
                 node.durable.term, node.durable.voted_for = effect.term, effect.voted_for
             elif kind is SaveLog:
-                keep = effect.first_index - node.durable.snapshot_index - 1
-                node.durable.log = node.durable.log[:max(0, keep)] + over_the_wire(effect.entries)
+                # In place: a member appends one entry at a time to a log of hundreds.
+                log = node.durable.log
+                del log[max(0, effect.first_index - node.durable.snapshot_index - 1):]
+                log.extend(over_the_wire(effect.entries))
             elif kind is SaveSnapshot:
                 durable = node.durable
                 drop = effect.index - durable.snapshot_index

@@ -126,7 +126,9 @@ class TableRange:
         self.state = RangeState(self._index)
         self._slots: collections.deque[_Slot] = collections.deque()
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=WATCH_HISTORY_EVENTS)
-        self._watchers: set[_Watcher] = set()
+        # In the order they started (a dict, not a set: a set of objects iterates in the order
+        # of their addresses, which would make a simulated run depend on the allocator).
+        self._watchers: dict[_Watcher, None] = {}
         self._checkpoints: list[CheckpointInfo] = []
         self._since_checkpoint = 0
         self._checkpoint_lock = self._rt.Lock()
@@ -349,7 +351,7 @@ class TableRange:
             for event in self._history:
                 if event.revision >= start_revision and watcher.wants(event):
                     watcher.send.send_nowait(event)
-        self._watchers.add(watcher)
+        self._watchers[watcher] = None
         if started is not None:
             started(start_revision - 1 if start_revision else self.state.revision)
         try:
@@ -361,7 +363,7 @@ class TableRange:
                     f"the watcher of {key!r} fell {WATCH_BUFFER_EVENTS} events behind and was dropped; "
                     f"watch again from the revision after the last event it got")
         finally:
-            self._watchers.discard(watcher)
+            self._watchers.pop(watcher, None)
 
     def _publish(self, events: list[WatchEvent]) -> None:
         self._history.extend(events)
@@ -376,7 +378,7 @@ class TableRange:
 
     def _drop(self, watcher: _Watcher) -> None:
         watcher.dropped = True
-        self._watchers.discard(watcher)
+        self._watchers.pop(watcher, None)
         watcher.send.close()
 
     # -- checkpoints --------------------------------------------------------------------------
