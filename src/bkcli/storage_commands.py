@@ -35,6 +35,9 @@ def add_parser(commands) -> None:
     server.add_argument("--shared-port", type=int, default=None,
                         help="a port every stream storage server of the cluster also listens on (SO_REUSEPORT), "
                              "so clients given one address are spread over the servers")
+    server.add_argument("--peer-port", type=int, default=0,
+                        help="where the other stream storage servers send this one the table calls for the "
+                             "ranges it owns (default: a free port, announced in the metastore)")
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
@@ -122,7 +125,8 @@ async def _serve(args) -> int:
     async with trio.open_nursery() as nursery:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
-            index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port))
+            index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port,
+            peer_port=args.peer_port))
         shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
         print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}", flush=True)
         await cancel_on_stop_signal(nursery)

@@ -1,5 +1,7 @@
 """run_stream_storage: a stream storage server, as `bk stream-storage` and bookies with
-streamStorageEnabled run it: its own client of the cluster, and the gRPC endpoint.
+streamStorageEnabled run it: its own client of the cluster, the gRPC endpoint, and the port
+where it takes table calls from the other servers (streamstorage.peer_calls), announced in its
+registration node.
 
 A metastore session that expires is gone for good, and with it this server's claims on its
 ranges (another server may own them now). So once the session is lost the server starts over:
@@ -15,6 +17,7 @@ import trio
 
 from bkcore.client.handles import BookKeeperClient
 from streamstorage.grpc_gateway import GrpcGateway
+from streamstorage.peer_calls import PeerServer
 from transports.client_session import open_client
 
 log = logging.getLogger("bk.stream-storage")
@@ -22,9 +25,11 @@ SESSION_CHECK_INTERVAL_S = 0.5
 
 
 async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str | None,
-                             shared_port: int | None = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                             shared_port: int | None = None, peer_port: int = 0,
+                             task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `task_status.started(gateway)` once it first listens (the
-    gateway knows the port it got, which later sessions keep)."""
+    gateway knows the port it got, which later sessions keep). peer_port: where other servers
+    send table calls (0: a free port, kept by later sessions)."""
     is_first = True
     while True:
         async with open_client(uri) as driver:
@@ -33,6 +38,9 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
                 gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
                                                           shared_port=shared_port).run)
                 port = gateway.port
+                peers = await nursery.start(PeerServer(gateway.tables, host=host, port=peer_port).run)
+                peer_port = peers.port
+                await gateway.tables.announce_peer_address(f"{host}:{peer_port}")
                 if is_first:
                     is_first = False
                     task_status.started(gateway)

@@ -25,6 +25,9 @@ shuts it while its write cache is full, until a checkpoint has made room.
 
 Malformed input (bad checksum, oversized length, undecodable message) gets one ErrorResponse
 naming the problem, then the connection closes; the process carries on.
+
+The messages are bookie messages (bkcore.wire) unless a FrameCodec says otherwise: another
+protocol that shares the framing (table calls between stream storage servers) passes its own.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ from __future__ import annotations
 import errno
 import math
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 import trio
 
 from bkcore.errors import Code
-from bkcore.wire import FRAME_SIZE_MAX, ErrorResponse, FrameDecoder, MalformedFrame, encode_frame
+from bkcore.wire import FRAME_SIZE_MAX, ErrorResponse, FrameDecoder, MalformedFrame, decode_messages, encode_frame
 
 RECEIVE_SIZE = 256 * 1024
 # Messages handed to the owner at once; between slices the reader waits out a full send queue.
@@ -53,6 +57,25 @@ def message_size(message: object) -> int:
         return MESSAGE_OVERHEAD_SIZE + len(body)
     bodies = getattr(message, "bodies", None)
     return MESSAGE_OVERHEAD_SIZE + (sum(map(len, bodies)) if type(bodies) is list else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class FrameCodec:
+    """What one protocol's messages are on a FramedConnection (the framing is bkcore.wire's)."""
+
+    encode_frame: Callable[[list], bytes]     # messages -> one frame; ValueError if they do not fit
+    decode: Callable[[memoryview], list]      # a frame's body -> messages; MalformedFrame otherwise
+    size_of: Callable[[object], int]          # bytes a queued message counts for backpressure
+    # The message that answers a malformed frame before the connection closes (None: none).
+    refusal: Callable[[str], object] | None = None
+
+
+def _bookie_refusal(reason: str) -> ErrorResponse:
+    return ErrorResponse(code=int(Code.BAD_REQUEST), reason=reason[:200])
+
+
+BOOKIE_CODEC = FrameCodec(encode_frame=encode_frame, decode=decode_messages, size_of=message_size,
+                          refusal=_bookie_refusal)
 
 
 class ReceiveGate:
@@ -84,8 +107,10 @@ class FramedConnection:
                  frame_size_max: int = FRAME_SIZE_MAX,
                  send_queue_size_max: int = SEND_QUEUE_SIZE_MAX_DEFAULT,
                  on_writable: Callable[["FramedConnection"], None] | None = None,
-                 receive_gate: ReceiveGate | None = None) -> None:
+                 receive_gate: ReceiveGate | None = None, codec: FrameCodec = BOOKIE_CODEC) -> None:
         self.stream = stream
+        self._codec = codec
+        self._size_of = codec.size_of
         self._receive_gate = receive_gate or ReceiveGate()
         # Called by the writer task each time it has written everything it was given and
         # is_writing turned false: an owner that keeps messages back while the connection
@@ -124,7 +149,7 @@ class FramedConnection:
         if self.is_closed:
             return False
         self._send_queue.append(message)
-        self._send_queue_size += message_size(message)
+        self._send_queue_size += self._size_of(message)
         if self._send_queue_size > self.send_queue_size_peak:
             self.send_queue_size_peak = self._send_queue_size
         if wake_writer:
@@ -204,7 +229,7 @@ class FramedConnection:
     def _frames(self, messages: list) -> list[bytes]:
         """Pack messages into frames under the size limit (one frame in the common case)."""
         try:
-            return [encode_frame(messages)]
+            return [self._codec.encode_frame(messages)]
         except ValueError:
             if len(messages) == 1:
                 raise
@@ -214,7 +239,7 @@ class FramedConnection:
     # -- receiving --------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
-        decoder = FrameDecoder(frame_size_max=self._frame_size_max)
+        decoder = FrameDecoder(frame_size_max=self._frame_size_max, decode=self._codec.decode)
         gate = self._receive_gate
         while True:
             while self.is_backed_up and not self.is_closed:
@@ -264,9 +289,10 @@ class FramedConnection:
         return count
 
     async def _refuse(self, reason: str) -> None:
-        """Answer a malformed frame with one ErrorResponse and stop reading."""
+        """Answer a malformed frame with the codec's refusal (an ErrorResponse) and stop reading."""
         self.close_reason = f"malformed frame: {reason}"
-        self.send(ErrorResponse(code=int(Code.BAD_REQUEST), reason=reason[:200]))
+        if self._codec.refusal is not None:
+            self.send(self._codec.refusal(reason))
         self.is_closed = True
         self._send_wakeup.set()
 

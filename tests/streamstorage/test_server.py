@@ -5,7 +5,9 @@ import functools
 
 import trio
 
+import bkclient
 from bkclient.storage_client import StorageClient
+from bkcore.table.ownership import peer_address_of
 from streamstorage.server import run_stream_storage
 
 URI = "memory://stream-storage-server"
@@ -30,6 +32,9 @@ async def serve_lose_the_session_and_serve_again(tmp_path) -> None:
                 return client.table("default", "counters").increment(b"visits", amount)
 
         assert await trio.to_thread.run_sync(count, 1) == 1
+        async with bkclient.connect(URI) as bk:
+            peer_address = await peer_address_of(bk.store, bk.layout.root, address)
+        assert peer_address.startswith("127.0.0.1:") and peer_address != address
         first_store = gateway.tables._bk.store
         first_store.expire_session()                    # what a session timeout does
         with trio.fail_after(30):
@@ -41,4 +46,13 @@ async def serve_lose_the_session_and_serve_again(tmp_path) -> None:
                 except Exception:      # noqa: BLE001 - the server is starting over meanwhile
                     continue
         assert total == 3, "the acknowledged increment survives the new session"
+        # Where it takes table calls from other servers: announced again, on the same port,
+        # once it serves with its new session (the increment above may have been the old one's).
+        async with bkclient.connect(URI) as bk:
+            while True:
+                try:
+                    assert await peer_address_of(bk.store, bk.layout.root, address) == peer_address
+                    break
+                except ConnectionError:
+                    await trio.sleep(0.1)
         nursery.cancel_scope.cancel()

@@ -249,25 +249,27 @@ _KINDS = {Put: 1, DeleteRange: 2, RangeRead: 3, Increment: 4, Txn: 5, ExpireKeys
 _CLASSES = {kind: cls for cls, kind in _KINDS.items()}
 
 
-def _op_to_list(op) -> list:
+def op_to_list(op) -> list:
+    """A command or read as msgpack-ready lists (the journal's form; peer calls use it too)."""
     if isinstance(op, Txn):
         return [_KINDS[Txn], [[c.key, c.target.value, c.result.value, c.value] for c in op.compares],
-                [_op_to_list(o) for o in op.success], [_op_to_list(o) for o in op.failure]]
+                [op_to_list(o) for o in op.success], [op_to_list(o) for o in op.failure]]
     return [_KINDS[type(op)], *(getattr(op, name) for name in op.__slots__)]
 
 
-def _op_from_list(items: list):
+def op_from_list(items: list):
+    """The inverse of op_to_list; input it cannot read raises KeyError, TypeError or ValueError."""
     kind, *fields = items
     cls = _CLASSES[kind]
     if cls is Txn:
         compares, success, failure = fields
         return Txn(tuple(Compare(k, CompareTarget(t), CompareResult(r), v) for k, t, r, v in compares),
-                   tuple(_op_from_list(o) for o in success), tuple(_op_from_list(o) for o in failure))
+                   tuple(op_from_list(o) for o in success), tuple(op_from_list(o) for o in failure))
     return cls(*fields)
 
 
 def encode_stamped(stamped: Stamped) -> bytes:
-    return msgpack.packb([COMMAND_FORMAT, stamped.now_ms, _op_to_list(stamped.command)], use_bin_type=True)
+    return msgpack.packb([COMMAND_FORMAT, stamped.now_ms, op_to_list(stamped.command)], use_bin_type=True)
 
 
 def decode_stamped(data: bytes) -> Stamped:
@@ -275,7 +277,7 @@ def decode_stamped(data: bytes) -> Stamped:
         fmt, now_ms, command = msgpack.unpackb(data, raw=False)
         if fmt != COMMAND_FORMAT:
             raise TableError(f"table command format {fmt} is not {COMMAND_FORMAT}")
-        return Stamped(_op_from_list(command), now_ms)
+        return Stamped(op_from_list(command), now_ms)
     except TableError:
         raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:

@@ -1,18 +1,25 @@
 """Which stream storage server owns which table range, in the metastore:
 
     <root>/stream-storage/owners/<namespace>~<stream>~<range>    ephemeral, data = owner's "host:port"
-    <root>/stream-storage/servers/<host:port>                     ephemeral: the servers up now
+    <root>/stream-storage/servers/<host:port>                     ephemeral: the servers up now,
+                                                                  data = {"peer": "host:port"} (JSON)
 
 A server claims a range by creating its node (ephemeral: it vanishes when the server's metastore
 session ends, so a dead server's ranges become free) and only then opens the range, whose
 journal writer fences whoever wrote before. The node says where to send requests; it is not
 what keeps two owners apart — journal fencing is: a server whose session expired while it was
 paused fails on its next journal write, even if it still thinks it owns the range.
+
+A server's id is its own gRPC address. Its registration node also says where it takes table
+calls from the other servers (streamstorage.peer_calls), once it listens for them: a server
+that gets a request for a range another owns looks the owner's peer address up there.
 """
 
 from __future__ import annotations
 
-from bkcore.metaops import Children, Create, Delete, Get, MetaCode
+import json
+
+from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
 
 
 def owners_path(root: str) -> str:
@@ -41,6 +48,23 @@ async def live_servers(store, root: str) -> list[str]:
     return sorted(result.children) if result.code is MetaCode.OK else []
 
 
+async def peer_address_of(store, root: str, server_id: str) -> str:
+    """Where server `server_id` takes table calls from other servers ("host:port"); a
+    ConnectionError (which the caller's client retries) if it is not registered now, or has not
+    said yet."""
+    result = await store.execute(Get(f"{servers_path(root)}/{server_id}"))
+    _check_reachable(result.code, f"find the peer address of stream storage server {server_id}")
+    if result.code is not MetaCode.OK:
+        raise ConnectionError(f"stream storage server {server_id} is not registered (it is down or starting)")
+    try:
+        address = json.loads(result.data)["peer"] if result.data else None
+    except (ValueError, TypeError, KeyError):
+        address = None
+    if not isinstance(address, str) or ":" not in address:
+        raise ConnectionError(f"stream storage server {server_id} has not said where it takes table calls yet")
+    return address
+
+
 def _check_reachable(code: MetaCode, what: str) -> None:
     """A metastore that did not answer is not an answer of "nobody": say what happened."""
     if code is MetaCode.SESSION_EXPIRED:
@@ -55,6 +79,7 @@ class NotOwner(Exception):
     def __init__(self, owner: str, what: str) -> None:
         super().__init__(f"{what} is served by {owner}")
         self.owner = owner
+        self.what = what
 
 
 class OwnershipUncertain(ConnectionError):
@@ -70,6 +95,9 @@ class RangeOwnership:
         self._root = owners_path(root)
         self._servers = servers_path(root)
         self.server_id = server_id
+        # Where this server takes table calls from the others ("host:port"), once it listens:
+        # the data of its registration node.
+        self.peer_address: str | None = None
         # The ranges this instance claimed and has not released. A claim node naming this
         # server that is not among them was left by an earlier run of the server.
         self._claimed: set[tuple[str, str, int]] = set()
@@ -86,9 +114,21 @@ class RangeOwnership:
         # A node left by an earlier run of this server (whose session has not expired yet) would
         # vanish with that session: replace it with one of this session.
         await self._store.execute(Delete(path))
-        result = await self._store.execute(Create(path, is_ephemeral=True))
+        result = await self._store.execute(Create(path, self._registration_data(), is_ephemeral=True))
         if result.code is not MetaCode.OK:
             raise ConnectionError(f"could not register stream storage server {self.server_id}: {result.code.name}")
+
+    async def announce_peer_address(self, address: str) -> None:
+        """Say in this server's registration node that it takes table calls at `address`
+        (register() writes it too from now on)."""
+        self.peer_address = address
+        result = await self._store.execute(SetData(f"{self._servers}/{self.server_id}", self._registration_data(), -1))
+        if result.code is not MetaCode.OK:
+            raise ConnectionError(f"could not announce the peer address of stream storage server "
+                                  f"{self.server_id}: {result.code.name}")
+
+    def _registration_data(self) -> bytes:
+        return json.dumps({"peer": self.peer_address}).encode() if self.peer_address else b""
 
     async def owner(self, index: tuple[str, str, int]) -> str | None:
         """The server the range's claim node names now, if any."""

@@ -110,6 +110,12 @@ class Tables:
                 self._is_rebalancing = True
                 self._nursery.start_soon(self.rebalancer.run)
 
+    async def announce_peer_address(self, address: str) -> None:
+        """Say where this server takes table calls from the others (streamstorage.peer_calls),
+        in its registration node. Nothing to say without ownership claims."""
+        if self._ownership is not None:
+            await self._ownership.announce_peer_address(address)
+
     def ranges_here(self) -> list[tuple[str, str, int]]:
         """The ranges served here now (open and serving, not being handed over)."""
         return [index for index, table_range in self._ranges.items() if table_range.is_serving]

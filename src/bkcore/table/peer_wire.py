@@ -1,0 +1,244 @@
+"""Table calls between stream storage servers, as msgpack values (streamstorage.peer_calls
+carries them).
+
+A server that gets a request for a range another server owns sends it to the owner as a call,
+and the owner answers it from its own Tables, as if the request had come to it:
+
+    call    [call_id, namespace, stream, pkey, operation]    a command (Tables.execute, txns
+                                                             included) or a RangeRead (Tables.read)
+    answer  [call_id, ANSWER_RESULT, result]
+            [call_id, ANSWER_ERROR, [class name, message, *extra]]
+
+Operations are lists as the journal has them (commands.op_to_list). A result is [kind, field...]
+with its key-values as lists. An error names the nearest class of what was raised that is in
+ERROR_CLASSES (every error of the table, stream and ledger layers, and the builtin ones the
+gateway tells apart), with its message: the caller raises that class again, so what it makes of
+the error (the gateway's status code) is the same as on the owner. NotOwner carries its owner.
+
+Each call or answer is packed on its own (pack_call, pack_answer: its size is then known) and a
+frame body is a msgpack array of them (frame_of). Decoding never trusts the peer: anything not
+of these shapes raises MalformedFrame, and the connection that carried it is closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgpack
+
+from bkcore import errors as ledger_errors
+from bkcore.stream import errors as stream_errors
+from bkcore.table import commands
+from bkcore.table.commands import (
+    Command, DeleteResult, IncrementResult, KeyValue, OpRefused, PutResult, RangeRead, RangeResult,
+    TableError, TxnResult, op_from_list, op_to_list,
+)
+from bkcore.table.ownership import NotOwner, OwnershipUncertain
+from bkcore.table.range import RangeClosed
+from bkcore.wire import MESSAGES_PER_FRAME_MAX, MalformedFrame, frame_body
+
+ANSWER_RESULT = 0
+ANSWER_ERROR = 1
+_CALL_ID_MAX = 2**63 - 1
+
+
+def _classes_of(module, base: type) -> list[type]:
+    return [value for value in vars(module).values() if isinstance(value, type) and issubclass(value, base)]
+
+
+_ERROR_CLASS_LIST = [
+    *_classes_of(commands, TableError), NotOwner, OwnershipUncertain, RangeClosed,
+    *_classes_of(stream_errors, stream_errors.StreamException),
+    *_classes_of(ledger_errors, ledger_errors.BKException),
+    ConnectionError, TimeoutError, OSError, ValueError, RuntimeError,
+]
+ERROR_CLASSES: dict[str, type[BaseException]] = {cls.__name__: cls for cls in _ERROR_CLASS_LIST}
+assert len(ERROR_CLASSES) == len(_ERROR_CLASS_LIST), "two error classes share a name"
+
+
+@dataclass(frozen=True, slots=True)
+class TableCall:
+    call_id: int
+    namespace: str
+    stream: str
+    pkey: bytes
+    operation: Command | RangeRead
+
+    @property
+    def is_read(self) -> bool:
+        return type(self.operation) is RangeRead
+
+
+@dataclass(frozen=True, slots=True)
+class TableAnswer:
+    """What the owner made of a call: its result, or the error it raised (then result is None)."""
+
+    call_id: int
+    result: object = None
+    error: BaseException | None = None
+
+
+# -- encoding -----------------------------------------------------------------------------------
+
+def pack_call(call: TableCall) -> bytes:
+    return msgpack.packb([call.call_id, call.namespace, call.stream, call.pkey, op_to_list(call.operation)],
+                         use_bin_type=True)
+
+
+def pack_answer(answer: TableAnswer) -> bytes:
+    if answer.error is not None:
+        return msgpack.packb([answer.call_id, ANSWER_ERROR, error_to_list(answer.error)], use_bin_type=True)
+    return msgpack.packb([answer.call_id, ANSWER_RESULT, result_to_list(answer.result)], use_bin_type=True)
+
+
+def frame_of(packed: list[bytes]) -> bytes:
+    """One frame whose body is the array of the packed calls or answers (ValueError when they
+    do not fit in one: FramedConnection then splits them)."""
+    header = msgpack.Packer().pack_array_header(len(packed))
+    return frame_body(b"".join([header, *packed]))
+
+
+def _kv_to_list(kv: KeyValue | None) -> list | None:
+    return None if kv is None else [kv.key, kv.value, kv.create_revision, kv.mod_revision, kv.version,
+                                    kv.expire_at_ms, kv.is_number]
+
+
+def result_to_list(result: object) -> list:
+    match result:
+        case PutResult():
+            return [1, result.revision, _kv_to_list(result.prev_kv)]
+        case DeleteResult():
+            return [2, result.revision, result.deleted, [_kv_to_list(kv) for kv in result.prev_kvs]]
+        case RangeResult():
+            return [3, result.revision, [_kv_to_list(kv) for kv in result.kvs], result.count, result.more]
+        case IncrementResult():
+            return [4, result.revision, result.total]
+        case TxnResult():
+            return [5, result.revision, result.succeeded, [result_to_list(r) for r in result.results]]
+        case OpRefused():
+            return [6, result.reason]
+    raise TypeError(f"not a table result: {result!r:.80}")
+
+
+def error_to_list(error: BaseException) -> list:
+    """[name of the nearest class in ERROR_CLASSES, message, *what that class carries]; an error
+    of no such class (a bug on the owner) travels as a RuntimeError naming its class."""
+    cls = next((c for c in type(error).__mro__ if ERROR_CLASSES.get(c.__name__) is c), None)
+    if cls is NotOwner:
+        return [NotOwner.__name__, str(error), error.owner, error.what]
+    if cls is None:
+        return [RuntimeError.__name__, f"{type(error).__name__}: {error}"]
+    return [cls.__name__, str(error)]
+
+
+# -- decoding (peer input: never trusted) --------------------------------------------------------
+
+def decode_calls(body) -> list[TableCall]:
+    """A frame body of calls; MalformedFrame for anything else."""
+    calls = []
+    for item in _array_of(body):
+        if not (isinstance(item, list) and len(item) == 5):
+            raise MalformedFrame("a table call is not a list of 5")
+        call_id, namespace, stream, pkey, operation = item
+        if not (_is_call_id(call_id) and type(namespace) is str and type(stream) is str and type(pkey) is bytes
+                and isinstance(operation, list)):
+            raise MalformedFrame("a table call's fields have the wrong types")
+        calls.append(TableCall(call_id, namespace, stream, pkey, _checked(op_from_list, operation)))
+    return calls
+
+
+def decode_answers(body) -> list[TableAnswer]:
+    """A frame body of answers; MalformedFrame for anything else."""
+    answers = []
+    for item in _array_of(body):
+        if not (isinstance(item, list) and len(item) == 3 and _is_call_id(item[0])
+                and item[1] in (ANSWER_RESULT, ANSWER_ERROR) and isinstance(item[2], list)):
+            raise MalformedFrame("a table answer is not [call id, kind, list]")
+        call_id, kind, value = item
+        if kind == ANSWER_ERROR:
+            answers.append(TableAnswer(call_id, error=_checked(error_from_list, value)))
+        else:
+            answers.append(TableAnswer(call_id, result=_checked(result_from_list, value)))
+    return answers
+
+
+def _array_of(body) -> list:
+    try:
+        items = msgpack.unpackb(body, raw=False, strict_map_key=True, max_array_len=MESSAGES_PER_FRAME_MAX)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise MalformedFrame(f"frame body is not msgpack: {exc}") from None
+    if not isinstance(items, list):
+        raise MalformedFrame("frame body is not an array")
+    return items
+
+
+def _is_call_id(value: object) -> bool:
+    return type(value) is int and 0 <= value <= _CALL_ID_MAX
+
+
+def _checked(decode, value: list):
+    """decode(value), any failure of which is the peer's: MalformedFrame."""
+    try:
+        return decode(value)
+    except (KeyError, TypeError, ValueError, IndexError, RecursionError) as exc:
+        raise MalformedFrame(f"unreadable {decode.__name__.removesuffix('_from_list')}: {exc!r:.200}") from None
+
+
+def _kv_from_list(items: list | None) -> KeyValue | None:
+    if items is None:
+        return None
+    key, value, create_revision, mod_revision, version, expire_at_ms, is_number = items
+    if not (type(key) is bytes and type(value) is bytes and type(is_number) is bool
+            and all(type(n) is int for n in (create_revision, mod_revision, version, expire_at_ms))):
+        raise TypeError("a key-value's fields have the wrong types")
+    return KeyValue(key, value, create_revision, mod_revision, version, expire_at_ms, is_number)
+
+
+def result_from_list(items: list, *, in_txn: bool = False) -> object:
+    kind, *fields = items
+    match kind:
+        case 1:
+            revision, prev_kv = fields
+            return PutResult(_int(revision), _kv_from_list(prev_kv))
+        case 2:
+            revision, deleted, prev_kvs = fields
+            return DeleteResult(_int(revision), _int(deleted), tuple(_kv_from_list(kv) for kv in prev_kvs))
+        case 3:
+            revision, kvs, count, more = fields
+            return RangeResult(_int(revision), tuple(_kv_from_list(kv) for kv in kvs), _int(count), bool(more))
+        case 4:
+            revision, total = fields
+            return IncrementResult(_int(revision), None if total is None else _int(total))
+        case 5 if not in_txn:           # a txn's results are those of its operations: no txn
+            revision, succeeded, results = fields
+            return TxnResult(_int(revision), bool(succeeded),
+                             tuple(result_from_list(r, in_txn=True) for r in results))
+        case 6 if in_txn:
+            (reason,) = fields
+            if type(reason) is not str:
+                raise TypeError("a refusal's reason is not a string")
+            return OpRefused(reason)
+    raise ValueError(f"unknown result kind {kind!r:.20}")
+
+
+def _int(value: object) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{value!r:.20} is not an int")
+    return value
+
+
+def error_from_list(items: list) -> BaseException:
+    """The error the owner raised, as the same class with the same message (an unknown class,
+    from a newer peer, as a RuntimeError naming it)."""
+    name, message, *extra = items
+    if type(name) is not str or type(message) is not str:
+        raise TypeError("an error's name and message are not strings")
+    cls = ERROR_CLASSES.get(name)
+    if cls is NotOwner:
+        owner, what = extra
+        if type(owner) is not str or type(what) is not str:
+            raise TypeError("NotOwner's owner and range are not strings")
+        return NotOwner(owner, what)
+    if cls is None:
+        return RuntimeError(f"{name}: {message}")
+    return cls(message)

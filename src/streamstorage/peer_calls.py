@@ -1,0 +1,316 @@
+"""Table calls between stream storage servers: a request that reaches a server that does not own
+its range goes to the owner over one TCP connection per owner, which carries many calls per
+frame (bkcore.table.peer_wire says what a call and an answer are; the framing is bkcore.wire's,
+through transports.connection.FramedConnection).
+
+PeerServer (on the owner) listens on a port of its own, announced in the server's registration
+node (bkcore.table.ownership), and runs each call in its own task against its Tables, exactly as
+a request that came to it directly: Tables.execute for commands and txns, Tables.read for reads
+(so the owner's read lease is checked there). Answers are queued as they are ready and the
+connection's writer sends whatever is queued at each wakeup as one frame.
+
+PeerClient (on every server) is what a server calls on NotOwner(owner):
+
+    result = await peers.execute(owner, namespace, stream, pkey, command)
+    result = await peers.read(owner, namespace, stream, pkey, range_read)
+
+It returns what the owner's Tables returned, or raises what it raised there: the same class
+with the same message (NotOwner with its owner: a call that lands on a server that does not own
+the range either is not sent on again; the caller decides). Calls to one owner share one
+connection, opened at the first call after looking up the owner's peer address, and are queued
+and written together: N concurrent calls cost about one send and one receive. Answers are
+matched to calls by id. When the connection breaks, every call waiting on it fails at once with
+a ConnectionError naming the owner, and the next call connects again (looking the address up
+again: the owner may have restarted elsewhere). A call not answered within timeout_s fails with
+a ConnectionError too; like any request that timed out, its command may or may not have been
+carried out.
+
+Limits: a call or an answer is at most PACKED_SIZE_MAX bytes (larger ones are refused with a
+TableError before they are sent); a client has at most PENDING_CALLS_MAX calls waiting per owner
+and a server at most CALLS_IN_FLIGHT_MAX calls running (more are refused with a ConnectionError,
+which clients retry); answers and calls waiting to be written are bounded by FramedConnection's
+backpressure. A malformed frame closes the connection that carried it, with one log line.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from bkcore.table.commands import Command, RangeRead, RangeResult, TableError
+from bkcore.table.ownership import peer_address_of
+from bkcore.table.peer_wire import TableAnswer, TableCall, decode_answers, decode_calls, frame_of, pack_answer, pack_call
+from bkcore.wire import FRAME_SIZE_MAX
+from transports.connection import FrameCodec, FramedConnection
+
+log = logging.getLogger("bk.stream-storage")
+
+CALL_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+PENDING_CALLS_MAX = 10_000
+CALLS_IN_FLIGHT_MAX = 10_000
+# One call or answer fits in a frame with room for the frame's array header.
+PACKED_SIZE_MAX = FRAME_SIZE_MAX - 64
+
+# Servers receive calls and send answers; clients the other way round. Messages are queued
+# packed (pack_call, pack_answer), so their size is their length.
+_SERVER_CODEC = FrameCodec(encode_frame=frame_of, decode=decode_calls, size_of=len)
+_CLIENT_CODEC = FrameCodec(encode_frame=frame_of, decode=decode_answers, size_of=len)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerServerStatistics:
+    call_count: int
+    refused_call_count: int          # over CALLS_IN_FLIGHT_MAX
+    calls_in_flight_peak: int
+    received_frame_count: int
+    sent_frame_count: int
+    malformed_frame_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerClientStatistics:
+    call_count: int
+    sent_frame_count: int
+    received_frame_count: int
+    connect_count: int
+    connection_failure_count: int    # connections that could not be opened, or broke
+    timeout_count: int
+    late_answer_count: int           # answers to calls that had timed out or been cancelled
+    malformed_frame_count: int
+
+
+class PeerServer:
+    """Answers the table calls of other servers against this server's Tables."""
+
+    def __init__(self, tables, *, host: str, port: int = 0) -> None:
+        """port 0: any free port (`port` holds the one listened on once run() has started)."""
+        self._tables = tables
+        self.host, self.port = host, port
+        self._calls_in_flight = 0
+        self._call_count = self._refused_call_count = self._calls_in_flight_peak = 0
+        # Frames of the connections that ended; the live ones are in _connections.
+        self._received_frame_count = self._sent_frame_count = self._malformed_frame_count = 0
+        self._connections: set[FramedConnection] = set()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; `task_status.started(self)` once listening."""
+        try:
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        except OSError as exc:
+            raise OSError(f"cannot listen for table calls on {self.host}:{self.port}: {exc}") from exc
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started(self)
+        await trio.serve_listeners(self._serve, listeners)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        peer = "%s:%d" % stream.socket.getpeername()[:2]
+        connection = None
+        try:
+            async with trio.open_nursery() as calls:
+                def on_messages(batch: list[TableCall], connection: FramedConnection) -> None:
+                    for call in batch:
+                        if self._calls_in_flight >= CALLS_IN_FLIGHT_MAX:
+                            self._refused_call_count += 1
+                            connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
+                                f"{self.host}:{self.port} has {CALLS_IN_FLIGHT_MAX} table calls running; retry"))))
+                            continue
+                        self._calls_in_flight += 1
+                        self._calls_in_flight_peak = max(self._calls_in_flight_peak, self._calls_in_flight)
+                        calls.start_soon(self._answer, call, connection)
+
+                connection = FramedConnection(stream, name=f"table calls from {peer}", on_messages=on_messages,
+                                              codec=_SERVER_CODEC)
+                self._connections.add(connection)
+                await connection.run()
+                if connection.malformed_frame_count:
+                    log.warning("table calls from %s: %s; connection closed", peer, connection.close_reason)
+                # The calls still running finish (their commands are in the journal's hands);
+                # their answers have nowhere to go.
+        finally:
+            if connection is not None:
+                self._connections.discard(connection)
+                self._received_frame_count += connection.received_frame_count
+                self._sent_frame_count += connection.sent_frame_count
+                self._malformed_frame_count += connection.malformed_frame_count
+
+    async def _answer(self, call: TableCall, connection: FramedConnection) -> None:
+        self._call_count += 1
+        try:
+            if call.is_read:
+                result = await self._tables.read(call.namespace, call.stream, call.pkey, call.operation)
+            else:
+                result = await self._tables.execute(call.namespace, call.stream, call.pkey, call.operation)
+            answer = TableAnswer(call.call_id, result=result)
+        except Exception as exc:      # noqa: BLE001 - every error goes back to the caller, as it would locally
+            answer = TableAnswer(call.call_id, error=exc)
+        finally:
+            self._calls_in_flight -= 1
+        try:
+            packed = pack_answer(answer)
+        except TypeError as exc:      # a result of no kind peer_wire knows: a bug here, said there
+            log.exception("table call %s: cannot send its answer", call)
+            packed = pack_answer(TableAnswer(call.call_id, error=RuntimeError(f"cannot send the answer: {exc}")))
+        if len(packed) > PACKED_SIZE_MAX:
+            packed = pack_answer(TableAnswer(call.call_id, error=TableError(
+                f"the answer is {len(packed)} bytes, more than a table call between servers carries "
+                f"({PACKED_SIZE_MAX}); ask for less (a limit)")))
+        connection.send(packed)
+
+    def statistics(self) -> PeerServerStatistics:
+        live = self._connections
+        return PeerServerStatistics(
+            self._call_count, self._refused_call_count, self._calls_in_flight_peak,
+            self._received_frame_count + sum(c.received_frame_count for c in live),
+            self._sent_frame_count + sum(c.sent_frame_count for c in live),
+            self._malformed_frame_count + sum(c.malformed_frame_count for c in live))
+
+
+class _Pending:
+    """A call waiting for its answer."""
+
+    __slots__ = ("done", "answer")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.answer: TableAnswer | None = None
+
+
+class _Link:
+    """The connection to one owner: connecting until `ready` is set, then open (`connection`)
+    or failed (`failure`). Invariant: `pending` holds only calls sent on `connection`, each
+    answered, failed or given up (and removed) by its caller."""
+
+    __slots__ = ("owner", "ready", "connection", "failure", "pending")
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+        self.ready = trio.Event()
+        self.connection: FramedConnection | None = None
+        self.failure = ""
+        self.pending: dict[int, _Pending] = {}
+
+
+class PeerClient:
+    """Sends table calls to the servers that own their ranges (see the module's docstring)."""
+
+    def __init__(self, *, store, root: str, nursery: trio.Nursery, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        """store, root: the metastore and layout root where servers register (their peer
+        addresses); nursery: where the connections run (they end with it)."""
+        self._store, self._root, self._nursery = store, root, nursery
+        self.timeout_s = timeout_s
+        # One per owner with an open or opening connection; removed when it fails or breaks.
+        self._links: dict[str, _Link] = {}
+        self._call_ids = itertools.count(1)
+        self._call_count = self._connect_count = self._connection_failure_count = 0
+        self._timeout_count = self._late_answer_count = self._malformed_frame_count = 0
+        self._closed_sent_frame_count = self._closed_received_frame_count = 0
+
+    async def execute(self, owner: str, namespace: str, stream: str, pkey: bytes, command: Command) -> object:
+        """Tables.execute(namespace, stream, pkey, command) on server `owner` (its id)."""
+        if isinstance(command, RangeRead):
+            raise TypeError("a RangeRead is sent with read(), not execute()")
+        return await self._call(owner, TableCall(next(self._call_ids), namespace, stream, pkey, command))
+
+    async def read(self, owner: str, namespace: str, stream: str, pkey: bytes, range_read: RangeRead) -> RangeResult:
+        """Tables.read(namespace, stream, pkey, range_read) on server `owner` (its id)."""
+        if not isinstance(range_read, RangeRead):
+            raise TypeError(f"read() takes a RangeRead, not {type(range_read).__name__}")
+        return await self._call(owner, TableCall(next(self._call_ids), namespace, stream, pkey, range_read))
+
+    async def _call(self, owner: str, call: TableCall) -> object:
+        packed = pack_call(call)
+        if len(packed) > PACKED_SIZE_MAX:
+            raise TableError(f"the request is {len(packed)} bytes, more than a table call between servers "
+                             f"carries ({PACKED_SIZE_MAX})")
+        self._call_count += 1
+        pending = _Pending()
+        with trio.move_on_after(self.timeout_s) as deadline:
+            link = await self._link_to(owner)
+            if len(link.pending) >= PENDING_CALLS_MAX:
+                raise ConnectionError(f"{PENDING_CALLS_MAX} table calls are waiting for {owner} already; retry")
+            if not link.connection.send(packed):
+                raise ConnectionError(f"the table call connection to {owner} is closing; retry")
+            link.pending[call.call_id] = pending
+            try:
+                await pending.done.wait()
+            finally:
+                link.pending.pop(call.call_id, None)
+        if deadline.cancelled_caught:
+            self._timeout_count += 1
+            raise ConnectionError(f"stream storage server {owner} did not answer a table call within "
+                                  f"{self.timeout_s:g} s; retry")
+        answer = pending.answer
+        if answer.error is not None:
+            raise answer.error
+        return answer.result
+
+    async def _link_to(self, owner: str) -> _Link:
+        link = self._links.get(owner)
+        if link is None:
+            link = self._links[owner] = _Link(owner)
+            self._nursery.start_soon(self._run_link, link)
+        await link.ready.wait()
+        if link.connection is None:
+            raise ConnectionError(link.failure)
+        return link
+
+    async def _run_link(self, link: _Link) -> None:
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                address = await peer_address_of(self._store, self._root, link.owner)
+                host, _, port = address.rpartition(":")
+                stream = await trio.open_tcp_stream(host, int(port))
+        except (OSError, ValueError, trio.TooSlowError) as exc:
+            self._end_link(link, f"cannot reach stream storage server {link.owner} for table calls: "
+                                 f"{exc or 'no answer in %g s' % CONNECT_TIMEOUT_S}; retry")
+            return
+        self._connect_count += 1
+        connection = link.connection = FramedConnection(
+            stream, name=f"table calls to {link.owner}", on_messages=lambda answers, _: self._on_answers(link, answers),
+            codec=_CLIENT_CODEC)
+        link.ready.set()
+        try:
+            await connection.run()
+        finally:
+            self._closed_sent_frame_count += connection.sent_frame_count
+            self._closed_received_frame_count += connection.received_frame_count
+            self._malformed_frame_count += connection.malformed_frame_count
+            if connection.malformed_frame_count:
+                log.warning("table calls to %s (%s): %s; connection closed", link.owner, address,
+                            connection.close_reason)
+            self._end_link(link, f"the table call connection to stream storage server {link.owner} ({address}) "
+                                 f"ended: {connection.close_reason or 'closed'}; retry")
+
+    def _on_answers(self, link: _Link, answers: list[TableAnswer]) -> None:
+        for answer in answers:
+            pending = link.pending.pop(answer.call_id, None)
+            if pending is None:
+                self._late_answer_count += 1
+                continue
+            pending.answer = answer
+            pending.done.set()
+
+    def _end_link(self, link: _Link, reason: str) -> None:
+        """The link is over: every call waiting on it fails now, and the next call to its owner
+        opens a new one."""
+        self._connection_failure_count += 1
+        if self._links.get(link.owner) is link:
+            del self._links[link.owner]
+        link.failure = reason
+        for pending in link.pending.values():
+            pending.answer = TableAnswer(0, error=ConnectionError(reason))
+            pending.done.set()
+        link.pending.clear()
+        link.ready.set()
+
+    def statistics(self) -> PeerClientStatistics:
+        live = [link.connection for link in self._links.values() if link.connection is not None]
+        return PeerClientStatistics(
+            self._call_count, self._closed_sent_frame_count + sum(c.sent_frame_count for c in live),
+            self._closed_received_frame_count + sum(c.received_frame_count for c in live),
+            self._connect_count, self._connection_failure_count, self._timeout_count, self._late_answer_count,
+            self._malformed_frame_count)
