@@ -40,6 +40,7 @@ from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WAT
 from bkcore.table.service import Tables, range_of
 from streamstorage.grpc_bridge import TrioBridge
 from streamstorage.lmdb_kv import LmdbRangeIndexes
+from streamstorage.peer_calls import PeerClient, PeerServer
 from streamstorage.table_protocol import (
     compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
     range_read_of, response_op, txn_op_of,
@@ -48,8 +49,7 @@ from streamstorage.table_protocol import (
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
 WATCH_QUEUE_EVENTS = 10_000
-FORWARDED_HEADER = "bk-forwarded"
-FORWARD_TIMEOUT_S = 30.0
+FORWARDED_HEADER = "bk-forwarded"       # on a watch one server passes to another
 _WATCH_END = object()
 
 # TableStoreUtils.mvccCodeToStatusCode: ILLEGAL_OP and INVALID_ARGUMENT -> BAD_REQUEST,
@@ -216,12 +216,16 @@ class MetaRangeServicer(storage_pb2_grpc.MetaRangeServiceServicer):
 class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     """TableService: each call becomes our command (streamstorage.table_protocol), run in the
     loop. A refusal answers BookKeeper's status code in the response header, and its reason in
-    the trailing metadata ERROR_MESSAGE_HEADER (which the stock client does not read)."""
+    the trailing metadata ERROR_MESSAGE_HEADER (which the stock client does not read).
 
-    def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
-        self._bridge, self._streams, self._tables = bridge, streams, tables
+    A call for a range another server owns goes there over the servers' own channel
+    (streamstorage.peer_calls: many calls per frame), once: when the server it reaches does
+    not own the range either (it just moved), the client gets INTERNAL_SERVER_ERROR, which it
+    retries."""
+
+    def __init__(self, bridge: TrioBridge, streams, tables: Tables, peers: PeerClient) -> None:
+        self._bridge, self._streams, self._tables, self._peers = bridge, streams, tables, peers
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
-        self._peers: dict[str, kv_rpc_pb2_grpc.TableServiceStub] = {}
 
     async def _stream_of(self, stream_id: int) -> tuple[str, str]:
         name = self._names.get(stream_id)
@@ -229,11 +233,9 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
 
-    def _run(self, request, response_cls, operate, context, method: str):
+    def _run(self, request, response_cls, operate, context):
         """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
-        in the trio loop and build the response (with its header) from what it returns. A
-        range another server owns is forwarded there, once (a forwarded request that lands
-        on a non-owner again answers INTERNAL_SERVER_ERROR, which clients retry)."""
+        in the trio loop and build the response (with its header) from what it returns."""
         header = request.header
 
         async def call():
@@ -242,30 +244,23 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         try:
             fields = self._bridge.run(call)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
-        except NotOwner as exc:
-            if _was_forwarded(context):
-                return response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR))
-            try:
-                return self._forward(exc.owner, method, request, context)
-            except grpc.RpcError as failure:
-                # The owner is gone (its claim lasts until its metastore session expires) or
-                # slow: BookKeeper's transient error, which its clients retry.
-                return refused(response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR)),
-                               ConnectionError(f"the owner of this range, {exc.owner}, did not answer "
-                                               f"({failure.code().name}); retry"), context)
-        except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
+        except (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError) as exc:
+            # (NotOwner here: the owner the call was sent to no longer owns the range.)
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
-    def _forward(self, owner: str, method: str, request, context):
-        stub = self._peers.get(owner)
-        if stub is None:
-            stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(owner))
-        passed = [(key, value) for key, value in context.invocation_metadata() if key == TO_PKEY_END_HEADER]
-        answer, call = getattr(stub, method).with_call(request, metadata=[(FORWARDED_HEADER, "1"), *passed],
-                                                       timeout=FORWARD_TIMEOUT_S)
-        context.set_trailing_metadata([(key, value) for key, value in call.trailing_metadata() or ()
-                                       if key == ERROR_MESSAGE_HEADER])
-        return answer
+    async def _execute(self, namespace: str, stream: str, pkey: bytes, command):
+        """Tables.execute here, or at the range's owner."""
+        try:
+            return await self._tables.execute(namespace, stream, pkey, command)
+        except NotOwner as exc:
+            return await self._peers.execute(exc.owner, namespace, stream, pkey, command)
+
+    async def _read(self, namespace: str, stream: str, pkey: bytes, read):
+        """Tables.read here, or at the range's owner."""
+        try:
+            return await self._tables.read(namespace, stream, pkey, read)
+        except NotOwner as exc:
+            return await self._peers.read(exc.owner, namespace, stream, pkey, read)
 
     def Range(self, request, context):
         to_pkey_end = any(key == TO_PKEY_END_HEADER for key, _ in context.invocation_metadata())
@@ -275,8 +270,8 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
 
         async def operate(namespace, stream, pkey):
             read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
-            return range_fields(await self._tables.read(namespace, stream, pkey, read))
-        return self._run(request, kv_rpc_pb2.RangeResponse, operate, context, "Range")
+            return range_fields(await self._read(namespace, stream, pkey, read))
+        return self._run(request, kv_rpc_pb2.RangeResponse, operate, context)
 
     def _range_in_thread(self, request, to_pkey_end: bool) -> kv_rpc_pb2.RangeResponse | None:
         """A read answered in this handler thread, without a trip through the loop, when the
@@ -297,31 +292,31 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
 
     def Put(self, request, context):
         async def operate(namespace, stream, pkey):
-            return put_fields(await self._tables.execute(namespace, stream, pkey, put_of(pkey, request)))
-        return self._run(request, kv_rpc_pb2.PutResponse, operate, context, "Put")
+            return put_fields(await self._execute(namespace, stream, pkey, put_of(pkey, request)))
+        return self._run(request, kv_rpc_pb2.PutResponse, operate, context)
 
     def Delete(self, request, context):
         async def operate(namespace, stream, pkey):
             delete = delete_of(pkey, request)
-            return delete_fields(delete, await self._tables.execute(namespace, stream, pkey, delete))
-        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context, "Delete")
+            return delete_fields(delete, await self._execute(namespace, stream, pkey, delete))
+        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context)
 
     def Increment(self, request, context):
         async def operate(namespace, stream, pkey):
-            result = await self._tables.execute(namespace, stream, pkey, increment_of(pkey, request))
+            result = await self._execute(namespace, stream, pkey, increment_of(pkey, request))
             return {"total_amount": result.total or 0}
-        return self._run(request, kv_rpc_pb2.IncrementResponse, operate, context, "Increment")
+        return self._run(request, kv_rpc_pb2.IncrementResponse, operate, context)
 
     def Txn(self, request, context):
         async def operate(namespace, stream, pkey):
             success = tuple(txn_op_of(pkey, op) for op in request.success)
             failure = tuple(txn_op_of(pkey, op) for op in request.failure)
             txn = Txn(tuple(compare_of(pkey, c) for c in request.compare), success, failure)
-            result = await self._tables.txn(namespace, stream, pkey, txn)
+            result = await self._execute(namespace, stream, pkey, txn)
             ops = success if result.succeeded else failure
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
-        return self._run(request, kv_rpc_pb2.TxnResponse, operate, context, "Txn")
+        return self._run(request, kv_rpc_pb2.TxnResponse, operate, context)
 
 
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
@@ -401,18 +396,21 @@ class _WatchHandler:
 class GrpcGateway:
     def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT, threads: int = 32,
                  checkpoint_every: int | None = None, index_dir: str | None = None,
-                 shared_port: int | None = None) -> None:
+                 shared_port: int | None = None, peer_port: int = 0) -> None:
         """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
         the range journals whenever a range is opened); None keeps them in memory.
 
         port is this server's own (its id among the servers, where the others forward what it
         owns: no other process may listen there); shared_port, when given, is also listened on
         with SO_REUSEPORT, by every server of the cluster, so that clients that know one address
-        (the stock client) are spread over them by the kernel, one connection at a time."""
+        (the stock client) are spread over them by the kernel, one connection at a time.
+        peer_port is where the other servers send the calls for ranges this one owns
+        (streamstorage.peer_calls; 0: a free port, in self.peer_port once listening)."""
         self._bk = bk
         self._index_dir = index_dir
         self.host, self.port = host, port
         self.shared_port = shared_port
+        self.peer_port = peer_port
         self._threads = threads
         self._checkpoint_every = checkpoint_every
         self.tables: Tables | None = None
@@ -438,20 +436,23 @@ class GrpcGateway:
             self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
                                  server_id=f"{self.host}:{self.port}",
                                  indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
+            peer_server = await nursery.start(PeerServer(self.tables, host=self.host, port=self.peer_port).run)
+            self.peer_port = peer_server.port
+            peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=nursery)
             bridge = TrioBridge(trio.lowlevel.current_trio_token())
             storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
                 RootRangeServicer(bridge, streams, self.tables), server)
             storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
                 StorageContainerServicer(self.host, self.shared_port or self.port), server)
             storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)
-            kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(bridge, streams, self.tables), server)
+            kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(bridge, streams, self.tables, peers), server)
             watch = grpc.unary_stream_rpc_method_handler(
                 _WatchHandler(bridge, streams, self.tables, nursery),
                 request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
                 response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
             server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
             server.start()
-            await self.tables.register()
+            await self.tables.register(peer_address=f"{self.host}:{self.peer_port}")
             task_status.started(self)
             try:
                 await trio.sleep_forever()

@@ -17,7 +17,6 @@ import trio
 
 from bkcore.client.handles import BookKeeperClient
 from streamstorage.grpc_gateway import GrpcGateway
-from streamstorage.peer_calls import PeerServer
 from transports.client_session import open_client
 
 log = logging.getLogger("bk.stream-storage")
@@ -36,11 +35,8 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
             bk = BookKeeperClient(driver)
             async with trio.open_nursery() as nursery:
                 gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
-                                                          shared_port=shared_port).run)
-                port = gateway.port
-                peers = await nursery.start(PeerServer(gateway.tables, host=host, port=peer_port).run)
-                peer_port = peers.port
-                await gateway.tables.announce_peer_address(f"{host}:{peer_port}")
+                                                          shared_port=shared_port, peer_port=peer_port).run)
+                port, peer_port = gateway.port, gateway.peer_port
                 if is_first:
                     is_first = False
                     task_status.started(gateway)

@@ -15,8 +15,10 @@ from bookkeeper import admin, kv  # noqa: E402
 from bookkeeper.common.exceptions import BadRequest, NamespaceExistsError, StreamNotFoundError  # noqa: E402
 from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2  # noqa: E402
 
-from bkcore.stream.segments import stream_id_of  # noqa: E402
+from bkcore.stream.segments import StreamSettings, stream_id_of  # noqa: E402
 from bkcore.table.commands import RangeRead, fold_key  # noqa: E402
+from bkcore.table.placement import preferred_server  # noqa: E402
+from bkcore.table.service import range_of  # noqa: E402
 from streamstorage.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
 from bkcore.table.range import TABLES_NAMESPACE  # noqa: E402
 
@@ -124,8 +126,12 @@ async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(s
     # Servers own claims through their sessions: they must learn that one ended, not renew it.
     async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
         async with trio.open_nursery() as nursery:
-            a = await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run)
-            b = await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run)
+            first = await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run)
+            second = await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run)
+            # A is the server the range prefers (it claims the range; the other redirects to it).
+            ids = [f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"]
+            a, b = (first, second) if preferred_server(("default", "shared", range_of(b"k", StreamSettings().table_ranges)), ids) == ids[0] else (second, first)
+            bk_a = a.tables._bk
             stream_id = stream_id_of("default", "shared")
 
             def table_calls(server, *puts):

@@ -102,17 +102,21 @@ class Tables:
         # its ranges (set by the loop from the metastore session's lease; see read_in_thread).
         self._read_lease_until = 0.0 if server_id else math.inf
 
-    async def register(self) -> None:
-        """Announce this server and, the first time, start rebalancing its ranges."""
+    async def register(self, *, peer_address: str | None = None) -> None:
+        """Announce this server, with where it takes table calls from the others
+        (streamstorage.peer_calls) when it does, and, the first time, start rebalancing its
+        ranges."""
         if self._ownership is not None:
+            if peer_address is not None:
+                self._ownership.peer_address = peer_address
             await self._ownership.register()
             if not self._is_rebalancing:
                 self._is_rebalancing = True
                 self._nursery.start_soon(self.rebalancer.run)
 
     async def announce_peer_address(self, address: str) -> None:
-        """Say where this server takes table calls from the others (streamstorage.peer_calls),
-        in its registration node. Nothing to say without ownership claims."""
+        """Say where this server takes table calls from now on, once registered (a listener
+        that moved). Nothing to say without ownership claims."""
         if self._ownership is not None:
             await self._ownership.announce_peer_address(address)
 
