@@ -9,11 +9,15 @@ services so the stock `apache-bookkeeper-client` package works against it, and `
     bk.table.Watch/Watch     ours (BookKeeper's protos have no watch): a server stream of changes,
                              msgpack-encoded, from a revision
 
-The gRPC server runs its handlers in its own threads; each handler hands the call to the trio
-loop (streamstorage.grpc_bridge) where the Tables and Streams objects live, so the event loop is
-never blocked and no lock is needed. Gets are the exception: a handler answers one itself from
-a snapshot of the range's index when the range is served here (Tables.read_in_thread), which
-saves the two thread switches that cost more than the read. Routing is by the stream id (a hash of the stream's name) and
+The gRPC server is grpc.aio's, on an asyncio loop in a thread of its own
+(streamstorage.asyncio_thread). The table calls are coroutines there: each hands its work to the
+trio loop, where the Tables and Streams objects live, and awaits the answer
+(streamstorage.grpc_bridge.AsyncioBridge: no thread blocks, and many calls cross per wakeup of
+either loop), so the trio loop is never blocked and no lock is needed. Gets are the exception: a
+get is answered in the asyncio loop itself from a snapshot of the range's index when the range
+is served here (Tables.read_in_thread), without crossing to trio at all. The rarer calls
+(namespaces, streams, watches) are plain functions that gRPC runs in its thread pool, each
+handing its work to trio with TrioBridge. Routing is by the stream id (a hash of the stream's name) and
 routing key the client sends; a table key is (r_key, key), BookKeeper's (pKey, lKey).
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import queue
 from concurrent import futures
+from typing import Awaitable, Callable
 
 import grpc
 import msgpack
@@ -38,7 +43,8 @@ from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
 from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
 from bkcore.table.service import Tables, range_of
-from streamstorage.grpc_bridge import TrioBridge
+from streamstorage.asyncio_thread import AsyncioThread
+from streamstorage.grpc_bridge import AsyncioBridge, TrioBridge
 from streamstorage.lmdb_kv import LmdbRangeIndexes
 from streamstorage.table_protocol import (
     compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
@@ -218,7 +224,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     loop. A refusal answers BookKeeper's status code in the response header, and its reason in
     the trailing metadata ERROR_MESSAGE_HEADER (which the stock client does not read)."""
 
-    def __init__(self, bridge: TrioBridge, streams, tables: Tables) -> None:
+    def __init__(self, bridge: AsyncioBridge, streams, tables: Tables) -> None:
         self._bridge, self._streams, self._tables = bridge, streams, tables
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
         self._peers: dict[str, kv_rpc_pb2_grpc.TableServiceStub] = {}
@@ -229,7 +235,8 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
 
-    def _run(self, request, response_cls, operate, context, method: str):
+    async def _run(self, request, response_cls, operate: Callable[[str, str, bytes], Awaitable[dict]], context,
+                   method: str):
         """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
         in the trio loop and build the response (with its header) from what it returns. A
         range another server owns is forwarded there, once (a forwarded request that lands
@@ -240,13 +247,13 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             namespace, stream = await self._stream_of(header.stream_id)
             return await operate(namespace, stream, header.r_key or request.key)
         try:
-            fields = self._bridge.run(call)
+            fields = await self._bridge.call(call)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
         except NotOwner as exc:
             if _was_forwarded(context):
                 return response_cls(header=_response_header(header, storage_pb2.INTERNAL_SERVER_ERROR))
             try:
-                return self._forward(exc.owner, method, request, context)
+                return await self._forward(exc.owner, method, request, context)
             except grpc.RpcError as failure:
                 # The owner is gone (its claim lasts until its metastore session expires) or
                 # slow: BookKeeper's transient error, which its clients retry.
@@ -256,18 +263,18 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         except (StreamException, BKException, TableError, ValueError, OSError, RuntimeError) as exc:
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
-    def _forward(self, owner: str, method: str, request, context):
+    async def _forward(self, owner: str, method: str, request, context):
         stub = self._peers.get(owner)
         if stub is None:
-            stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(grpc.insecure_channel(owner))
+            stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(grpc.aio.insecure_channel(owner))
         passed = [(key, value) for key, value in context.invocation_metadata() if key == TO_PKEY_END_HEADER]
-        answer, call = getattr(stub, method).with_call(request, metadata=[(FORWARDED_HEADER, "1"), *passed],
-                                                       timeout=FORWARD_TIMEOUT_S)
-        context.set_trailing_metadata([(key, value) for key, value in call.trailing_metadata() or ()
+        call = getattr(stub, method)(request, metadata=[(FORWARDED_HEADER, "1"), *passed], timeout=FORWARD_TIMEOUT_S)
+        answer = await call
+        context.set_trailing_metadata([(key, value) for key, value in await call.trailing_metadata() or ()
                                        if key == ERROR_MESSAGE_HEADER])
         return answer
 
-    def Range(self, request, context):
+    async def Range(self, request, context):
         to_pkey_end = any(key == TO_PKEY_END_HEADER for key, _ in context.invocation_metadata())
         answer = self._range_in_thread(request, to_pkey_end)
         if answer is not None:
@@ -276,11 +283,11 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         async def operate(namespace, stream, pkey):
             read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
             return range_fields(await self._tables.read(namespace, stream, pkey, read))
-        return self._run(request, kv_rpc_pb2.RangeResponse, operate, context, "Range")
+        return await self._run(request, kv_rpc_pb2.RangeResponse, operate, context, "Range")
 
     def _range_in_thread(self, request, to_pkey_end: bool) -> kv_rpc_pb2.RangeResponse | None:
-        """A read answered in this handler thread, without a trip through the loop, when the
-        table's range is served here and needs nothing of the loop (Tables.read_in_thread)."""
+        """A read answered in the asyncio loop, without a trip through trio, when the table's
+        range is served here and needs nothing of trio's loop (Tables.read_in_thread)."""
         header = request.header
         name = self._names.get(header.stream_id)
         if name is None:
@@ -295,24 +302,24 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             return None
         return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **range_fields(result))
 
-    def Put(self, request, context):
+    async def Put(self, request, context):
         async def operate(namespace, stream, pkey):
             return put_fields(await self._tables.execute(namespace, stream, pkey, put_of(pkey, request)))
-        return self._run(request, kv_rpc_pb2.PutResponse, operate, context, "Put")
+        return await self._run(request, kv_rpc_pb2.PutResponse, operate, context, "Put")
 
-    def Delete(self, request, context):
+    async def Delete(self, request, context):
         async def operate(namespace, stream, pkey):
             delete = delete_of(pkey, request)
             return delete_fields(delete, await self._tables.execute(namespace, stream, pkey, delete))
-        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context, "Delete")
+        return await self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context, "Delete")
 
-    def Increment(self, request, context):
+    async def Increment(self, request, context):
         async def operate(namespace, stream, pkey):
             result = await self._tables.execute(namespace, stream, pkey, increment_of(pkey, request))
             return {"total_amount": result.total or 0}
-        return self._run(request, kv_rpc_pb2.IncrementResponse, operate, context, "Increment")
+        return await self._run(request, kv_rpc_pb2.IncrementResponse, operate, context, "Increment")
 
-    def Txn(self, request, context):
+    async def Txn(self, request, context):
         async def operate(namespace, stream, pkey):
             success = tuple(txn_op_of(pkey, op) for op in request.success)
             failure = tuple(txn_op_of(pkey, op) for op in request.failure)
@@ -321,7 +328,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             ops = success if result.succeeded else failure
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
-        return self._run(request, kv_rpc_pb2.TxnResponse, operate, context, "Txn")
+        return await self._run(request, kv_rpc_pb2.TxnResponse, operate, context, "Txn")
 
 
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
@@ -423,42 +430,62 @@ class GrpcGateway:
             await streams.create_namespace(DEFAULT_NAMESPACE)
         except NamespaceExists:
             pass
-        async with trio.open_nursery() as nursery:
-            # gRPC turns SO_REUSEPORT on by default: left on, a second server started on a port in
-            # use would share it (and this server's id) silently. Only the shared port needs it.
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads),
+        loop_thread = AsyncioThread(f"grpc {self.host}:{self.port}")
+        await loop_thread.start()
+        server = None
+        try:
+            async with trio.open_nursery() as nursery:
+                server = await loop_thread.run(self._listen)
+                self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
+                                     server_id=f"{self.host}:{self.port}",
+                                     indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
+                trio_bridge = TrioBridge(trio.lowlevel.current_trio_token())
+                self._add_services(server, trio_bridge, AsyncioBridge(trio_bridge, loop_thread.loop), nursery)
+                await loop_thread.run(server.start)
+                await self.tables.register()
+                task_status.started(self)
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await loop_thread.run(server.stop, 1)
+                        server = None
+                        await self.tables.close()
+        finally:
+            with trio.CancelScope(shield=True):
+                if server is not None:         # (it failed before it served)
+                    await loop_thread.run(server.stop, None)
+                await loop_thread.stop()
+
+    async def _listen(self):
+        """In the asyncio loop: a grpc.aio server bound to the port (not serving yet)."""
+        # gRPC turns SO_REUSEPORT on by default: left on, a second server started on a port in
+        # use would share it (and this server's id) silently. Only the shared port needs it.
+        server = grpc.aio.server(migration_thread_pool=futures.ThreadPoolExecutor(max_workers=self._threads),
                                  options=[("grpc.so_reuseport", 1 if self.shared_port else 0)])
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
-            if bound == 0:
-                raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
-            self.port = bound
-            if self.shared_port and server.add_insecure_port(f"{self.host}:{self.shared_port}") == 0:
-                raise OSError(f"cannot listen on the shared port {self.host}:{self.shared_port} (is another "
-                              f"program there?)")
-            self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
-                                 server_id=f"{self.host}:{self.port}",
-                                 indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
-            bridge = TrioBridge(trio.lowlevel.current_trio_token())
-            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
-                RootRangeServicer(bridge, streams, self.tables), server)
-            storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
-                StorageContainerServicer(self.host, self.shared_port or self.port), server)
-            storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)
-            kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(bridge, streams, self.tables), server)
-            watch = grpc.unary_stream_rpc_method_handler(
-                _WatchHandler(bridge, streams, self.tables, nursery),
-                request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
-                response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
-            server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
-            server.start()
-            await self.tables.register()
-            task_status.started(self)
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(lambda: server.stop(grace=1).wait())
-                    await self.tables.close()
+        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
+        if self.shared_port and server.add_insecure_port(f"{self.host}:{self.shared_port}") == 0:
+            raise OSError(f"cannot listen on the shared port {self.host}:{self.shared_port} (is another "
+                          f"program there?)")
+        self.port = bound
+        return server
+
+    def _add_services(self, server, trio_bridge: TrioBridge, asyncio_bridge: AsyncioBridge,
+                      nursery: trio.Nursery) -> None:
+        streams = self._bk.streams
+        storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
+            RootRangeServicer(trio_bridge, streams, self.tables), server)
+        storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
+            StorageContainerServicer(self.host, self.shared_port or self.port), server)
+        storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(trio_bridge, streams), server)
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(asyncio_bridge, streams, self.tables), server)
+        watch = grpc.unary_stream_rpc_method_handler(
+            _WatchHandler(trio_bridge, streams, self.tables, nursery),
+            request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
+            response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
 
 
 __all__ = ["GrpcGateway", "DEFAULT_PORT", "WATCH_METHOD", "range_of"]
