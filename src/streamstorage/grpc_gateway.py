@@ -228,12 +228,19 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         self._bridge, self._streams, self._tables = bridge, streams, tables
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
         self._peers: dict[str, kv_rpc_pb2_grpc.TableServiceStub] = {}
+        self._channels: list[grpc.aio.Channel] = []          # the peers' channels, closed by close()
 
     async def _stream_of(self, stream_id: int) -> tuple[str, str]:
         name = self._names.get(stream_id)
         if name is None:
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
+
+    async def close(self) -> None:
+        """In the asyncio loop: close the channels to peers."""
+        self._peers.clear()
+        while self._channels:
+            await self._channels.pop().close()
 
     async def _run(self, request, response_cls, operate: Callable[[str, str, bytes], Awaitable[dict]], context,
                    method: str):
@@ -266,7 +273,9 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     async def _forward(self, owner: str, method: str, request, context):
         stub = self._peers.get(owner)
         if stub is None:
-            stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(grpc.aio.insecure_channel(owner))
+            channel = grpc.aio.insecure_channel(owner)
+            self._channels.append(channel)
+            stub = self._peers[owner] = kv_rpc_pb2_grpc.TableServiceStub(channel)
         passed = [(key, value) for key, value in context.invocation_metadata() if key == TO_PKEY_END_HEADER]
         call = getattr(stub, method)(request, metadata=[(FORWARDED_HEADER, "1"), *passed], timeout=FORWARD_TIMEOUT_S)
         answer = await call
@@ -422,6 +431,7 @@ class GrpcGateway:
         self.shared_port = shared_port
         self._threads = threads
         self._checkpoint_every = checkpoint_every
+        self._pool: futures.ThreadPoolExecutor | None = None
         self.tables: Tables | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -430,9 +440,9 @@ class GrpcGateway:
             await streams.create_namespace(DEFAULT_NAMESPACE)
         except NamespaceExists:
             pass
-        loop_thread = AsyncioThread(f"grpc {self.host}:{self.port}")
-        await loop_thread.start()
+        loop_thread = await AsyncioThread.of_process()
         server = None
+        servicer = None
         try:
             async with trio.open_nursery() as nursery:
                 server = await loop_thread.run(self._listen)
@@ -440,7 +450,8 @@ class GrpcGateway:
                                      server_id=f"{self.host}:{self.port}",
                                      indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
                 trio_bridge = TrioBridge(trio.lowlevel.current_trio_token())
-                self._add_services(server, trio_bridge, AsyncioBridge(trio_bridge, loop_thread.loop), nursery)
+                servicer = self._add_services(server, trio_bridge, AsyncioBridge(trio_bridge, loop_thread.loop),
+                                              nursery)
                 await loop_thread.run(server.start)
                 await self.tables.register()
                 task_status.started(self)
@@ -455,13 +466,17 @@ class GrpcGateway:
             with trio.CancelScope(shield=True):
                 if server is not None:         # (it failed before it served)
                     await loop_thread.run(server.stop, None)
-                await loop_thread.stop()
+                if servicer is not None:
+                    await loop_thread.run(servicer.close)
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False)
 
     async def _listen(self):
         """In the asyncio loop: a grpc.aio server bound to the port (not serving yet)."""
+        self._pool = futures.ThreadPoolExecutor(max_workers=self._threads)     # for the plain (sync) handlers
         # gRPC turns SO_REUSEPORT on by default: left on, a second server started on a port in
         # use would share it (and this server's id) silently. Only the shared port needs it.
-        server = grpc.aio.server(migration_thread_pool=futures.ThreadPoolExecutor(max_workers=self._threads),
+        server = grpc.aio.server(migration_thread_pool=self._pool,
                                  options=[("grpc.so_reuseport", 1 if self.shared_port else 0)])
         bound = server.add_insecure_port(f"{self.host}:{self.port}")
         if bound == 0:
@@ -473,19 +488,21 @@ class GrpcGateway:
         return server
 
     def _add_services(self, server, trio_bridge: TrioBridge, asyncio_bridge: AsyncioBridge,
-                      nursery: trio.Nursery) -> None:
+                      nursery: trio.Nursery) -> TableServicer:
         streams = self._bk.streams
         storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
             RootRangeServicer(trio_bridge, streams, self.tables), server)
         storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
             StorageContainerServicer(self.host, self.shared_port or self.port), server)
         storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(trio_bridge, streams), server)
-        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(asyncio_bridge, streams, self.tables), server)
+        table_servicer = TableServicer(asyncio_bridge, streams, self.tables)
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(table_servicer, server)
         watch = grpc.unary_stream_rpc_method_handler(
             _WatchHandler(trio_bridge, streams, self.tables, nursery),
             request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
             response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
+        return table_servicer
 
 
 __all__ = ["GrpcGateway", "DEFAULT_PORT", "WATCH_METHOD", "range_of"]

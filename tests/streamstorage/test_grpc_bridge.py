@@ -77,8 +77,7 @@ def test_coroutines_of_an_asyncio_loop_in_another_thread_run_in_trio_and_get_the
         return 2 * n
 
     async def main():
-        loop_thread = AsyncioThread("test")
-        await loop_thread.start()
+        loop_thread = await AsyncioThread.of_process()
         bridge = AsyncioBridge(TrioBridge(trio.lowlevel.current_trio_token()), loop_thread.loop)
 
         async def in_asyncio():
@@ -87,11 +86,8 @@ def test_coroutines_of_an_asyncio_loop_in_another_thread_run_in_trio_and_get_the
             cancelled.cancel()
             results = await asyncio.gather(*(bridge.call(double, i) for i in range(32)), return_exceptions=True)
             return results, threading.get_ident()
-        try:
-            results, asyncio_thread = await loop_thread.run(in_asyncio)
-            await trio.sleep(0.1)            # the cancelled call's answer arrives and is dropped
-        finally:
-            await loop_thread.stop()
+        results, asyncio_thread = await loop_thread.run(in_asyncio)
+        await trio.sleep(0.1)                # the cancelled call's answer arrives and is dropped
         assert set(ran_in) == {threading.get_ident()} and asyncio_thread != threading.get_ident()
         return results
 
