@@ -50,6 +50,7 @@ from streamstorage.table_protocol import (
     compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
     range_read_of, response_op, txn_op_of,
 )
+from transports.service_nursery import open_service_nursery
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
@@ -435,6 +436,10 @@ class GrpcGateway:
         self.tables: Tables | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled, then stop in order: the watches at once (each stream ends,
+        as when its range moves), the gRPC server (other calls in flight get a second to
+        finish), then the ranges (sealing their journals). The last two need the tasks that
+        serve the ranges, so those run in a service nursery, stopped only after that."""
         streams = self._bk.streams
         try:
             await streams.create_namespace(DEFAULT_NAMESPACE)
@@ -444,28 +449,29 @@ class GrpcGateway:
         server = None
         servicer = None
         try:
-            async with trio.open_nursery() as nursery:
-                server = await loop_thread.run(self._listen)
-                self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
-                                     server_id=f"{self.host}:{self.port}",
-                                     indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
-                trio_bridge = TrioBridge(trio.lowlevel.current_trio_token())
-                servicer = self._add_services(server, trio_bridge, AsyncioBridge(trio_bridge, loop_thread.loop),
-                                              nursery)
-                await loop_thread.run(server.start)
-                await self.tables.register()
-                task_status.started(self)
+            # The watches stop first, at once (their tasks are not in the service nursery): a
+            # watch stream still open would hold the server's stop for its whole grace.
+            async with open_service_nursery() as nursery, trio.open_nursery() as watches:
                 try:
+                    server = await loop_thread.run(self._listen)
+                    self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
+                                         server_id=f"{self.host}:{self.port}",
+                                         indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
+                    trio_bridge = TrioBridge(trio.lowlevel.current_trio_token())
+                    servicer = self._add_services(server, trio_bridge,
+                                                  AsyncioBridge(trio_bridge, loop_thread.loop), watches)
+                    await loop_thread.run(server.start)
+                    await self.tables.register()
+                    task_status.started(self)
                     await trio.sleep_forever()
                 finally:
                     with trio.CancelScope(shield=True):
-                        await loop_thread.run(server.stop, 1)
-                        server = None
-                        await self.tables.close()
+                        if server is not None:
+                            await loop_thread.run(server.stop, 1)
+                        if self.tables is not None:
+                            await self.tables.close()
         finally:
             with trio.CancelScope(shield=True):
-                if server is not None:         # (it failed before it served)
-                    await loop_thread.run(server.stop, None)
                 if servicer is not None:
                     await loop_thread.run(servicer.close)
                 if self._pool is not None:
@@ -488,7 +494,7 @@ class GrpcGateway:
         return server
 
     def _add_services(self, server, trio_bridge: TrioBridge, asyncio_bridge: AsyncioBridge,
-                      nursery: trio.Nursery) -> TableServicer:
+                      watches: trio.Nursery) -> TableServicer:
         streams = self._bk.streams
         storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
             RootRangeServicer(trio_bridge, streams, self.tables), server)
@@ -498,7 +504,7 @@ class GrpcGateway:
         table_servicer = TableServicer(asyncio_bridge, streams, self.tables)
         kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(table_servicer, server)
         watch = grpc.unary_stream_rpc_method_handler(
-            _WatchHandler(trio_bridge, streams, self.tables, nursery),
+            _WatchHandler(trio_bridge, streams, self.tables, watches),
             request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
             response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])

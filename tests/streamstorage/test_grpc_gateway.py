@@ -2,6 +2,8 @@
 blocking calls run in a worker thread while the gateway serves in the test's trio loop), plus
 txn and watch through raw stubs."""
 
+import contextlib
+
 import grpc
 import msgpack
 import pytest
@@ -13,8 +15,9 @@ bookkeeper = pytest.importorskip("bookkeeper", reason="the grpc extra (apache-bo
 
 from bookkeeper import admin, kv  # noqa: E402
 from bookkeeper.common.exceptions import BadRequest, NamespaceExistsError, StreamNotFoundError  # noqa: E402
-from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2  # noqa: E402
+from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc  # noqa: E402
 
+from bkcore.client.handles import WriteHandle  # noqa: E402
 from bkcore.stream.segments import stream_id_of  # noqa: E402
 from bkcore.table.commands import RangeRead, fold_key  # noqa: E402
 from streamstorage.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
@@ -263,3 +266,69 @@ async def test_gets_skip_the_loop_only_while_the_read_lease_holds(gateway):
     assert tables.read_in_thread("default", "other", b"k", RangeRead(fold_key(b"k", b"k"))) is None  # no settings
     bk.store.expire_session()
     assert await trio.to_thread.run_sync(read_in_thread) is None
+
+
+async def test_a_gateway_cancelled_from_outside_journals_and_seals_what_it_was_given(start_cluster, tmp_path,
+                                                                                     monkeypatch):
+    """Cancelled while a put's journal entry is in flight and two more puts wait behind it,
+    the gateway still journals the waiting puts and seals its ranges before it stops, and the
+    next owner has all three. (The tasks that flush and seal the journal run until then: when
+    the cancellation stopped them too, closing the range waited forever for its queue.)"""
+    await start_cluster(URI, 3)
+    stream_id = stream_id_of("default", "held")
+    held: list[tuple] = []
+    original_start_add = WriteHandle.start_add
+
+    def start_add(handle, payload, on_done):       # hold the first add of the table's journal
+        stream = dict(handle.metadata.custom_metadata).get("stream", b"")
+        if not held and stream.startswith(b"__tables/default~held~"):
+            held.append((handle, payload, on_done))
+        else:
+            original_start_add(handle, payload, on_done)
+    monkeypatch.setattr(WriteHandle, "start_add", start_add)
+
+    def put(port: int, key: bytes) -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            if key == b"create":
+                storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
+                    storage_pb2.CreateStreamRequest(ns_name="default", name="held"))
+                return
+            header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+            with contextlib.suppress(grpc.RpcError):      # (answered, or cut off by the server's stop)
+                kv_rpc_pb2_grpc.TableServiceStub(channel).Put(kv_rpc_pb2.PutRequest(key=key, value=b"v", header=header))
+
+    serving, stopped = trio.CancelScope(), trio.Event()
+
+    async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with serving:
+            async with bkclient.connect(URI, renew_session=False) as bk:
+                await GrpcGateway(bk, port=0, index_dir=str(tmp_path / "first")).run(task_status=task_status)
+        stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        first = await nursery.start(serve)
+        await trio.to_thread.run_sync(put, first.port, b"create")
+        nursery.start_soon(trio.to_thread.run_sync, put, first.port, b"k1")
+        with trio.fail_after(20):
+            while not held:
+                await trio.sleep(0.01)
+        for key in (b"k2", b"k3"):
+            nursery.start_soon(trio.to_thread.run_sync, put, first.port, key)
+        with trio.fail_after(20):                      # they reach the range and wait behind k1
+            while sum(len(r._journal._queue) for r in first.tables._ranges.values()) < 2:
+                await trio.sleep(0.01)
+        serving.cancel()
+        handle, payload, on_done = held[0]
+        original_start_add(handle, payload, on_done)   # k1's entry goes on, as the bookies answer
+        with trio.move_on_after(20):
+            await stopped.wait()
+        if not stopped.is_set():
+            first.tables.stop_all(RuntimeError("the test gave up waiting"))     # so the test can end
+            pytest.fail("the cancelled gateway did not stop within 20 s")
+
+    async with bkclient.connect(URI, renew_session=False) as bk:
+        async with trio.open_nursery() as nursery:
+            second = await nursery.start(GrpcGateway(bk, port=0, index_dir=str(tmp_path / "second")).run)
+            values = [await second.tables.get("default", "held", b"k", key) for key in (b"k1", b"k2", b"k3")]
+            nursery.cancel_scope.cancel()
+    assert [kv.value if kv else None for kv in values] == [b"v"] * 3
