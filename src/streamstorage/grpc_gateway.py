@@ -15,20 +15,23 @@ trio loop, where the Tables and Streams objects live, and awaits the answer
 (streamstorage.grpc_bridge.AsyncioBridge: no thread blocks, and many calls cross per wakeup of
 either loop), so the trio loop is never blocked and no lock is needed. Gets are the exception: a
 get is answered in the asyncio loop itself from a snapshot of the range's index when the range
-is served here (Tables.read_in_thread), without crossing to trio at all. The rarer calls
-(namespaces, streams, watches) are plain functions that gRPC runs in its thread pool, each
-handing its work to trio with TrioBridge. Routing is by the stream id (a hash of the stream's name) and
-routing key the client sends; a table key is (r_key, key), BookKeeper's (pKey, lKey).
+is served here (Tables.read_in_thread), without crossing to trio at all. A watch is an async
+generator there too, fed by a task in trio. The rarer calls (namespaces, streams) are plain
+functions that gRPC runs in its thread pool, each handing its work to trio with TrioBridge.
+Routing is by the stream id (a hash of the stream's name) and routing key the client sends; a
+table key is (r_key, key), BookKeeper's (pKey, lKey).
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 from concurrent import futures
 from typing import Awaitable, Callable
 
 import grpc
 import msgpack
+import outcome
 import trio
 from bookkeeper.proto import (
     common_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
@@ -353,66 +356,97 @@ def _was_forwarded(context) -> bool:
 class _WatchHandler:
     """bk.table.Watch/Watch: request {"stream_id" | "namespace"+"stream", "pkey", "key",
     "range_end", "start_revision"}; answers first {"created": True, "revision": r} (every change
-    above revision r follows), then one dict per change, or {"error": ..., "code": ..., "kind": ...}."""
+    above revision r follows), then one dict per change, or {"error": ..., "code": ..., "kind": ...}.
+
+    watch() is an async generator of the asyncio loop; the watch itself is a task of the trio
+    loop (in `nursery`) that hands its answers over a thread-safe queue and wakes the asyncio
+    side for them. When the call ends (the client went away, the server stops) the generator is
+    closed and cancels that task. (A plain generator would run in grpc.aio's thread pool, whose
+    context for it has neither is_active() nor callbacks: an idle watch failed after a second,
+    and the thread of one that yielded after its client left waited forever.)"""
 
     def __init__(self, bridge: TrioBridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
         self._bridge, self._streams, self._tables, self._nursery = bridge, streams, tables, nursery
 
-    def __call__(self, request: dict, context):
-        events: queue.Queue = queue.Queue()
+    async def watch(self, request: dict, context):
+        loop = asyncio.get_running_loop()
+        # Answers from the trio task, in order, _WATCH_END last. Bounded: the task ends the watch
+        # once WATCH_QUEUE_EVENTS are waiting (a watcher that fell behind watches again).
+        answers: queue.Queue = queue.Queue()
+        arrived = asyncio.Event()        # set (from trio) after each answer put in `answers`
         scope = trio.CancelScope()
 
-        async def pump():
-            try:
-                with scope:
-                    if "stream_id" in request:
-                        namespace, stream = await self._streams.catalog.stream_by_id(request["stream_id"])
-                    else:
-                        namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
-                    key = request["key"]
-                    started = lambda revision: events.put({"created": True, "revision": revision})  # noqa: E731
-                    async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
-                                                          request.get("range_end"),
-                                                          start_revision=request.get("start_revision", 0),
-                                                          started=started):
-                        if events.qsize() >= WATCH_QUEUE_EVENTS:
-                            raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
-                        events.put({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
-                                    "revision": event.revision,
-                                    # BookKeeper's version, from 0 (streamstorage.table_protocol)
-                                    "version": event.kv.version - 1 if event.kind == "put" else 0,
-                                    "is_number": event.kv.is_number, "number": event.kv.number,
-                                    "prev_value": event.prev_kv.value if event.prev_kv else None})
-            except NotOwner as exc:
-                events.put({"forward": exc.owner})
-            except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
-                events.put({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
-            finally:
-                events.put(_WATCH_END)      # also when the server shuts down: the handler thread ends
+        def answer(item) -> None:        # in the trio loop
+            answers.put(item)
+            loop.call_soon_threadsafe(arrived.set)
 
-        self._bridge.run_sync(self._nursery.start_soon, pump)
-        context.add_callback(lambda: self._bridge.run_sync(scope.cancel))
-        while True:
-            try:
-                item = events.get(timeout=1.0)
-            except queue.Empty:
-                if context.is_active():
-                    continue
-                return          # the call is over (the callback above stops the pump)
-            if item is _WATCH_END:
-                return
-            if "forward" in item and not _was_forwarded(context):
-                yield from self._forwarded(item["forward"], request, context)
-                return
+        async def pump() -> None:
+            self._nursery.start_soon(self._pump, request, scope, answers, answer)
+
+        async def stop() -> None:
+            scope.cancel()
+
+        def started(result: outcome.Outcome) -> None:
+            if isinstance(result, outcome.Error):      # the server is stopping: no task to start
+                answer({"error": str(result.error), "code": status_of(result.error),
+                        "kind": type(result.error).__name__})
+                answer(_WATCH_END)
+
+        self._bridge.start(pump, on_done=started)
+        try:
+            while True:
+                arrived.clear()
+                while not answers.empty():
+                    item = answers.get_nowait()
+                    if item is _WATCH_END:
+                        return
+                    if "forward" in item and not _was_forwarded(context):
+                        async for forwarded in _forwarded_watch(item["forward"], request):
+                            yield forwarded
+                        return
+                    yield item
+                await arrived.wait()
+        finally:
+            self._bridge.start(stop, on_done=lambda result: None)     # (a scope can always be cancelled)
+
+    async def _pump(self, request: dict, scope: trio.CancelScope, answers: queue.Queue, answer) -> None:
+        """In the trio loop: the watch's answers, until it ends or `scope` is cancelled."""
+        try:
+            with scope:
+                if "stream_id" in request:
+                    namespace, stream = await self._streams.catalog.stream_by_id(request["stream_id"])
+                else:
+                    namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
+                key = request["key"]
+                started = lambda revision: answer({"created": True, "revision": revision})  # noqa: E731
+                async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
+                                                      request.get("range_end"),
+                                                      start_revision=request.get("start_revision", 0),
+                                                      started=started):
+                    if answers.qsize() >= WATCH_QUEUE_EVENTS:
+                        raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
+                    answer({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
+                            "revision": event.revision,
+                            # BookKeeper's version, from 0 (streamstorage.table_protocol)
+                            "version": event.kv.version - 1 if event.kind == "put" else 0,
+                            "is_number": event.kv.is_number, "number": event.kv.number,
+                            "prev_value": event.prev_kv.value if event.prev_kv else None})
+        except NotOwner as exc:
+            answer({"forward": exc.owner})
+        except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
+            answer({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
+        finally:
+            answer(_WATCH_END)      # also when cancelled: the call ends
+
+
+async def _forwarded_watch(owner: str, request: dict):
+    """In the asyncio loop: the answers of the same watch sent to the range's owner (closing
+    this generator closes the channel, which cancels that call)."""
+    async with grpc.aio.insecure_channel(owner) as channel:
+        call = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                    response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+        async for item in call(request, metadata=[(FORWARDED_HEADER, "1")]):
             yield item
-
-    def _forwarded(self, owner: str, request: dict, context):
-        with grpc.insecure_channel(owner) as channel:
-            call = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
-                                        response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
-            events = call(request, metadata=[(FORWARDED_HEADER, "1")])
-            context.add_callback(events.cancel)
-            yield from events
 
 
 class GrpcGateway:
@@ -504,7 +538,7 @@ class GrpcGateway:
         table_servicer = TableServicer(asyncio_bridge, streams, self.tables)
         kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(table_servicer, server)
         watch = grpc.unary_stream_rpc_method_handler(
-            _WatchHandler(trio_bridge, streams, self.tables, watches),
+            _WatchHandler(trio_bridge, streams, self.tables, watches).watch,
             request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
             response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])

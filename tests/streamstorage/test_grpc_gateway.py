@@ -3,6 +3,7 @@ blocking calls run in a worker thread while the gateway serves in the test's tri
 txn and watch through raw stubs."""
 
 import contextlib
+import time
 
 import grpc
 import msgpack
@@ -117,6 +118,72 @@ async def test_txn_and_watch_through_stubs(gateway):
 
     assert await trio.to_thread.run_sync(watch_and_write) == [
         ("put", b"lovelace"), ("put", b"countess"), ("delete", b"")]
+
+
+async def test_a_quiet_watch_stays_open_and_is_let_go_when_its_client_leaves(gateway):
+    """A watch with nothing to say for a while still gets the next change, and once its client
+    cancels it the server stops watching for it. (As a plain generator in grpc.aio's thread
+    pool, a watch failed after a second without changes, its context having no is_active(),
+    and its watcher was never let go, its callbacks never being called.)"""
+    target = f"127.0.0.1:{gateway.port}"
+    stream_id = stream_id_of("default", "quiet")
+    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+
+    def watch_through_a_quiet_second():
+        with grpc.insecure_channel(target) as channel:
+            storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
+                storage_pb2.CreateStreamRequest(ns_name="default", name="quiet"))
+            tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
+            tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"1", header=header))
+            watch = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                         response_deserializer=msgpack.unpackb)
+            events = watch({"stream_id": stream_id, "pkey": b"k", "key": b"k"})
+            assert "created" in next(events)
+            time.sleep(1.5)
+            tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"2", header=header))
+            change = next(events)
+            events.cancel()
+            return change
+
+    change = await trio.to_thread.run_sync(watch_through_a_quiet_second)
+    assert (change["type"], change["value"]) == ("put", b"2")
+    (table_range,) = [r for index, r in gateway.tables._ranges.items() if index[1] == "quiet"]
+    with trio.fail_after(10):
+        while table_range._watchers:
+            await trio.sleep(0.05)
+
+
+async def test_a_watch_sent_to_a_server_that_does_not_own_the_range_is_answered_by_the_owner(
+        start_cluster, tmp_path):
+    await start_cluster(URI, 3)
+    stream_id = stream_id_of("default", "relayed")
+    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+    async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
+        async with trio.open_nursery() as nursery:
+            a = await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run)
+            b = await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run)
+
+            def watch_through_b():
+                with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
+                        grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
+                    storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
+                        storage_pb2.CreateStreamRequest(ns_name="default", name="relayed"))
+                    tables = kv_rpc_pb2_grpc.TableServiceStub(to_a)
+                    tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"1", header=header))     # A owns it
+                    watch = to_b.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                              response_deserializer=msgpack.unpackb)
+                    events = watch({"stream_id": stream_id, "pkey": b"k", "key": b"k"})
+                    assert "created" in next(events)
+                    tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"2", header=header))
+                    change = next(events)
+                    events.cancel()
+                    return change
+
+            with trio.fail_after(30):
+                change = await trio.to_thread.run_sync(watch_through_b)
+            assert (change["type"], change["value"]) == ("put", b"2")
+            assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed it
+            nursery.cancel_scope.cancel()
 
 
 async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(start_cluster, tmp_path):
