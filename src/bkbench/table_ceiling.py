@@ -9,7 +9,8 @@ process of its own, in three styles, and drives it with the same 16-thread block
                 (many calls per wakeup of the loop)
     aio         grpc.aio.server, handlers are coroutines of its asyncio loop
     aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
-                loop (TrioBridge.start) and its answer back through the asyncio loop
+                loop and its answer back (streamstorage.grpc_bridge.AsyncioBridge): the real
+                server's way, puts included
 
 The real server cannot beat the best of these; the gap between them and it is what the table
 service's own work (routing, journal, state) costs.
@@ -64,7 +65,7 @@ class _SyncTable(kv_rpc_pb2_grpc.TableServiceServicer):
 class _AioTable(kv_rpc_pb2_grpc.TableServiceServicer):
     def __init__(self, bridge=None) -> None:
         self._kvs: dict[bytes, bytes] = {}
-        self._bridge = bridge      # a TrioBridge to run each operation in trio (None: in asyncio)
+        self._bridge = bridge      # an AsyncioBridge to run each operation in trio (None: in asyncio)
 
     async def _answer(self, operation, request):
         if self._bridge is None:
@@ -72,7 +73,7 @@ class _AioTable(kv_rpc_pb2_grpc.TableServiceServicer):
 
         async def in_trio_loop():
             return operation(self._kvs, request)
-        return await _in_trio(self._bridge, in_trio_loop)
+        return await self._bridge.call(in_trio_loop)
 
     async def Put(self, request, context):
         return await self._answer(_put, request)
@@ -110,29 +111,17 @@ def _serve_sync(kind: str, ready) -> None:
     trio.run(main)
 
 
-async def _in_trio(bridge, afn):
-    """From a coroutine of an asyncio loop in another thread: afn() run in the trio loop of
-    `bridge` (a TrioBridge), its result or exception back in the asyncio loop."""
-    import asyncio
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    bridge.start(afn, on_done=lambda result: loop.call_soon_threadsafe(_settle, future, result))
-    return (await future).unwrap()
-
-
-def _settle(future, result) -> None:
-    if not future.cancelled():
-        future.set_result(result)
-
-
-def _serve_aio(ready, bridge=None) -> None:
+def _serve_aio(ready, trio_bridge=None) -> None:
     import asyncio
 
     import grpc
 
+    from streamstorage.grpc_bridge import AsyncioBridge
+
     async def main() -> None:
         server = grpc.aio.server()
         port = server.add_insecure_port("127.0.0.1:0")
+        bridge = None if trio_bridge is None else AsyncioBridge(trio_bridge, asyncio.get_running_loop())
         kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(_AioTable(bridge), server)
         await server.start()
         ready.send(port)

@@ -9,6 +9,10 @@ journal) holds up no other; the calling thread waits on a lock that the task rel
 
 Like trio.from_thread.run with a token, the tasks are system tasks: a call in flight when the
 server shuts down still runs to its end during the gRPC server's grace period.
+
+AsyncioBridge is the same crossing for coroutines of an asyncio loop in another thread (the
+grpc.aio server's): no thread waits at all; the answers of the calls that finished since the
+asyncio loop last looked go back with one wakeup of that loop.
 """
 
 from __future__ import annotations
@@ -115,3 +119,42 @@ class TrioBridge:
         while self._calls:
             self._calls.popleft().notify(outcome.Error(error))
 
+
+
+class AsyncioBridge:
+    """`await call(afn, *args)` in a coroutine of the asyncio loop `loop`: the result, or the
+    exception, of running afn(*args) in the trio loop of `trio_bridge`."""
+
+    def __init__(self, trio_bridge: TrioBridge, loop) -> None:
+        self._trio_bridge = trio_bridge
+        self._loop = loop
+        # (asyncio future, outcome) of calls that finished, not yet handed to their futures.
+        # Bounded by the calls in flight, which the gRPC server bounds (one per open call).
+        self._answers: collections.deque = collections.deque()
+        # True from the moment the trio side asks the asyncio loop to drain until that drain
+        # starts (the same protocol as TrioBridge._is_drain_scheduled).
+        self._is_drain_scheduled = False
+
+    async def call(self, afn, *args):
+        future = self._loop.create_future()
+        self._trio_bridge.start(afn, *args, on_done=lambda result: self._answer(future, result))
+        return (await future).unwrap()
+
+    def _answer(self, future, result: outcome.Outcome) -> None:
+        """In the trio loop (or, once it has ended, in the caller's thread)."""
+        self._answers.append((future, result))
+        if not self._is_drain_scheduled:
+            self._is_drain_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:         # the asyncio loop is closed: nobody waits any more
+                self._is_drain_scheduled = False
+
+    def _drain(self) -> None:
+        """In the asyncio loop: settle every call that has finished."""
+        self._is_drain_scheduled = False
+        answers = self._answers
+        while answers:
+            future, result = answers.popleft()
+            if not future.cancelled():     # (the gRPC call was cancelled meanwhile)
+                future.set_result(result)

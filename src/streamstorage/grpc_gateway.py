@@ -9,21 +9,29 @@ services so the stock `apache-bookkeeper-client` package works against it, and `
     bk.table.Watch/Watch     ours (BookKeeper's protos have no watch): a server stream of changes,
                              msgpack-encoded, from a revision
 
-The gRPC server runs its handlers in its own threads; each handler hands the call to the trio
-loop (streamstorage.grpc_bridge) where the Tables and Streams objects live, so the event loop is
-never blocked and no lock is needed. Gets are the exception: a handler answers one itself from
-a snapshot of the range's index when the range is served here (Tables.read_in_thread), which
-saves the two thread switches that cost more than the read. Routing is by the stream id (a hash of the stream's name) and
-routing key the client sends; a table key is (r_key, key), BookKeeper's (pKey, lKey).
+The gRPC server is grpc.aio's, on an asyncio loop in a thread of its own
+(streamstorage.asyncio_thread). The table calls are coroutines there: each hands its work to the
+trio loop, where the Tables and Streams objects live, and awaits the answer
+(streamstorage.grpc_bridge.AsyncioBridge: no thread blocks, and many calls cross per wakeup of
+either loop), so the trio loop is never blocked and no lock is needed. Gets are the exception: a
+get is answered in the asyncio loop itself from a snapshot of the range's index when the range
+is served here (Tables.read_in_thread), without crossing to trio at all. A watch is an async
+generator there too, fed by a task in trio. The rarer calls (namespaces, streams) are plain
+functions that gRPC runs in its thread pool, each handing its work to trio with TrioBridge.
+Routing is by the stream id (a hash of the stream's name) and routing key the client sends; a
+table key is (r_key, key), BookKeeper's (pKey, lKey).
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 from concurrent import futures
+from typing import Awaitable, Callable
 
 import grpc
 import msgpack
+import outcome
 import trio
 from bookkeeper.proto import (
     common_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2,
@@ -38,18 +46,20 @@ from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
 from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
 from bkcore.table.service import Tables, range_of
-from streamstorage.grpc_bridge import TrioBridge
+from streamstorage.asyncio_thread import AsyncioThread
+from streamstorage.grpc_bridge import AsyncioBridge, TrioBridge
 from streamstorage.lmdb_kv import LmdbRangeIndexes
 from streamstorage.peer_calls import PeerClient, PeerServer
 from streamstorage.table_protocol import (
     compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
     range_read_of, response_op, txn_op_of,
 )
+from transports.service_nursery import open_service_nursery
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
 WATCH_QUEUE_EVENTS = 10_000
-FORWARDED_HEADER = "bk-forwarded"       # on a watch one server passes to another
+FORWARDED_HEADER = "bk-forwarded"
 _WATCH_END = object()
 
 # TableStoreUtils.mvccCodeToStatusCode: ILLEGAL_OP and INVALID_ARGUMENT -> BAD_REQUEST,
@@ -223,7 +233,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     not own the range either (it just moved), the client gets INTERNAL_SERVER_ERROR, which it
     retries."""
 
-    def __init__(self, bridge: TrioBridge, streams, tables: Tables, peers: PeerClient) -> None:
+    def __init__(self, bridge: AsyncioBridge, streams, tables: Tables, peers: PeerClient) -> None:
         self._bridge, self._streams, self._tables, self._peers = bridge, streams, tables, peers
         self._names: dict[int, tuple[str, str]] = {}     # ids are hashes of names: never stale
 
@@ -233,7 +243,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
 
-    def _run(self, request, response_cls, operate, context):
+    async def _run(self, request, response_cls, operate: Callable[[str, str, bytes], Awaitable[dict]], context):
         """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
         in the trio loop and build the response (with its header) from what it returns."""
         header = request.header
@@ -242,27 +252,27 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             namespace, stream = await self._stream_of(header.stream_id)
             return await operate(namespace, stream, header.r_key or request.key)
         try:
-            fields = self._bridge.run(call)
+            fields = await self._bridge.call(call)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
         except (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError) as exc:
             # (NotOwner here: the owner the call was sent to no longer owns the range.)
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
     async def _execute(self, namespace: str, stream: str, pkey: bytes, command):
-        """Tables.execute here, or at the range's owner."""
+        """In trio: Tables.execute here, or at the range's owner."""
         try:
             return await self._tables.execute(namespace, stream, pkey, command)
         except NotOwner as exc:
             return await self._peers.execute(exc.owner, namespace, stream, pkey, command)
 
     async def _read(self, namespace: str, stream: str, pkey: bytes, read):
-        """Tables.read here, or at the range's owner."""
+        """In trio: Tables.read here, or at the range's owner."""
         try:
             return await self._tables.read(namespace, stream, pkey, read)
         except NotOwner as exc:
             return await self._peers.read(exc.owner, namespace, stream, pkey, read)
 
-    def Range(self, request, context):
+    async def Range(self, request, context):
         to_pkey_end = any(key == TO_PKEY_END_HEADER for key, _ in context.invocation_metadata())
         answer = self._range_in_thread(request, to_pkey_end)
         if answer is not None:
@@ -271,11 +281,11 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         async def operate(namespace, stream, pkey):
             read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
             return range_fields(await self._read(namespace, stream, pkey, read))
-        return self._run(request, kv_rpc_pb2.RangeResponse, operate, context)
+        return await self._run(request, kv_rpc_pb2.RangeResponse, operate, context)
 
     def _range_in_thread(self, request, to_pkey_end: bool) -> kv_rpc_pb2.RangeResponse | None:
-        """A read answered in this handler thread, without a trip through the loop, when the
-        table's range is served here and needs nothing of the loop (Tables.read_in_thread)."""
+        """A read answered in the asyncio loop, without a trip through trio, when the table's
+        range is served here and needs nothing of trio's loop (Tables.read_in_thread)."""
         header = request.header
         name = self._names.get(header.stream_id)
         if name is None:
@@ -290,24 +300,24 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             return None
         return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **range_fields(result))
 
-    def Put(self, request, context):
+    async def Put(self, request, context):
         async def operate(namespace, stream, pkey):
             return put_fields(await self._execute(namespace, stream, pkey, put_of(pkey, request)))
-        return self._run(request, kv_rpc_pb2.PutResponse, operate, context)
+        return await self._run(request, kv_rpc_pb2.PutResponse, operate, context)
 
-    def Delete(self, request, context):
+    async def Delete(self, request, context):
         async def operate(namespace, stream, pkey):
             delete = delete_of(pkey, request)
             return delete_fields(delete, await self._execute(namespace, stream, pkey, delete))
-        return self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context)
+        return await self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context)
 
-    def Increment(self, request, context):
+    async def Increment(self, request, context):
         async def operate(namespace, stream, pkey):
             result = await self._execute(namespace, stream, pkey, increment_of(pkey, request))
             return {"total_amount": result.total or 0}
-        return self._run(request, kv_rpc_pb2.IncrementResponse, operate, context)
+        return await self._run(request, kv_rpc_pb2.IncrementResponse, operate, context)
 
-    def Txn(self, request, context):
+    async def Txn(self, request, context):
         async def operate(namespace, stream, pkey):
             success = tuple(txn_op_of(pkey, op) for op in request.success)
             failure = tuple(txn_op_of(pkey, op) for op in request.failure)
@@ -316,7 +326,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             ops = success if result.succeeded else failure
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
-        return self._run(request, kv_rpc_pb2.TxnResponse, operate, context)
+        return await self._run(request, kv_rpc_pb2.TxnResponse, operate, context)
 
 
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
@@ -331,66 +341,97 @@ def _was_forwarded(context) -> bool:
 class _WatchHandler:
     """bk.table.Watch/Watch: request {"stream_id" | "namespace"+"stream", "pkey", "key",
     "range_end", "start_revision"}; answers first {"created": True, "revision": r} (every change
-    above revision r follows), then one dict per change, or {"error": ..., "code": ..., "kind": ...}."""
+    above revision r follows), then one dict per change, or {"error": ..., "code": ..., "kind": ...}.
+
+    watch() is an async generator of the asyncio loop; the watch itself is a task of the trio
+    loop (in `nursery`) that hands its answers over a thread-safe queue and wakes the asyncio
+    side for them. When the call ends (the client went away, the server stops) the generator is
+    closed and cancels that task. (A plain generator would run in grpc.aio's thread pool, whose
+    context for it has neither is_active() nor callbacks: an idle watch failed after a second,
+    and the thread of one that yielded after its client left waited forever.)"""
 
     def __init__(self, bridge: TrioBridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
         self._bridge, self._streams, self._tables, self._nursery = bridge, streams, tables, nursery
 
-    def __call__(self, request: dict, context):
-        events: queue.Queue = queue.Queue()
+    async def watch(self, request: dict, context):
+        loop = asyncio.get_running_loop()
+        # Answers from the trio task, in order, _WATCH_END last. Bounded: the task ends the watch
+        # once WATCH_QUEUE_EVENTS are waiting (a watcher that fell behind watches again).
+        answers: queue.Queue = queue.Queue()
+        arrived = asyncio.Event()        # set (from trio) after each answer put in `answers`
         scope = trio.CancelScope()
 
-        async def pump():
-            try:
-                with scope:
-                    if "stream_id" in request:
-                        namespace, stream = await self._streams.catalog.stream_by_id(request["stream_id"])
-                    else:
-                        namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
-                    key = request["key"]
-                    started = lambda revision: events.put({"created": True, "revision": revision})  # noqa: E731
-                    async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
-                                                          request.get("range_end"),
-                                                          start_revision=request.get("start_revision", 0),
-                                                          started=started):
-                        if events.qsize() >= WATCH_QUEUE_EVENTS:
-                            raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
-                        events.put({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
-                                    "revision": event.revision,
-                                    # BookKeeper's version, from 0 (streamstorage.table_protocol)
-                                    "version": event.kv.version - 1 if event.kind == "put" else 0,
-                                    "is_number": event.kv.is_number, "number": event.kv.number,
-                                    "prev_value": event.prev_kv.value if event.prev_kv else None})
-            except NotOwner as exc:
-                events.put({"forward": exc.owner})
-            except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
-                events.put({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
-            finally:
-                events.put(_WATCH_END)      # also when the server shuts down: the handler thread ends
+        def answer(item) -> None:        # in the trio loop
+            answers.put(item)
+            loop.call_soon_threadsafe(arrived.set)
 
-        self._bridge.run_sync(self._nursery.start_soon, pump)
-        context.add_callback(lambda: self._bridge.run_sync(scope.cancel))
-        while True:
-            try:
-                item = events.get(timeout=1.0)
-            except queue.Empty:
-                if context.is_active():
-                    continue
-                return          # the call is over (the callback above stops the pump)
-            if item is _WATCH_END:
-                return
-            if "forward" in item and not _was_forwarded(context):
-                yield from self._forwarded(item["forward"], request, context)
-                return
+        async def pump() -> None:
+            self._nursery.start_soon(self._pump, request, scope, answers, answer)
+
+        async def stop() -> None:
+            scope.cancel()
+
+        def started(result: outcome.Outcome) -> None:
+            if isinstance(result, outcome.Error):      # the server is stopping: no task to start
+                answer({"error": str(result.error), "code": status_of(result.error),
+                        "kind": type(result.error).__name__})
+                answer(_WATCH_END)
+
+        self._bridge.start(pump, on_done=started)
+        try:
+            while True:
+                arrived.clear()
+                while not answers.empty():
+                    item = answers.get_nowait()
+                    if item is _WATCH_END:
+                        return
+                    if "forward" in item and not _was_forwarded(context):
+                        async for forwarded in _forwarded_watch(item["forward"], request):
+                            yield forwarded
+                        return
+                    yield item
+                await arrived.wait()
+        finally:
+            self._bridge.start(stop, on_done=lambda result: None)     # (a scope can always be cancelled)
+
+    async def _pump(self, request: dict, scope: trio.CancelScope, answers: queue.Queue, answer) -> None:
+        """In the trio loop: the watch's answers, until it ends or `scope` is cancelled."""
+        try:
+            with scope:
+                if "stream_id" in request:
+                    namespace, stream = await self._streams.catalog.stream_by_id(request["stream_id"])
+                else:
+                    namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
+                key = request["key"]
+                started = lambda revision: answer({"created": True, "revision": revision})  # noqa: E731
+                async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
+                                                      request.get("range_end"),
+                                                      start_revision=request.get("start_revision", 0),
+                                                      started=started):
+                    if answers.qsize() >= WATCH_QUEUE_EVENTS:
+                        raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
+                    answer({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
+                            "revision": event.revision,
+                            # BookKeeper's version, from 0 (streamstorage.table_protocol)
+                            "version": event.kv.version - 1 if event.kind == "put" else 0,
+                            "is_number": event.kv.is_number, "number": event.kv.number,
+                            "prev_value": event.prev_kv.value if event.prev_kv else None})
+        except NotOwner as exc:
+            answer({"forward": exc.owner})
+        except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
+            answer({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
+        finally:
+            answer(_WATCH_END)      # also when cancelled: the call ends
+
+
+async def _forwarded_watch(owner: str, request: dict):
+    """In the asyncio loop: the answers of the same watch sent to the range's owner (closing
+    this generator closes the channel, which cancels that call)."""
+    async with grpc.aio.insecure_channel(owner) as channel:
+        call = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                    response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+        async for item in call(request, metadata=[(FORWARDED_HEADER, "1")]):
             yield item
-
-    def _forwarded(self, owner: str, request: dict, context):
-        with grpc.insecure_channel(owner) as channel:
-            call = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
-                                        response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
-            events = call(request, metadata=[(FORWARDED_HEADER, "1")])
-            context.add_callback(events.cancel)
-            yield from events
 
 
 class GrpcGateway:
@@ -413,53 +454,83 @@ class GrpcGateway:
         self.peer_port = peer_port
         self._threads = threads
         self._checkpoint_every = checkpoint_every
+        self._pool: futures.ThreadPoolExecutor | None = None
         self.tables: Tables | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled, then stop in order: the watches and the other servers'
+        calls at once (each watch stream ends, as when its range moves), the gRPC server (other calls in flight get a second to
+        finish), then the ranges (sealing their journals). The last two need the tasks that
+        serve the ranges, so those run in a service nursery, stopped only after that."""
         streams = self._bk.streams
         try:
             await streams.create_namespace(DEFAULT_NAMESPACE)
         except NamespaceExists:
             pass
-        async with trio.open_nursery() as nursery:
-            # gRPC turns SO_REUSEPORT on by default: left on, a second server started on a port in
-            # use would share it (and this server's id) silently. Only the shared port needs it.
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._threads),
+        loop_thread = await AsyncioThread.of_process()
+        server = None
+        try:
+            # The watches stop first, at once (their tasks are not in the service nursery): a
+            # watch stream still open would hold the server's stop for its whole grace. So do
+            # the calls from and to the other servers (those waiting fail; clients retry).
+            async with open_service_nursery() as nursery, trio.open_nursery() as watches:
+                try:
+                    server = await loop_thread.run(self._listen)
+                    self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
+                                         server_id=f"{self.host}:{self.port}",
+                                         indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
+                    peer_server = await watches.start(PeerServer(self.tables, host=self.host,
+                                                                 port=self.peer_port).run)
+                    self.peer_port = peer_server.port
+                    peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=watches)
+                    trio_bridge = TrioBridge(trio.lowlevel.current_trio_token())
+                    self._add_services(server, trio_bridge, AsyncioBridge(trio_bridge, loop_thread.loop),
+                                       watches, peers)
+                    await loop_thread.run(server.start)
+                    await self.tables.register(peer_address=f"{self.host}:{self.peer_port}")
+                    task_status.started(self)
+                    await trio.sleep_forever()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        if server is not None:
+                            await loop_thread.run(server.stop, 1)
+                        if self.tables is not None:
+                            await self.tables.close()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+
+    async def _listen(self):
+        """In the asyncio loop: a grpc.aio server bound to the port (not serving yet)."""
+        self._pool = futures.ThreadPoolExecutor(max_workers=self._threads)     # for the plain (sync) handlers
+        # gRPC turns SO_REUSEPORT on by default: left on, a second server started on a port in
+        # use would share it (and this server's id) silently. Only the shared port needs it.
+        server = grpc.aio.server(migration_thread_pool=self._pool,
                                  options=[("grpc.so_reuseport", 1 if self.shared_port else 0)])
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
-            if bound == 0:
-                raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
-            self.port = bound
-            if self.shared_port and server.add_insecure_port(f"{self.host}:{self.shared_port}") == 0:
-                raise OSError(f"cannot listen on the shared port {self.host}:{self.shared_port} (is another "
-                              f"program there?)")
-            self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
-                                 server_id=f"{self.host}:{self.port}",
-                                 indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
-            peer_server = await nursery.start(PeerServer(self.tables, host=self.host, port=self.peer_port).run)
-            self.peer_port = peer_server.port
-            peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=nursery)
-            bridge = TrioBridge(trio.lowlevel.current_trio_token())
-            storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
-                RootRangeServicer(bridge, streams, self.tables), server)
-            storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
-                StorageContainerServicer(self.host, self.shared_port or self.port), server)
-            storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(bridge, streams), server)
-            kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(bridge, streams, self.tables, peers), server)
-            watch = grpc.unary_stream_rpc_method_handler(
-                _WatchHandler(bridge, streams, self.tables, nursery),
-                request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
-                response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
-            server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
-            server.start()
-            await self.tables.register(peer_address=f"{self.host}:{self.peer_port}")
-            task_status.started(self)
-            try:
-                await trio.sleep_forever()
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(lambda: server.stop(grace=1).wait())
-                    await self.tables.close()
+        bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        if bound == 0:
+            raise OSError(f"cannot listen on {self.host}:{self.port} for gRPC (is another server there?)")
+        if self.shared_port and server.add_insecure_port(f"{self.host}:{self.shared_port}") == 0:
+            raise OSError(f"cannot listen on the shared port {self.host}:{self.shared_port} (is another "
+                          f"program there?)")
+        self.port = bound
+        return server
+
+    def _add_services(self, server, trio_bridge: TrioBridge, asyncio_bridge: AsyncioBridge,
+                      watches: trio.Nursery, peers: PeerClient) -> None:
+        streams = self._bk.streams
+        storage_pb2_grpc.add_RootRangeServiceServicer_to_server(
+            RootRangeServicer(trio_bridge, streams, self.tables), server)
+        storage_pb2_grpc.add_StorageContainerServiceServicer_to_server(
+            StorageContainerServicer(self.host, self.shared_port or self.port), server)
+        storage_pb2_grpc.add_MetaRangeServiceServicer_to_server(MetaRangeServicer(trio_bridge, streams), server)
+        kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(asyncio_bridge, streams, self.tables, peers),
+                                                           server)
+        watch = grpc.unary_stream_rpc_method_handler(
+            _WatchHandler(trio_bridge, streams, self.tables, watches).watch,
+            request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
+            response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
+        server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])
 
 
 __all__ = ["GrpcGateway", "DEFAULT_PORT", "WATCH_METHOD", "range_of"]

@@ -5,7 +5,8 @@ library user (bkclient.connect), a stream storage server or a tool makes.
         bk = BookKeeperClient(driver)          # bkcore.client.handles: ledgers and streams
 
 The metastore session is opened first and closed last (its ephemeral nodes vanish with it);
-the driver's tasks run in a nursery of their own while the block runs.
+the driver's tasks run in a nursery of their own until the block has ended, its cleanup after
+a cancellation from outside included (transports.service_nursery).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from metastore.layout_node import resolve_layout
 from metastore.renewing import RenewingStore
 from metastore.uri import open_metastore, parse_metastore_uri
 from transports.client_driver import ClientDriver
+from transports.service_nursery import open_service_nursery
 
 
 @contextlib.asynccontextmanager
@@ -40,7 +42,9 @@ async def open_client(uri: str, *, config: ClientConfig = ClientConfig(), sessio
         layout = await resolve_layout(store, parsed)
         driver = ClientDriver(store=store, layout=layout, config=config, tls=tls, auth_secret=auth_secret)
         try:
-            async with trio.open_nursery() as nursery:
+            # The driver serves the block until it has ended: code cancelled from outside may
+            # still need it in its cleanup (a stream storage server seals its ranges' journals).
+            async with open_service_nursery() as nursery:
                 await nursery.start(driver.run)
                 try:
                     yield driver

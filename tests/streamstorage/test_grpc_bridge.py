@@ -57,3 +57,40 @@ def test_a_call_after_the_loop_ended_raises_run_finished():
         bridge.run(never)
     with pytest.raises(trio.RunFinishedError):      # and the next one too (no drain left scheduled)
         bridge.run(never)
+
+
+def test_coroutines_of_an_asyncio_loop_in_another_thread_run_in_trio_and_get_their_answers():
+    """AsyncioBridge: many coroutines of an asyncio loop (in a thread of its own, as the
+    grpc.aio server's) each run a function in the trio loop and get its result or exception;
+    a call whose asyncio side was cancelled meanwhile is dropped quietly."""
+    import asyncio
+
+    from streamstorage.asyncio_thread import AsyncioThread
+    from streamstorage.grpc_bridge import AsyncioBridge
+    ran_in: list = []
+
+    async def double(n: int) -> int:
+        ran_in.append(threading.get_ident())
+        await trio.sleep(0.001)
+        if n == 3:
+            raise ValueError("three")
+        return 2 * n
+
+    async def main():
+        loop_thread = await AsyncioThread.of_process()
+        bridge = AsyncioBridge(TrioBridge(trio.lowlevel.current_trio_token()), loop_thread.loop)
+
+        async def in_asyncio():
+            cancelled = asyncio.ensure_future(bridge.call(trio.sleep, 0.05))
+            await asyncio.sleep(0)
+            cancelled.cancel()
+            results = await asyncio.gather(*(bridge.call(double, i) for i in range(32)), return_exceptions=True)
+            return results, threading.get_ident()
+        results, asyncio_thread = await loop_thread.run(in_asyncio)
+        await trio.sleep(0.1)                # the cancelled call's answer arrives and is dropped
+        assert set(ran_in) == {threading.get_ident()} and asyncio_thread != threading.get_ident()
+        return results
+
+    results = trio.run(main)
+    assert [r for i, r in enumerate(results) if i != 3] == [2 * i for i in range(32) if i != 3]
+    assert isinstance(results[3], ValueError)

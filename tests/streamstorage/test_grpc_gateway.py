@@ -2,6 +2,9 @@
 blocking calls run in a worker thread while the gateway serves in the test's trio loop), plus
 txn and watch through raw stubs."""
 
+import contextlib
+import time
+
 import grpc
 import msgpack
 import pytest
@@ -13,8 +16,9 @@ bookkeeper = pytest.importorskip("bookkeeper", reason="the grpc extra (apache-bo
 
 from bookkeeper import admin, kv  # noqa: E402
 from bookkeeper.common.exceptions import BadRequest, NamespaceExistsError, StreamNotFoundError  # noqa: E402
-from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2  # noqa: E402
+from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc  # noqa: E402
 
+from bkcore.client.handles import WriteHandle  # noqa: E402
 from bkcore.stream.segments import StreamSettings, stream_id_of  # noqa: E402
 from bkcore.table.commands import RangeRead, fold_key  # noqa: E402
 from bkcore.table.placement import preferred_server  # noqa: E402
@@ -118,6 +122,81 @@ async def test_txn_and_watch_through_stubs(gateway):
         ("put", b"lovelace"), ("put", b"countess"), ("delete", b"")]
 
 
+async def test_a_quiet_watch_stays_open_and_is_let_go_when_its_client_leaves(gateway):
+    """A watch with nothing to say for a while still gets the next change, and once its client
+    cancels it the server stops watching for it. (As a plain generator in grpc.aio's thread
+    pool, a watch failed after a second without changes, its context having no is_active(),
+    and its watcher was never let go, its callbacks never being called.)"""
+    target = f"127.0.0.1:{gateway.port}"
+    stream_id = stream_id_of("default", "quiet")
+    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+
+    def watch_through_a_quiet_second():
+        with grpc.insecure_channel(target) as channel:
+            storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
+                storage_pb2.CreateStreamRequest(ns_name="default", name="quiet"))
+            tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
+            tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"1", header=header))
+            watch = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                         response_deserializer=msgpack.unpackb)
+            events = watch({"stream_id": stream_id, "pkey": b"k", "key": b"k"})
+            assert "created" in next(events)
+            time.sleep(1.5)
+            tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"2", header=header))
+            change = next(events)
+            events.cancel()
+            return change
+
+    change = await trio.to_thread.run_sync(watch_through_a_quiet_second)
+    assert (change["type"], change["value"]) == ("put", b"2")
+    (table_range,) = [r for index, r in gateway.tables._ranges.items() if index[1] == "quiet"]
+    with trio.fail_after(10):
+        while table_range._watchers:
+            await trio.sleep(0.05)
+
+
+def _preferred_first(first: GrpcGateway, second: GrpcGateway, stream: str, key: bytes):
+    """The two servers, the one that the range of `key` in default/`stream` prefers first (it
+    claims the range when asked; the other sends it there)."""
+    ids = [f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"]
+    index = ("default", stream, range_of(key, StreamSettings().table_ranges))
+    return (first, second) if preferred_server(index, ids) == ids[0] else (second, first)
+
+
+async def test_a_watch_sent_to_a_server_that_does_not_own_the_range_is_answered_by_the_owner(
+        start_cluster, tmp_path):
+    await start_cluster(URI, 3)
+    stream_id = stream_id_of("default", "relayed")
+    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+    async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
+        async with trio.open_nursery() as nursery:
+            a, b = _preferred_first(
+                await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run),
+                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), "relayed", b"k")
+
+            def watch_through_b():
+                with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
+                        grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
+                    storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
+                        storage_pb2.CreateStreamRequest(ns_name="default", name="relayed"))
+                    tables = kv_rpc_pb2_grpc.TableServiceStub(to_a)
+                    tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"1", header=header))     # A owns it
+                    watch = to_b.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                              response_deserializer=msgpack.unpackb)
+                    events = watch({"stream_id": stream_id, "pkey": b"k", "key": b"k"})
+                    assert "created" in next(events)
+                    tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"2", header=header))
+                    change = next(events)
+                    events.cancel()
+                    return change
+
+            with trio.fail_after(30):
+                change = await trio.to_thread.run_sync(watch_through_b)
+            assert (change["type"], change["value"]) == ("put", b"2")
+            assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed it
+            nursery.cancel_scope.cancel()
+
+
 async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(start_cluster, tmp_path):
     """Server A owns the table's range; requests sent to B are forwarded to A. A's metastore
     session then expires (as when its process dies): B claims the range, fences A through the
@@ -126,11 +205,9 @@ async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(s
     # Servers own claims through their sessions: they must learn that one ended, not renew it.
     async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
         async with trio.open_nursery() as nursery:
-            first = await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run)
-            second = await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run)
-            # A is the server the range prefers (it claims the range; the other redirects to it).
-            ids = [f"127.0.0.1:{first.port}", f"127.0.0.1:{second.port}"]
-            a, b = (first, second) if preferred_server(("default", "shared", range_of(b"k", StreamSettings().table_ranges)), ids) == ids[0] else (second, first)
+            a, b = _preferred_first(
+                await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run),
+                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), "shared", b"k")
             bk_a = a.tables._bk
             stream_id = stream_id_of("default", "shared")
 
@@ -269,3 +346,69 @@ async def test_gets_skip_the_loop_only_while_the_read_lease_holds(gateway):
     assert tables.read_in_thread("default", "other", b"k", RangeRead(fold_key(b"k", b"k"))) is None  # no settings
     bk.store.expire_session()
     assert await trio.to_thread.run_sync(read_in_thread) is None
+
+
+async def test_a_gateway_cancelled_from_outside_journals_and_seals_what_it_was_given(start_cluster, tmp_path,
+                                                                                     monkeypatch):
+    """Cancelled while a put's journal entry is in flight and two more puts wait behind it,
+    the gateway still journals the waiting puts and seals its ranges before it stops, and the
+    next owner has all three. (The tasks that flush and seal the journal run until then: when
+    the cancellation stopped them too, closing the range waited forever for its queue.)"""
+    await start_cluster(URI, 3)
+    stream_id = stream_id_of("default", "held")
+    held: list[tuple] = []
+    original_start_add = WriteHandle.start_add
+
+    def start_add(handle, payload, on_done):       # hold the first add of the table's journal
+        stream = dict(handle.metadata.custom_metadata).get("stream", b"")
+        if not held and stream.startswith(b"__tables/default~held~"):
+            held.append((handle, payload, on_done))
+        else:
+            original_start_add(handle, payload, on_done)
+    monkeypatch.setattr(WriteHandle, "start_add", start_add)
+
+    def put(port: int, key: bytes) -> None:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            if key == b"create":
+                storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
+                    storage_pb2.CreateStreamRequest(ns_name="default", name="held"))
+                return
+            header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+            with contextlib.suppress(grpc.RpcError):      # (answered, or cut off by the server's stop)
+                kv_rpc_pb2_grpc.TableServiceStub(channel).Put(kv_rpc_pb2.PutRequest(key=key, value=b"v", header=header))
+
+    serving, stopped = trio.CancelScope(), trio.Event()
+
+    async def serve(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with serving:
+            async with bkclient.connect(URI, renew_session=False) as bk:
+                await GrpcGateway(bk, port=0, index_dir=str(tmp_path / "first")).run(task_status=task_status)
+        stopped.set()
+
+    async with trio.open_nursery() as nursery:
+        first = await nursery.start(serve)
+        await trio.to_thread.run_sync(put, first.port, b"create")
+        nursery.start_soon(trio.to_thread.run_sync, put, first.port, b"k1")
+        with trio.fail_after(20):
+            while not held:
+                await trio.sleep(0.01)
+        for key in (b"k2", b"k3"):
+            nursery.start_soon(trio.to_thread.run_sync, put, first.port, key)
+        with trio.fail_after(20):                      # they reach the range and wait behind k1
+            while sum(len(r._journal._queue) for r in first.tables._ranges.values()) < 2:
+                await trio.sleep(0.01)
+        serving.cancel()
+        handle, payload, on_done = held[0]
+        original_start_add(handle, payload, on_done)   # k1's entry goes on, as the bookies answer
+        with trio.move_on_after(20):
+            await stopped.wait()
+        if not stopped.is_set():
+            first.tables.stop_all(RuntimeError("the test gave up waiting"))     # so the test can end
+            pytest.fail("the cancelled gateway did not stop within 20 s")
+
+    async with bkclient.connect(URI, renew_session=False) as bk:
+        async with trio.open_nursery() as nursery:
+            second = await nursery.start(GrpcGateway(bk, port=0, index_dir=str(tmp_path / "second")).run)
+            values = [await second.tables.get("default", "held", b"k", key) for key in (b"k1", b"k2", b"k3")]
+            nursery.cancel_scope.cancel()
+    assert [kv.value if kv else None for kv in values] == [b"v"] * 3
