@@ -21,8 +21,9 @@ all its keys share a pkey, hence a range) is in a snapshot wholly or not at all.
 different ranges are taken one after another while the driver plans, not at one instant: a
 write to one range that follows a write to another may be in while the earlier one is not. A
 command is in once its journal entry is confirmed to the bookies (the LAC): an owner's last
-command shows once its next one is written or its explicit LAC is sent (idle writers send it
-once their last add completes, at most once per explicitLacInterval, 0.2 ms by default).
+command shows once its next one is written or its explicit LAC is sent, which a range's journal
+does once it has been idle for bkcore.table.range.LAC_PUSH_DELAY_NS (10 ms; sooner would cost
+every bookie a WriteLac per group of commands under load).
 """
 
 from __future__ import annotations

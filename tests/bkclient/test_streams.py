@@ -91,6 +91,33 @@ async def test_written_records_read_back_in_order_with_positions_and_txids(bk):
         [("completed", 501, 0, 1000), ("completed", 1, 1001, 1001)]
 
 
+async def test_with_one_entry_in_flight_what_arrives_meanwhile_goes_in_the_next_entry(bk):
+    """A range journal's writer: one entry in flight; the records written meanwhile leave
+    together as the next entry once it is acknowledged (sent from the acknowledgement, while
+    the flusher may be waiting for the same slot: it must not send an empty entry then)."""
+    streams = bk.streams
+    await streams.create_stream("ns", "grouped")
+    written: dict[bytes, DLSN] = {}
+    async with streams.open_writer("ns", "grouped", entries_in_flight_max=1, lac_push_delay_ns=10_000_000) as writer:
+        async def client(index: int) -> None:
+            for n in range(15):
+                payload = b"c%d-%d" % (index, n)
+                written[payload] = await writer.write(payload)
+                await trio.sleep(0.001 * (index % 3))
+        async with trio.open_nursery() as nursery:
+            for index in range(12):
+                nursery.start_soon(client, index)
+    assert len(written) == 180 and len(set(written.values())) == 180
+    entries = {(p.segment, p.entry_id) for p in written.values()}
+    assert len(entries) < 150                       # many went several to an entry
+    assert max(p.slot for p in written.values()) > 0
+    records = await read_all(streams, "grouped", count=180)
+    assert {r.payload: r.dlsn for r in records} == written
+    # Every entry holds at least one record: slots 0.. of each entry, no entry left empty.
+    assert sorted({(r.dlsn.segment, r.dlsn.entry_id) for r in records}) == \
+        [(1, entry_id) for entry_id in range(len(entries))]
+
+
 async def test_readers_start_at_a_position_a_txid_or_the_tail(bk):
     streams = bk.streams
     await streams.create_stream("ns", "s")

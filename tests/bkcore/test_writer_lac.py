@@ -95,3 +95,21 @@ def test_a_held_push_is_dropped_when_the_application_adds_before_the_bookies_are
     w.add(2, b"y", now_ns=20)                         # the application, told of entry 0, adds at once
     w.ctx.pull_sends(held.destinations, 20)
     assert lac_pushes(take(w)) == [] and w.pending_adds_count == 1
+
+
+def test_a_writer_with_a_push_delay_pushes_only_once_idle_that_long():
+    """lac_push_delay_ns (a table range's journal): no push as the adds complete, whatever the
+    application's habit; a timer that long after going idle, which the next add cancels."""
+    delay_ns = 50_000
+    w = writer()
+    w.lac_push_delay_ns = delay_ns
+    assert lac_pushes(add_and_ack(w, 1, at_ns=0, acked_at_ns=10)) == []
+    assert w.ctx.next_deadline_ns() == 10 + delay_ns
+    assert lac_pushes(add_and_ack(w, 2, at_ns=20_000, acked_at_ns=20_010)) == []    # cancelled it
+    assert w.ctx.next_deadline_ns() == 20_010 + delay_ns
+    w.ctx.on_timer(20_010 + delay_ns - 1)
+    assert lac_pushes(take(w)) == []
+    w.ctx.on_timer(20_010 + delay_ns)
+    assert lac_pushes(take(w)) == [1, 1, 1]
+    w.ctx.on_timer(20_010 + 3 * delay_ns)                # pushed once: nothing new to tell
+    assert lac_pushes(take(w)) == []

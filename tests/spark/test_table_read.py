@@ -15,8 +15,9 @@ from spark_helpers import new_stream
 from table_helpers import LiveTables
 from bkcore.table.range import TABLES_NAMESPACE, journal_stream_name
 
-# Idle journal writers send their LAC to the bookies after explicitLacInterval (1 s): until then
-# a reader cannot know the owner's last command is durable (bkspark.table_snapshot).
+# An idle range journal sends its LAC to the bookies once idle for LAC_PUSH_DELAY_NS (10 ms):
+# until then a reader cannot know the owner's last command is durable (bkspark.table_snapshot).
+# The wait leaves room for a loaded machine.
 EXPLICIT_LAC_WAIT_S = 2.5
 
 

@@ -218,8 +218,10 @@ class BookKeeperClient:
     async def create_ledger(self, *, ensemble: int = 3, write_quorum: int = 3, ack_quorum: int = 2,
                             password: bytes = b"", digest: str = "crc32c", deferred_sync: bool = False,
                             custom_metadata: dict[str, bytes] | None = None,
-                            bookies: Sequence[str] = ()) -> WriteHandle:
-        """A new open ledger on `ensemble` bookies chosen at random (or exactly `bookies`)."""
+                            bookies: Sequence[str] = (), lac_push_delay_ns: int | None = None) -> WriteHandle:
+        """A new open ledger on `ensemble` bookies chosen at random (or exactly `bookies`).
+        lac_push_delay_ns: for a ledger no reader tails closely, how long its writer stays
+        idle before it pushes its LAC explicitly (None: the client's explicit LAC policy)."""
         if digest not in DIGESTS:
             raise ValueError(f"digest {digest!r}: use one of {', '.join(DIGESTS)}")
         spec = LedgerSpec(ensemble_size=ensemble, write_quorum_size=write_quorum, ack_quorum_size=ack_quorum,
@@ -227,6 +229,7 @@ class BookKeeperClient:
                           custom_metadata=tuple(sorted((custom_metadata or {}).items())), bookies=tuple(bookies))
         writer = await self._driver.call(lambda op_id, now_ns: self._driver.client.create_ledger(
             op_id, password=password, spec=spec, now_ns=now_ns))
+        writer.lac_push_delay_ns = lac_push_delay_ns      # (no add yet: nothing scheduled)
         return WriteHandle(self._driver, writer)
 
     async def open_ledger(self, ledger_id: int, *, password: bytes = b"", recovery: bool = True,

@@ -145,6 +145,9 @@ class LedgerWriter:
         self._idle_since_ns: int | None = None
         self._adds_follow_at_once = False
         self._explicit_lac_timer: int | None = None
+        # Set (lac_push_delay_ns) for a ledger nobody tails closely: once idle, it pushes its
+        # LAC only after staying idle this long; None: the client's policy (explicit_lac_*).
+        self.lac_push_delay_ns: int | None = None
         # When an explicit LAC push was held for the ensemble's bookies (None: none held); it
         # is sent when the driver pulls any of them (send_held), if the writer is still idle.
         self._lac_push_held_at_ns: int | None = None
@@ -673,12 +676,21 @@ class LedgerWriter:
         timer due explicit_lac_hold_ns later, which the next add cancels (that entry carries
         the LAC). A timer due at once would race the application's next add (in trio the two
         wake together) and cost every add of a one-at-a-time writer a WriteLac to each bookie;
-        one due an interval later would still wake the client once per add or so."""
+        one due an interval later would still wake the client once per add or so.
+
+        A writer with lac_push_delay_ns set pushes only once it has been idle that long: its
+        application adds in bursts with gaps shorter than that (a table range's journal, one
+        group of commands at a time), and each push would cost every bookie a WriteLac per
+        burst, as much as the burst's own add."""
         interval_ns = self.ctx.config.explicit_lac_interval_ns
         if interval_ns <= 0 or self.is_recovery or self._pending:
             return
         self._idle_since_ns = now_ns
         if self._explicit_lac_timer is not None:
+            return
+        if self.lac_push_delay_ns is not None:
+            self._explicit_lac_timer = self.ctx.call_at(now_ns + self.lac_push_delay_ns,
+                                                        self._on_explicit_lac_timeout)
             return
         sent_at_ns = self._explicit_lac_sent_at_ns
         if sent_at_ns is not None and now_ns < sent_at_ns + interval_ns:

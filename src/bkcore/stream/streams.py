@@ -81,7 +81,7 @@ class Streams:
     @contextlib.asynccontextmanager
     async def open_writer(self, namespace: str, stream: str, **options) -> AsyncIterator[StreamWriter]:
         """The stream's writer (fencing any previous one). Options: entry_size_max,
-        entries_in_flight_max, pending_bytes_max. Leaving the block writes what is queued and
+        entries_in_flight_max, pending_bytes_max, lac_push_delay_ns (see create_ledger). Leaving the block writes what is queued and
         seals the segment."""
         writer = await self._open_writer(namespace, stream, options)
         async with self._rt.open_nursery() as nursery:

@@ -46,7 +46,7 @@ class StreamWriter:
     def __init__(self, bk, catalog: StreamCatalog, namespace: str, stream: str, *,
                  after_roll: Callable[[], Awaitable[None]] | None = None,
                  entry_size_max: int = ENTRY_SIZE_MAX, entries_in_flight_max: int = ENTRIES_IN_FLIGHT_MAX,
-                 pending_bytes_max: int = PENDING_BYTES_MAX) -> None:
+                 pending_bytes_max: int = PENDING_BYTES_MAX, lac_push_delay_ns: int | None = None) -> None:
         self._bk = bk
         self._rt = bk.runtime
         self._catalog = catalog
@@ -55,6 +55,7 @@ class StreamWriter:
         self._batcher = RecordBatcher(entry_size_max=entry_size_max)
         self._entries_in_flight_max = entries_in_flight_max
         self._pending_bytes_max = pending_bytes_max
+        self._lac_push_delay_ns = lac_push_delay_ns      # for its ledgers (create_ledger)
         self._queue: collections.deque[_Pending] = collections.deque()
         self._queued_bytes = 0
         self._in_flight = 0
@@ -206,7 +207,8 @@ class StreamWriter:
             while self._in_flight >= self._entries_in_flight_max:
                 await self._wait_for_change()
             self._raise_failure()
-            self._send_entry()
+            if self._queue:         # (an acknowledgement may have sent it meanwhile)
+                self._send_entry()
 
     def _send_entry(self) -> None:
         """Pack as many queued records as fit one entry and start adding it."""
@@ -231,9 +233,21 @@ class StreamWriter:
                 for slot, pending in enumerate(taken):
                     _resolve(pending, position=DLSN(seqno, entry_id, slot))
                 self.last_position = taken[-1].position
+                self._send_next_entry_now()
             self._signal()
 
         self._ledger.start_add(payload, on_done)
+
+    def _send_next_entry_now(self) -> None:
+        """On an entry's acknowledgement: the records queued meanwhile leave at once, from the
+        callback, not a task switch later from the flusher. The ledger then never looks idle
+        between two entries, so it pushes no explicit LAC to every bookie in that gap (it
+        would, after each group of a range journal with one entry in flight); and the next
+        group starts a hop sooner. The flusher keeps what needs waiting: rolls, closing."""
+        if (self._queue and self._failure is None and not self._roll_requested
+                and self._in_flight < self._entries_in_flight_max
+                and not self._state.should_roll(int(self._rt.wall_time_s()))):
+            self._send_entry()
 
     async def _roll(self) -> None:
         await self._complete_segment()
@@ -259,7 +273,8 @@ class StreamWriter:
         ledger = await self._bk.create_ledger(
             ensemble=settings.ensemble_size, write_quorum=settings.write_quorum_size,
             ack_quorum=settings.ack_quorum_size, password=STREAM_LEDGER_PASSWORD,
-            custom_metadata={"stream": f"{self.namespace}/{self.stream}".encode(), "segment": str(seqno).encode()})
+            custom_metadata={"stream": f"{self.namespace}/{self.stream}".encode(), "segment": str(seqno).encode()},
+            lac_push_delay_ns=self._lac_push_delay_ns)
         segment = SegmentMetadata(seqno, ledger.ledger_id, ctime_s=int(self._rt.wall_time_s()))
         stored = await self._catalog.create_segment(self.namespace, self.stream, segment)
         if stored is None:

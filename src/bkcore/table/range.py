@@ -65,6 +65,12 @@ JOURNAL_ENTRY_SIZE_MAX = COMMAND_SIZE_MAX + 64 * 1024
 # bookie, per command. Latency is at most two adds; a second entry in flight would halve groups.
 JOURNAL_ENTRIES_IN_FLIGHT_MAX = 1
 CHECKPOINT_ENTRY_SIZE_MAX = CHECKPOINT_CHUNK_BYTES + 2 * COMMAND_SIZE_MAX
+# No reader tails a range's streams closely: the next owner reads the journal after fencing it
+# (to its end, whatever the LAC), and a Spark snapshot (bkspark.table_snapshot) reads to the
+# LAC. So their writers push the LAC only once idle this long. Pushed as soon as the writer is
+# idle, the push would follow nearly every group of commands (the next group waits for this
+# one's add) and cost every bookie a WriteLac per group: as much again as the group's add.
+LAC_PUSH_DELAY_NS = 10_000_000
 # How long closing a range waits for its accepted commands (and a checkpoint under way) before
 # it stops without sealing: a journal add that is stuck (no bookies) must not hold a shutdown
 # or a handover for good.
@@ -158,9 +164,11 @@ class TableRange:
                 await streams.create_stream(TABLES_NAMESPACE, name, self._settings)
         self._journal = await streams.start_writer(nursery, TABLES_NAMESPACE, self._journal_name,
                                                    entry_size_max=JOURNAL_ENTRY_SIZE_MAX,
-                                                   entries_in_flight_max=JOURNAL_ENTRIES_IN_FLIGHT_MAX)
+                                                   entries_in_flight_max=JOURNAL_ENTRIES_IN_FLIGHT_MAX,
+                                                   lac_push_delay_ns=LAC_PUSH_DELAY_NS)
         self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name,
-                                                             entry_size_max=CHECKPOINT_ENTRY_SIZE_MAX)
+                                                             entry_size_max=CHECKPOINT_ENTRY_SIZE_MAX,
+                                                             lac_push_delay_ns=LAC_PUSH_DELAY_NS)
         await self._restore()
 
     def stop(self, error: BaseException) -> None:
