@@ -25,7 +25,8 @@ from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_p
 
 from bkcore.stream.segments import stream_id_of
 from bkcore.table.watch_resume import WatchResume
-from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
+from bkcore.table.ownership import NotOwner
+from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, OWNER_HEADER, OWNER_ONLY_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
 
 DEFAULT_SERVER = "127.0.0.1:4181"
 CALL_TIMEOUT_S = 30.0
@@ -45,12 +46,11 @@ def _check(code: int, what: str, reason: str = "") -> None:
         raise StorageError(code, what, reason)
 
 
-def _reason(call) -> str:
-    """The refusal's reason the server put in the trailing metadata ("" if none)."""
-    for key, value in call.trailing_metadata() or ():
-        if key == ERROR_MESSAGE_HEADER:
-            return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    return ""
+def _trailing(call) -> dict[str, str]:
+    """What the server put in the trailing metadata: the refusal's reason (ERROR_MESSAGE_HEADER),
+    the range's owner (OWNER_HEADER)."""
+    return {key: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+            for key, value in call.trailing_metadata() or ()}
 
 
 class StorageClient:
@@ -72,9 +72,14 @@ class StorageClient:
 
     def _call(self, method, request, metadata=()):
         """(answer, the refusal's reason or "")."""
+        answer, trailing = self._call_with_trailing(method, request, metadata)
+        return answer, trailing.get(ERROR_MESSAGE_HEADER, "")
+
+    def _call_with_trailing(self, method, request, metadata=()):
+        """(answer, the trailing metadata)."""
         try:
             answer, call = method.with_call(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
-            return answer, _reason(call)
+            return answer, _trailing(call)
         except grpc.RpcError as exc:
             raise ConnectionError(f"stream storage at {self.server} did not answer ({exc.code().name}); "
                                   f"is it running (bk standalone, or bk stream-storage)?") from None
@@ -101,16 +106,19 @@ class StorageClient:
                                     storage_pb2.DeleteStreamRequest(ns_name=namespace, name=stream))
         _check(answer.code, f"deleting stream {namespace}/{stream}", reason)
 
-    def table(self, namespace: str, stream: str) -> TableClient:
-        return TableClient(self, namespace, stream)
+    def table(self, namespace: str, stream: str, *, owner_only: bool = False) -> TableClient:
+        return TableClient(self, namespace, stream, owner_only=owner_only)
 
 
 class TableClient:
-    """Keys are bytes; `pkey` defaults to the key itself (BookKeeper's Table)."""
+    """Keys are bytes; `pkey` defaults to the key itself (BookKeeper's Table). With owner_only
+    (a thick client, which routes by itself) a server that does not own the key's range raises
+    NotOwner(owner) here instead of serving the call through the owner."""
 
-    def __init__(self, client: StorageClient, namespace: str, stream: str) -> None:
+    def __init__(self, client: StorageClient, namespace: str, stream: str, *, owner_only: bool = False) -> None:
         self._client = client
         self.namespace, self.stream = namespace, stream
+        self._metadata = ((OWNER_ONLY_HEADER, "1"),) if owner_only else ()
         self._stub = kv_rpc_pb2_grpc.TableServiceStub(client._channel)
         self._stream_id = stream_id_of(namespace, stream)
 
@@ -118,8 +126,11 @@ class TableClient:
         return kv_rpc_pb2.RoutingHeader(stream_id=self._stream_id, r_key=pkey or key)
 
     def _send(self, method, request, what: str, metadata=()):
-        answer, reason = self._client._call(method, request, metadata)
-        _check(answer.header.code, f"{what} on table {self.namespace}/{self.stream}", reason)
+        answer, trailing = self._client._call_with_trailing(method, request, (*metadata, *self._metadata))
+        what = f"{what} on table {self.namespace}/{self.stream}"
+        if answer.header.code != storage_pb2.SUCCESS and OWNER_HEADER in trailing:
+            raise NotOwner(trailing[OWNER_HEADER], what)
+        _check(answer.header.code, what, trailing.get(ERROR_MESSAGE_HEADER, ""))
         return answer
 
     def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None):

@@ -11,9 +11,12 @@
 
 A thick client: each call goes straight to the server that owns the key's range (found in the
 metastore, as the servers announce themselves there), or to the range's preferred live server
-when it has no owner yet, which then claims it (bkcore.table.routing, which the simulator's clients use
-too; a server that is not the owner forwards the request to the one that is). Calls run on gRPC's blocking stubs in worker threads. Keys
-without a pkey use the key as pkey (BookKeeper's Table); with one they are PTable lkeys.
+when it has no owner yet, which then claims it (bkcore.table.routing, which the simulator's
+clients use too). A server that does not own the range answers NotOwner naming the owner
+(bkcore.table.watch_rpc.OWNER_ONLY_HEADER) instead of forwarding the call, so when a range moves
+the client learns where to and sends there from then on. Calls run on gRPC's blocking stubs in
+worker threads. Keys without a pkey use the key as pkey (BookKeeper's Table); with one they are
+PTable lkeys.
 """
 
 from __future__ import annotations
@@ -47,13 +50,12 @@ class AsyncTable:
         client = self._clients.get(address)
         if client is None:
             client = self._clients[address] = StorageClient(address)
-        return client.table(self.namespace, self.stream)
+        return client.table(self.namespace, self.stream, owner_only=True)
 
     async def _table_for(self, pkey: bytes) -> TableClient:
         return self._table_at(await self._routes.server_for(self._index(pkey)))
 
     async def _call(self, method: str, key: bytes, *args, pkey: bytes | None = None, **kwargs):
-        # (A server that does not own the range forwards the call to the owner itself.)
         async def send(address: str):
             table = self._table_at(address)
             return await trio.to_thread.run_sync(lambda: getattr(table, method)(key, *args, pkey=pkey, **kwargs))

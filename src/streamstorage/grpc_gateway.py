@@ -44,7 +44,9 @@ from bkcore.stream.errors import (
 from bkcore.stream.segments import StreamSettings, stream_id_of
 from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
-from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
+from bkcore.table.watch_rpc import (
+    ERROR_MESSAGE_HEADER, OWNER_HEADER, OWNER_ONLY_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD,
+)
 from bkcore.table.service import Tables, range_of
 from streamstorage.asyncio_thread import AsyncioThread
 from streamstorage.grpc_bridge import AsyncioBridge, TrioBridge
@@ -83,8 +85,12 @@ def status_of(error: BaseException) -> int:
 
 
 def refused(response, error: BaseException, context):
-    """`response` (which carries the status code), with the reason in the trailing metadata."""
-    context.set_trailing_metadata(((ERROR_MESSAGE_HEADER, str(error).encode()),))
+    """`response` (which carries the status code), with the reason in the trailing metadata
+    (and, for NotOwner, the owner: OWNER_HEADER)."""
+    trailing = [(ERROR_MESSAGE_HEADER, str(error).encode())]
+    if isinstance(error, NotOwner):
+        trailing.append((OWNER_HEADER, error.owner))
+    context.set_trailing_metadata(tuple(trailing))
     return response
 
 
@@ -231,7 +237,8 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
     A call for a range another server owns goes there over the servers' own channel
     (streamstorage.peer_calls: many calls per frame), once: when the server it reaches does
     not own the range either (it just moved), the client gets INTERNAL_SERVER_ERROR, which it
-    retries."""
+    retries. A thick client's call (OWNER_ONLY_HEADER) is not forwarded: the refusal names the
+    owner instead (OWNER_HEADER), and the client goes there itself."""
 
     def __init__(self, bridge: AsyncioBridge, streams, tables: Tables, peers: PeerClient) -> None:
         self._bridge, self._streams, self._tables, self._peers = bridge, streams, tables, peers
@@ -243,14 +250,18 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             name = self._names[stream_id] = await self._streams.catalog.stream_by_id(stream_id)
         return name
 
-    async def _run(self, request, response_cls, operate: Callable[[str, str, bytes], Awaitable[dict]], context):
-        """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey)`
-        in the trio loop and build the response (with its header) from what it returns."""
+    async def _run(self, request, response_cls, operate: Callable[[str, str, bytes, bool], Awaitable[dict]],
+                   context):
+        """Resolve the table and pkey from the routing header, run `operate(ns, stream, pkey,
+        forward)` in the trio loop and build the response (with its header) from what it
+        returns. forward: whether a range owned elsewhere is served through its owner (False
+        for a thick client's call: NotOwner answers it)."""
         header = request.header
+        forward = not any(key == OWNER_ONLY_HEADER for key, _ in context.invocation_metadata())
 
         async def call():
             namespace, stream = await self._stream_of(header.stream_id)
-            return await operate(namespace, stream, header.r_key or request.key)
+            return await operate(namespace, stream, header.r_key or request.key, forward)
         try:
             fields = await self._bridge.call(call)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
@@ -258,18 +269,22 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             # (NotOwner here: the owner the call was sent to no longer owns the range.)
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
-    async def _execute(self, namespace: str, stream: str, pkey: bytes, command):
-        """In trio: Tables.execute here, or at the range's owner."""
+    async def _execute(self, namespace: str, stream: str, pkey: bytes, command, forward: bool):
+        """In trio: Tables.execute here, or at the range's owner (if `forward`)."""
         try:
             return await self._tables.execute(namespace, stream, pkey, command)
         except NotOwner as exc:
+            if not forward:
+                raise
             return await self._peers.execute(exc.owner, namespace, stream, pkey, command)
 
-    async def _read(self, namespace: str, stream: str, pkey: bytes, read):
-        """In trio: Tables.read here, or at the range's owner."""
+    async def _read(self, namespace: str, stream: str, pkey: bytes, read, forward: bool):
+        """In trio: Tables.read here, or at the range's owner (if `forward`)."""
         try:
             return await self._tables.read(namespace, stream, pkey, read)
         except NotOwner as exc:
+            if not forward:
+                raise
             return await self._peers.read(exc.owner, namespace, stream, pkey, read)
 
     async def Range(self, request, context):
@@ -278,9 +293,9 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         if answer is not None:
             return answer
 
-        async def operate(namespace, stream, pkey):
+        async def operate(namespace, stream, pkey, forward):
             read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
-            return range_fields(await self._read(namespace, stream, pkey, read))
+            return range_fields(await self._read(namespace, stream, pkey, read, forward))
         return await self._run(request, kv_rpc_pb2.RangeResponse, operate, context)
 
     def _range_in_thread(self, request, to_pkey_end: bool) -> kv_rpc_pb2.RangeResponse | None:
@@ -301,28 +316,28 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **range_fields(result))
 
     async def Put(self, request, context):
-        async def operate(namespace, stream, pkey):
-            return put_fields(await self._execute(namespace, stream, pkey, put_of(pkey, request)))
+        async def operate(namespace, stream, pkey, forward):
+            return put_fields(await self._execute(namespace, stream, pkey, put_of(pkey, request), forward))
         return await self._run(request, kv_rpc_pb2.PutResponse, operate, context)
 
     async def Delete(self, request, context):
-        async def operate(namespace, stream, pkey):
+        async def operate(namespace, stream, pkey, forward):
             delete = delete_of(pkey, request)
-            return delete_fields(delete, await self._execute(namespace, stream, pkey, delete))
+            return delete_fields(delete, await self._execute(namespace, stream, pkey, delete, forward))
         return await self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context)
 
     async def Increment(self, request, context):
-        async def operate(namespace, stream, pkey):
-            result = await self._execute(namespace, stream, pkey, increment_of(pkey, request))
+        async def operate(namespace, stream, pkey, forward):
+            result = await self._execute(namespace, stream, pkey, increment_of(pkey, request), forward)
             return {"total_amount": result.total or 0}
         return await self._run(request, kv_rpc_pb2.IncrementResponse, operate, context)
 
     async def Txn(self, request, context):
-        async def operate(namespace, stream, pkey):
+        async def operate(namespace, stream, pkey, forward):
             success = tuple(txn_op_of(pkey, op) for op in request.success)
             failure = tuple(txn_op_of(pkey, op) for op in request.failure)
             txn = Txn(tuple(compare_of(pkey, c) for c in request.compare), success, failure)
-            result = await self._execute(namespace, stream, pkey, txn)
+            result = await self._execute(namespace, stream, pkey, txn, forward)
             ops = success if result.succeeded else failure
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}

@@ -1,7 +1,7 @@
 """Rebalancing with real servers (bkcore.table.rebalance over gRPC, in-process bookies): a stream
 storage server that joins a running one takes over the ranges that prefer it, within a bound,
-while clients write and read through the library's thick client; nothing acknowledged is lost
-and no read is stale."""
+while clients write and read through the library's thick client; nothing acknowledged is lost,
+no read is stale, and the client ends up sending to the new owners directly."""
 
 import functools
 
@@ -109,6 +109,9 @@ async def test_a_joining_server_takes_over_its_share_of_the_ranges_while_clients
                 assert a.tables.rebalancer.handover_count == expected.count(b_id)
                 assert b.tables.rebalancer.handover_count == 0
                 assert stale == []
+                # The thick client learned where each range went (the old owner named the new
+                # one instead of forwarding its calls there): it sends to the owners directly.
+                assert [table._routes._servers.get(index) for index in INDEXES] == expected
                 for key in before:
                     assert (await retried(functools.partial(table.get, key))).value == b"old"
                 for key, value in acknowledged.items():
