@@ -61,7 +61,6 @@ from transports.service_nursery import open_service_nursery
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
 WATCH_QUEUE_EVENTS = 10_000
-FORWARDED_HEADER = "bk-forwarded"
 _WATCH_END = object()
 
 # TableStoreUtils.mvccCodeToStatusCode: ILLEGAL_OP and INVALID_ARGUMENT -> BAD_REQUEST,
@@ -349,10 +348,6 @@ def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.
     return kv_rpc_pb2.ResponseHeader(code=code, routing_header=routing)
 
 
-def _was_forwarded(context) -> bool:
-    return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata())
-
-
 class _WatchHandler:
     """bk.table.Watch/Watch: request {"stream_id" | "namespace"+"stream", "pkey", "key",
     "range_end", "start_revision"}; answers first {"created": True, "revision": r} (every change
@@ -363,10 +358,14 @@ class _WatchHandler:
     side for them. When the call ends (the client went away, the server stops) the generator is
     closed and cancels that task. (A plain generator would run in grpc.aio's thread pool, whose
     context for it has neither is_active() nor callbacks: an idle watch failed after a second,
-    and the thread of one that yielded after its client left waited forever.)"""
+    and the thread of one that yielded after its client left waited forever.)
 
-    def __init__(self, bridge: TrioBridge, streams, tables: Tables, nursery: trio.Nursery) -> None:
+    A watch of a range owned elsewhere is that owner's watch, over the servers' own channel
+    (PeerClient.watch): its changes come from the owner as they happen."""
+
+    def __init__(self, bridge: TrioBridge, streams, tables: Tables, peers: PeerClient, nursery: trio.Nursery) -> None:
         self._bridge, self._streams, self._tables, self._nursery = bridge, streams, tables, nursery
+        self._peers = peers
 
     async def watch(self, request: dict, context):
         loop = asyncio.get_running_loop()
@@ -400,10 +399,6 @@ class _WatchHandler:
                     item = answers.get_nowait()
                     if item is _WATCH_END:
                         return
-                    if "forward" in item and not _was_forwarded(context):
-                        async for forwarded in _forwarded_watch(item["forward"], request):
-                            yield forwarded
-                        return
                     yield item
                 await arrived.wait()
         finally:
@@ -419,10 +414,9 @@ class _WatchHandler:
                     namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
                 key = request["key"]
                 started = lambda revision: answer({"created": True, "revision": revision})  # noqa: E731
-                async for event in self._tables.watch(namespace, stream, request.get("pkey") or key, key,
-                                                      request.get("range_end"),
-                                                      start_revision=request.get("start_revision", 0),
-                                                      started=started):
+                async for event in self._watch_here_or_at_owner(
+                        namespace, stream, request.get("pkey") or key, key, request.get("range_end"),
+                        start_revision=request.get("start_revision", 0), started=started):
                     if answers.qsize() >= WATCH_QUEUE_EVENTS:
                         raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
                     answer({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
@@ -431,22 +425,35 @@ class _WatchHandler:
                             "version": event.kv.version - 1 if event.kind == "put" else 0,
                             "is_number": event.kv.is_number, "number": event.kv.number,
                             "prev_value": event.prev_kv.value if event.prev_kv else None})
-        except NotOwner as exc:
-            answer({"forward": exc.owner})
         except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
             answer({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
         finally:
             answer(_WATCH_END)      # also when cancelled: the call ends
 
 
-async def _forwarded_watch(owner: str, request: dict):
-    """In the asyncio loop: the answers of the same watch sent to the range's owner (closing
-    this generator closes the channel, which cancels that call)."""
-    async with grpc.aio.insecure_channel(owner) as channel:
-        call = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
-                                    response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
-        async for item in call(request, metadata=[(FORWARDED_HEADER, "1")]):
-            yield item
+    async def _watch_here_or_at_owner(self, namespace: str, stream: str, pkey: bytes, key: bytes,
+                                      range_end: bytes | None, *, start_revision: int, started):
+        """Tables.watch here; if another server owns the range, that server's watch. (Only a
+        watch that has not started moves: one that NotOwner ends later, its range handed over,
+        ends with that error, and its client watches again from where it was.)"""
+        is_started = False
+
+        def started_here(revision: int) -> None:
+            nonlocal is_started
+            is_started = True
+            started(revision)
+        try:
+            async for event in self._tables.watch(namespace, stream, pkey, key, range_end,
+                                                  start_revision=start_revision, started=started_here):
+                yield event
+            return
+        except NotOwner as exc:
+            if is_started:
+                raise
+            owner = exc.owner
+        async for event in self._peers.watch(owner, namespace, stream, pkey, key, range_end,
+                                             start_revision=start_revision, started=started):
+            yield event
 
 
 class GrpcGateway:
@@ -471,6 +478,10 @@ class GrpcGateway:
         self._checkpoint_every = checkpoint_every
         self._pool: futures.ThreadPoolExecutor | None = None
         self.tables: Tables | None = None
+        # The servers' own channel, once running: calls for ranges owned elsewhere go out on
+        # `peers`, the other servers' come in on `peer_server` (their statistics() say how many).
+        self.peers: PeerClient | None = None
+        self.peer_server: PeerServer | None = None
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled, then stop in order: the watches and the other servers'
@@ -494,10 +505,11 @@ class GrpcGateway:
                     self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
                                          server_id=f"{self.host}:{self.port}",
                                          indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
-                    peer_server = await watches.start(PeerServer(self.tables, host=self.host,
-                                                                 port=self.peer_port).run)
-                    self.peer_port = peer_server.port
-                    peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=watches)
+                    self.peer_server = await watches.start(PeerServer(self.tables, host=self.host,
+                                                                      port=self.peer_port).run)
+                    self.peer_port = self.peer_server.port
+                    self.peers = peers = PeerClient(store=self._bk.store, root=self._bk.layout.root,
+                                                    nursery=watches)
                     trio_bridge = TrioBridge(trio.lowlevel.current_trio_token())
                     self._add_services(server, trio_bridge, AsyncioBridge(trio_bridge, loop_thread.loop),
                                        watches, peers)
@@ -542,7 +554,7 @@ class GrpcGateway:
         kv_rpc_pb2_grpc.add_TableServiceServicer_to_server(TableServicer(asyncio_bridge, streams, self.tables, peers),
                                                            server)
         watch = grpc.unary_stream_rpc_method_handler(
-            _WatchHandler(trio_bridge, streams, self.tables, watches).watch,
+            _WatchHandler(trio_bridge, streams, self.tables, peers, watches).watch,
             request_deserializer=lambda data: msgpack.unpackb(data, raw=False),
             response_serializer=lambda item: msgpack.packb(item, use_bin_type=True))
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("bk.table.Watch", {"Watch": watch})])

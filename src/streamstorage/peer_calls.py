@@ -13,6 +13,15 @@ PeerClient (on every server) is what a server calls on NotOwner(owner):
 
     result = await peers.execute(owner, namespace, stream, pkey, command)
     result = await peers.read(owner, namespace, stream, pkey, range_read)
+    async for event in peers.watch(owner, namespace, stream, pkey, lkey, lkey_end, start_revision=r,
+                                   started=on_started):
+        ...
+
+A watch is a call with many answers on the same connection: the owner runs Tables.watch and
+sends each change as it comes; leaving the iteration sends a cancel, which ends the owner's
+watch. A watcher whose owner finds the connection backed up (this server reads too slowly), or
+whose changes pile up here past WATCH_BUFFER_EVENTS, is ended with WatchTooSlow, as a local
+watcher that falls behind is: it watches again from where it was.
 
 It returns what the owner's Tables returned, or raises what it raised there: the same class
 with the same message (NotOwner with its owner: a call that lands on a server that does not own
@@ -42,7 +51,12 @@ import trio
 
 from bkcore.table.commands import Command, RangeRead, RangeResult, TableError
 from bkcore.table.ownership import peer_address_of
-from bkcore.table.peer_wire import TableAnswer, TableCall, decode_answers, decode_calls, frame_of, pack_answer, pack_call
+from bkcore.table.kv import WatchEvent
+from bkcore.table.peer_wire import (
+    CANCEL_WATCH, WATCH_ENDED, CancelWatch, TableAnswer, TableCall, WatchCreated, WatchOperation, decode_answers,
+    decode_calls, frame_of, pack_answer, pack_call,
+)
+from bkcore.table.range import WatchTooSlow
 from bkcore.wire import FRAME_SIZE_MAX
 from transports.connection import FrameCodec, FramedConnection
 
@@ -52,6 +66,10 @@ CALL_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 PENDING_CALLS_MAX = 10_000
 CALLS_IN_FLIGHT_MAX = 10_000
+# Watches one connection may carry (each holds a task on the owner while it lasts), and the
+# changes a watch may have waiting on the receiving server.
+WATCHES_PER_CONNECTION_MAX = 10_000
+WATCH_BUFFER_EVENTS = 10_000
 # One call or answer fits in a frame with room for the frame's array header.
 PACKED_SIZE_MAX = FRAME_SIZE_MAX - 64
 
@@ -109,10 +127,26 @@ class PeerServer:
     async def _serve(self, stream: trio.SocketStream) -> None:
         peer = "%s:%d" % stream.socket.getpeername()[:2]
         connection = None
+        watches: dict[int, trio.CancelScope] = {}      # this connection's, by call id
         try:
             async with trio.open_nursery() as calls:
                 def on_messages(batch: list[TableCall], connection: FramedConnection) -> None:
                     for call in batch:
+                        kind = type(call.operation)
+                        if kind is CancelWatch:
+                            scope = watches.get(call.call_id)
+                            if scope is not None:
+                                scope.cancel()
+                            continue
+                        if kind is WatchOperation:
+                            if len(watches) >= WATCHES_PER_CONNECTION_MAX:
+                                connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
+                                    f"{self.host}:{self.port} has {WATCHES_PER_CONNECTION_MAX} watches from "
+                                    f"{peer}; retry"))))
+                                continue
+                            watches[call.call_id] = trio.CancelScope()
+                            calls.start_soon(self._serve_watch, call, connection, watches)
+                            continue
                         if self._calls_in_flight >= CALLS_IN_FLIGHT_MAX:
                             self._refused_call_count += 1
                             connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
@@ -129,7 +163,9 @@ class PeerServer:
                 if connection.malformed_frame_count:
                     log.warning("table calls from %s: %s; connection closed", peer, connection.close_reason)
                 # The calls still running finish (their commands are in the journal's hands);
-                # their answers have nowhere to go.
+                # their answers have nowhere to go. The watches have nobody to tell: they end.
+                for scope in watches.values():
+                    scope.cancel()
         finally:
             if connection is not None:
                 self._connections.discard(connection)
@@ -160,6 +196,33 @@ class PeerServer:
                 f"({PACKED_SIZE_MAX}); ask for less (a limit)")))
         connection.send(packed)
 
+    async def _serve_watch(self, call: TableCall, connection: FramedConnection,
+                           watches: dict[int, trio.CancelScope]) -> None:
+        """Tables.watch for a peer: its changes go back as they come, until the peer cancels the
+        call, the connection ends, or the watch does (then its end or its error is the last
+        answer)."""
+        self._call_count += 1
+        op, call_id = call.operation, call.call_id
+
+        def send(result=None, error: BaseException | None = None) -> None:
+            connection.send(pack_answer(TableAnswer(call_id, result=result, error=error)))
+
+        try:
+            with watches[call_id]:
+                try:
+                    async for event in self._tables.watch(call.namespace, call.stream, call.pkey, op.lkey,
+                                                          op.lkey_end, start_revision=op.start_revision,
+                                                          started=lambda revision: send(WatchCreated(revision))):
+                        if connection.is_backed_up:
+                            raise WatchTooSlow(f"the watcher at {connection.name} reads its changes too slowly; "
+                                               f"watch again from the revision after the last change it got")
+                        send(event)
+                    send(WATCH_ENDED)
+                except Exception as exc:      # noqa: BLE001 - every error goes back to the watcher
+                    send(error=exc)
+        finally:
+            watches.pop(call_id, None)
+
     def statistics(self) -> PeerServerStatistics:
         live = self._connections
         return PeerServerStatistics(
@@ -179,12 +242,37 @@ class _Pending:
         self.answer: TableAnswer | None = None
 
 
+class _Watch:
+    """A watch sent on a link: its answers as they arrive (`arrived` is set when there are
+    some), and what ended it here (`failure`: the link broke, or too many answers waited)."""
+
+    __slots__ = ("answers", "arrived", "failure")
+
+    def __init__(self) -> None:
+        self.answers: list[TableAnswer] = []
+        self.arrived = trio.Event()
+        self.failure: BaseException | None = None
+
+    def take(self, answer: TableAnswer) -> None:
+        if len(self.answers) >= WATCH_BUFFER_EVENTS:
+            self.end(WatchTooSlow(f"{WATCH_BUFFER_EVENTS} changes of a watch were waiting to be read; "
+                                  f"watch again from the revision after the last change read"))
+            return
+        self.answers.append(answer)
+        self.arrived.set()
+
+    def end(self, failure: BaseException) -> None:
+        if self.failure is None:
+            self.failure = failure
+        self.arrived.set()
+
+
 class _Link:
     """The connection to one owner: connecting until `ready` is set, then open (`connection`)
     or failed (`failure`). Invariant: `pending` holds only calls sent on `connection`, each
-    answered, failed or given up (and removed) by its caller."""
+    answered, failed or given up (and removed) by its caller; so does `watches`."""
 
-    __slots__ = ("owner", "ready", "connection", "failure", "pending")
+    __slots__ = ("owner", "ready", "connection", "failure", "pending", "watches")
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
@@ -192,6 +280,7 @@ class _Link:
         self.connection: FramedConnection | None = None
         self.failure = ""
         self.pending: dict[int, _Pending] = {}
+        self.watches: dict[int, _Watch] = {}
 
 
 class PeerClient:
@@ -221,12 +310,55 @@ class PeerClient:
             raise TypeError(f"read() takes a RangeRead, not {type(range_read).__name__}")
         return await self._call(owner, TableCall(next(self._call_ids), namespace, stream, pkey, range_read))
 
-    async def _call(self, owner: str, call: TableCall) -> object:
+    async def watch(self, owner: str, namespace: str, stream: str, pkey: bytes, lkey: bytes,
+                    lkey_end: bytes | None = None, *, start_revision: int = 0, started=None):
+        """Tables.watch(namespace, stream, pkey, lkey, lkey_end, start_revision=..., started=...)
+        on server `owner`: its changes (WatchEvents), as they come, until the caller stops
+        iterating (which ends the owner's watch) or the watch ends there (its error raised here)."""
+        call = TableCall(next(self._call_ids), namespace, stream, pkey, WatchOperation(lkey, lkey_end, start_revision))
+        packed = self._packed(call)
+        with trio.fail_after(self.timeout_s):
+            link = await self._link_to(owner)
+        if len(link.watches) >= WATCHES_PER_CONNECTION_MAX:
+            raise ConnectionError(f"{WATCHES_PER_CONNECTION_MAX} watches go to {owner} already; retry")
+        watch = link.watches[call.call_id] = _Watch()
+        is_over_there = False         # the owner's watch ended: nothing to cancel
+        try:
+            if not link.connection.send(packed):
+                raise ConnectionError(f"the table call connection to {owner} is closing; retry")
+            while True:
+                await watch.arrived.wait()
+                watch.arrived = trio.Event()
+                answers, watch.answers = watch.answers, []
+                for answer in answers:
+                    is_over_there = answer.error is not None or answer.result is WATCH_ENDED
+                    if answer.error is not None:
+                        raise answer.error
+                    result = answer.result
+                    if result is WATCH_ENDED:
+                        return
+                    if type(result) is WatchCreated:
+                        if started is not None:
+                            started(result.revision)
+                    elif type(result) is WatchEvent:
+                        yield result
+                if watch.failure is not None:
+                    raise watch.failure
+        finally:
+            del link.watches[call.call_id]
+            if not is_over_there and watch.failure is None:
+                link.connection.send(pack_call(TableCall(call.call_id, "", "", b"", CANCEL_WATCH)))
+
+    def _packed(self, call: TableCall) -> bytes:
         packed = pack_call(call)
         if len(packed) > PACKED_SIZE_MAX:
             raise TableError(f"the request is {len(packed)} bytes, more than a table call between servers "
                              f"carries ({PACKED_SIZE_MAX})")
         self._call_count += 1
+        return packed
+
+    async def _call(self, owner: str, call: TableCall) -> object:
+        packed = self._packed(call)
         pending = _Pending()
         with trio.move_on_after(self.timeout_s) as deadline:
             link = await self._link_to(owner)
@@ -289,7 +421,11 @@ class PeerClient:
         for answer in answers:
             pending = link.pending.pop(answer.call_id, None)
             if pending is None:
-                self._late_answer_count += 1
+                watch = link.watches.get(answer.call_id)
+                if watch is not None:
+                    watch.take(answer)
+                else:
+                    self._late_answer_count += 1
                 continue
             pending.answer = answer
             pending.done.set()
@@ -305,6 +441,8 @@ class PeerClient:
             pending.answer = TableAnswer(0, error=ConnectionError(reason))
             pending.done.set()
         link.pending.clear()
+        for watch in link.watches.values():
+            watch.end(ConnectionError(reason))
         link.ready.set()
 
     def statistics(self) -> PeerClientStatistics:

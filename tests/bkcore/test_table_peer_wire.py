@@ -10,9 +10,11 @@ from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, Increment, IncrementResult, KeyValue,
     OpRefused, Put, PutResult, RangeRead, RangeResult, Txn, TxnResult,
 )
+from bkcore.table.kv import WatchEvent
 from bkcore.table.ownership import NotOwner
 from bkcore.table.peer_wire import (
-    ERROR_CLASSES, TableAnswer, TableCall, decode_answers, decode_calls, frame_of, pack_answer, pack_call,
+    CANCEL_WATCH, ERROR_CLASSES, WATCH_ENDED, TableAnswer, TableCall, WatchCreated, WatchOperation, decode_answers,
+    decode_calls, frame_of, pack_answer, pack_call,
 )
 from bkcore.wire import FRAME_HEADER, MalformedFrame
 
@@ -45,6 +47,17 @@ def test_calls_and_results_come_back_equal():
     assert decode_answers(body(frame_of([pack_answer(a) for a in answers]))) == answers
 
 
+def test_watches_and_their_answers_come_back_equal():
+    calls = [TableCall(1, "ns", "table", b"pk", WatchOperation(b"k", None, 0)),
+             TableCall(2, "ns", "table", b"pk", WatchOperation(b"a", b"", 17)),
+             TableCall(1, "", "", b"", CANCEL_WATCH)]
+    assert decode_calls(body(frame_of([pack_call(c) for c in calls]))) == calls
+    answers = [TableAnswer(1, result=WatchCreated(16)), TableAnswer(1, result=WatchEvent("put", KV, None, 17)),
+               TableAnswer(1, result=WatchEvent("delete", KeyValue(b"\x00\x01pk", b"", 0, 18, 0), KV, 18)),
+               TableAnswer(1, result=WATCH_ENDED)]
+    assert decode_answers(body(frame_of([pack_answer(a) for a in answers]))) == answers
+
+
 @pytest.mark.parametrize("cls", sorted(ERROR_CLASSES.values(), key=lambda c: c.__name__), ids=lambda c: c.__name__)
 def test_every_error_class_comes_back_as_itself_with_its_message(cls):
     error = NotOwner("host:1", "range 2 of table ns/t") if cls is NotOwner else cls("what went wrong")
@@ -67,6 +80,8 @@ def test_an_error_of_another_class_travels_as_its_nearest_known_class():
     [[1, "ns", "t", b"pk"]], [[-1, "ns", "t", b"pk", [1, b"k", b"v", False, 0]]],
     [[1, "ns", "t", "pk", [1, b"k", b"v", False, 0]]], [[1, "ns", "t", b"pk", [99]]],
     [[1, "ns", "t", b"pk", [1, b"k"]]], {"a": 1}, 5,
+    [[1, "ns", "t", b"pk", ["watch", "k", None, 0]]], [[1, "ns", "t", b"pk", ["watch", b"k", None, -1]]],
+    [[1, "ns", "t", b"pk", ["watch", b"k", None]]], [[1, "", "", b"", ["cancel", 1]]],
 ])
 def test_calls_of_the_wrong_shape_are_malformed(items):
     with pytest.raises(MalformedFrame):
@@ -78,6 +93,8 @@ def test_calls_of_the_wrong_shape_are_malformed(items):
     [[1, 0, [6, "refused"]]],                           # a refusal outside a txn
     [[1, 0, [1, "1", None]]], [[1, 0, [3, 1, [[b"k", b"v", 1, 1, 1, 0, 1]], 1, False]]],
     [[1, 1, ["NotOwner", "m"]]], [[1, 1, [3, "m"]]], [[1, 2, []]],
+    [[1, 3, ["put", None, None, 3]]], [[1, 3, ["moved", [b"k", b"v", 1, 1, 1, 0, False], None, 3]]],
+    [[1, 4, [1]]], [[1, 2, ["1"]]], [[1, 5, []]],
 ])
 def test_answers_of_the_wrong_shape_are_malformed(items):
     with pytest.raises(MalformedFrame):

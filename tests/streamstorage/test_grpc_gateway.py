@@ -194,6 +194,13 @@ async def test_a_watch_sent_to_a_server_that_does_not_own_the_range_is_answered_
                 change = await trio.to_thread.run_sync(watch_through_b)
             assert (change["type"], change["value"]) == ("put", b"2")
             assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed it
+            # Over the servers' own channel (one watch call to A), and cancelling the client's
+            # call ended A's watch too.
+            assert b.peers.statistics().call_count == 1 and a.peer_server.statistics().call_count == 1
+            (table_range,) = a.tables._ranges.values()
+            with trio.fail_after(10):
+                while table_range._watchers:
+                    await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
 
 

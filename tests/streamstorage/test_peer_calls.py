@@ -1,8 +1,8 @@
 """Table calls between two Tables-backed servers over real TCP (streamstorage.peer_calls): A owns
 the tables' ranges and B forwards to it. Forwarded calls answer as local ones do, errors come
-back as the same class and message, concurrent calls share frames, a connection that breaks
-fails its calls at once and the next call reconnects, and a malformed frame closes only the
-connection that carried it."""
+back as the same class and message, concurrent calls share frames, watches stream the owner's
+changes, a connection that breaks fails its calls and watches at once and the next call
+reconnects, and a malformed frame closes only the connection that carried it."""
 
 import logging
 from dataclasses import dataclass
@@ -224,6 +224,68 @@ async def test_a_broken_connection_fails_its_calls_at_once_and_the_next_call_rec
         assert (await servers.tables_a.read(NS, table, P, RangeRead(K))).kvs[0].mod_revision == result.revision
     statistics = servers.client_b.statistics()
     assert statistics.connect_count == 2 and statistics.connection_failure_count == 1
+
+
+async def test_a_watch_of_a_range_owned_elsewhere_is_the_owners_watch(servers):
+    """B watches A's range over the channel: the watch starts where A says, A's changes come as
+    they happen, leaving the watch ends A's watch too, and a watch sent to a server that does not
+    own the range comes back NotOwner naming the owner."""
+    table = tables_preferring_a(1)[0]
+    await servers.tables_a.execute(NS, table, P, Put(K, b"0"))
+    created, seen = [], []
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            async def watch():
+                async for event in servers.client_b.watch(A, NS, table, P, b"k", started=created.append):
+                    seen.append((event.kind, event.kv.value, event.revision))
+                    if len(seen) == 2:
+                        return
+            nursery.start_soon(watch)
+            while not created:
+                await trio.sleep(0.01)
+            await servers.tables_a.execute(NS, table, P, Put(K, b"1"))
+            await servers.tables_a.execute(NS, table, P, DeleteRange(K))
+        (table_range,) = servers.tables_a._ranges.values()
+        assert created == [1] and seen == [("put", b"1", 2), ("delete", b"", 3)]
+        while table_range._watchers:           # the cancel reached A
+            await trio.sleep(0.01)
+        # From a past revision: the history A keeps.
+        async for event in servers.client_b.watch(A, NS, table, P, b"k", start_revision=2):
+            assert (event.kind, event.revision) == ("put", 2)
+            break
+        with pytest.raises(NotOwner) as refused:
+            async for _ in servers.client_a.watch(B, NS, table, P, b"k"):
+                pass
+        assert refused.value.owner == A
+    assert servers.peer_a.statistics().call_count == 2 and servers.peer_b.statistics().call_count == 1
+
+
+async def test_a_watch_whose_connection_breaks_ends_at_once(servers):
+    table = tables_preferring_a(1)[0]
+    owner_process = trio.CancelScope()
+
+    async def owner(task_status=trio.TASK_STATUS_IGNORED):
+        with owner_process:
+            async with trio.open_nursery() as nursery:
+                task_status.started(await nursery.start(PeerServer(servers.tables_a, host="127.0.0.1").run))
+
+    with trio.fail_after(30):
+        peer = await servers.nursery.start(owner)
+        await servers.tables_a.announce_peer_address(f"127.0.0.1:{peer.port}")
+        created = trio.Event()
+        died_at = []
+
+        async def kill_the_owner_once_watched():
+            await created.wait()
+            died_at.append(trio.current_time())
+            owner_process.cancel()          # its listener and connections close
+
+        servers.nursery.start_soon(kill_the_owner_once_watched)
+        with pytest.raises(ConnectionError, match=A):
+            async for _ in servers.client_b.watch(A, NS, table, P, b"k", started=lambda revision: created.set()):
+                pass
+            raise AssertionError("the watch ended without an error")
+        assert trio.current_time() - died_at[0] < 1.0, "ended when the connection broke"
 
 
 async def test_a_call_not_answered_in_time_fails_and_its_late_answer_is_dropped(servers):

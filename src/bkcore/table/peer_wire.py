@@ -6,8 +6,16 @@ and the owner answers it from its own Tables, as if the request had come to it:
 
     call    [call_id, namespace, stream, pkey, operation]    a command (Tables.execute, txns
                                                              included) or a RangeRead (Tables.read)
+            [call_id, namespace, stream, pkey, ["watch", lkey, lkey_end, start_revision]]
+                                                             a watch (Tables.watch)
+            [call_id, "", "", b"", ["cancel"]]               ends the watch call_id
     answer  [call_id, ANSWER_RESULT, result]
             [call_id, ANSWER_ERROR, [class name, message, *extra]]
+            [call_id, ANSWER_WATCH_CREATED, [revision]]       the watch is in place: the changes
+                                                             above revision follow
+            [call_id, ANSWER_WATCH_EVENT, [kind, kv, prev_kv, revision]]    one per change
+            [call_id, ANSWER_WATCH_ENDED, []]                the watch ended (its range stopped
+                                                             here; an error ends it too)
 
 Operations are lists as the journal has them (commands.op_to_list). A result is [kind, field...]
 with its key-values as lists. An error names the nearest class of what was raised that is in
@@ -33,12 +41,17 @@ from bkcore.table.commands import (
     Command, DeleteResult, IncrementResult, KeyValue, OpRefused, PutResult, RangeRead, RangeResult,
     TableError, TxnResult, op_from_list, op_to_list,
 )
+from bkcore.table.kv import WatchEvent
 from bkcore.table.ownership import NotOwner, OwnershipUncertain
-from bkcore.table.range import RangeClosed
+from bkcore.table.range import RangeClosed, WatchCompacted, WatchTooSlow
 from bkcore.wire import MESSAGES_PER_FRAME_MAX, MalformedFrame, frame_body
 
 ANSWER_RESULT = 0
 ANSWER_ERROR = 1
+ANSWER_WATCH_CREATED = 2
+ANSWER_WATCH_EVENT = 3
+ANSWER_WATCH_ENDED = 4
+_ANSWER_KINDS = (ANSWER_RESULT, ANSWER_ERROR, ANSWER_WATCH_CREATED, ANSWER_WATCH_EVENT, ANSWER_WATCH_ENDED)
 _CALL_ID_MAX = 2**63 - 1
 
 
@@ -47,7 +60,7 @@ def _classes_of(module, base: type) -> list[type]:
 
 
 _ERROR_CLASS_LIST = [
-    *_classes_of(commands, TableError), NotOwner, OwnershipUncertain, RangeClosed,
+    *_classes_of(commands, TableError), NotOwner, OwnershipUncertain, RangeClosed, WatchCompacted, WatchTooSlow,
     *_classes_of(stream_errors, stream_errors.StreamException),
     *_classes_of(ledger_errors, ledger_errors.BKException),
     ConnectionError, TimeoutError, OSError, ValueError, RuntimeError,
@@ -57,12 +70,43 @@ assert len(ERROR_CLASSES) == len(_ERROR_CLASS_LIST), "two error classes share a 
 
 
 @dataclass(frozen=True, slots=True)
+class WatchOperation:
+    """Tables.watch(namespace, stream, pkey, lkey, lkey_end, start_revision=...) as a call."""
+
+    lkey: bytes
+    lkey_end: bytes | None
+    start_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelWatch:
+    """The operation of a call that ends the watch of the same call id."""
+
+
+CANCEL_WATCH = CancelWatch()
+
+
+@dataclass(frozen=True, slots=True)
+class WatchCreated:
+    """A watch's first answer: every change above `revision` follows."""
+
+    revision: int
+
+
+class WatchEnded:
+    """A watch's last answer when it ended without an error."""
+
+
+WATCH_ENDED = WatchEnded()
+
+
+@dataclass(frozen=True, slots=True)
 class TableCall:
     call_id: int
     namespace: str
     stream: str
     pkey: bytes
-    operation: Command | RangeRead
+    operation: Command | RangeRead | WatchOperation | CancelWatch
 
     @property
     def is_read(self) -> bool:
@@ -71,7 +115,9 @@ class TableCall:
 
 @dataclass(frozen=True, slots=True)
 class TableAnswer:
-    """What the owner made of a call: its result, or the error it raised (then result is None)."""
+    """What the owner made of a call: its result, or the error it raised (then result is None).
+    A watch's answers are results too: WatchCreated, then WatchEvents, then WATCH_ENDED (or an
+    error)."""
 
     call_id: int
     result: object = None
@@ -81,14 +127,33 @@ class TableAnswer:
 # -- encoding -----------------------------------------------------------------------------------
 
 def pack_call(call: TableCall) -> bytes:
-    return msgpack.packb([call.call_id, call.namespace, call.stream, call.pkey, op_to_list(call.operation)],
+    return msgpack.packb([call.call_id, call.namespace, call.stream, call.pkey, _operation_to_list(call.operation)],
                          use_bin_type=True)
 
 
+def _operation_to_list(operation) -> list:
+    kind = type(operation)
+    if kind is WatchOperation:
+        return ["watch", operation.lkey, operation.lkey_end, operation.start_revision]
+    if kind is CancelWatch:
+        return ["cancel"]
+    return op_to_list(operation)
+
+
 def pack_answer(answer: TableAnswer) -> bytes:
+    result = answer.result
     if answer.error is not None:
-        return msgpack.packb([answer.call_id, ANSWER_ERROR, error_to_list(answer.error)], use_bin_type=True)
-    return msgpack.packb([answer.call_id, ANSWER_RESULT, result_to_list(answer.result)], use_bin_type=True)
+        kind, value = ANSWER_ERROR, error_to_list(answer.error)
+    elif type(result) is WatchEvent:
+        kind, value = ANSWER_WATCH_EVENT, [result.kind, _kv_to_list(result.kv), _kv_to_list(result.prev_kv),
+                                           result.revision]
+    elif type(result) is WatchCreated:
+        kind, value = ANSWER_WATCH_CREATED, [result.revision]
+    elif result is WATCH_ENDED:
+        kind, value = ANSWER_WATCH_ENDED, []
+    else:
+        kind, value = ANSWER_RESULT, result_to_list(result)
+    return msgpack.packb([answer.call_id, kind, value], use_bin_type=True)
 
 
 def frame_of(packed: list[bytes]) -> bytes:
@@ -143,8 +208,21 @@ def decode_calls(body) -> list[TableCall]:
         if not (_is_call_id(call_id) and type(namespace) is str and type(stream) is str and type(pkey) is bytes
                 and isinstance(operation, list)):
             raise MalformedFrame("a table call's fields have the wrong types")
-        calls.append(TableCall(call_id, namespace, stream, pkey, _checked(op_from_list, operation)))
+        calls.append(TableCall(call_id, namespace, stream, pkey, _checked(operation_from_list, operation)))
     return calls
+
+
+def operation_from_list(items: list):
+    """The inverse of _operation_to_list (input it cannot read raises KeyError, TypeError, ValueError)."""
+    if items and items[0] == "watch":
+        _, lkey, lkey_end, start_revision = items
+        if not (type(lkey) is bytes and (lkey_end is None or type(lkey_end) is bytes)
+                and type(start_revision) is int and start_revision >= 0):
+            raise TypeError("a watch's fields have the wrong types")
+        return WatchOperation(lkey, lkey_end, start_revision)
+    if items == ["cancel"]:
+        return CANCEL_WATCH
+    return op_from_list(items)
 
 
 def decode_answers(body) -> list[TableAnswer]:
@@ -152,14 +230,32 @@ def decode_answers(body) -> list[TableAnswer]:
     answers = []
     for item in _array_of(body):
         if not (isinstance(item, list) and len(item) == 3 and _is_call_id(item[0])
-                and item[1] in (ANSWER_RESULT, ANSWER_ERROR) and isinstance(item[2], list)):
+                and item[1] in _ANSWER_KINDS and isinstance(item[2], list)):
             raise MalformedFrame("a table answer is not [call id, kind, list]")
         call_id, kind, value = item
         if kind == ANSWER_ERROR:
             answers.append(TableAnswer(call_id, error=_checked(error_from_list, value)))
-        else:
+        elif kind == ANSWER_RESULT:
             answers.append(TableAnswer(call_id, result=_checked(result_from_list, value)))
+        else:
+            answers.append(TableAnswer(call_id, result=_checked(_watch_answer_from_list(kind), value)))
     return answers
+
+
+def _watch_answer_from_list(kind: int):
+    def watch_answer_from_list(items: list):
+        if kind == ANSWER_WATCH_CREATED:
+            (revision,) = items
+            return WatchCreated(_int(revision))
+        if kind == ANSWER_WATCH_ENDED:
+            if items:
+                raise ValueError("a watch's end carries nothing")
+            return WATCH_ENDED
+        event_kind, kv, prev_kv, revision = items
+        if event_kind not in ("put", "delete") or kv is None:
+            raise ValueError(f"not a watch event: {event_kind!r:.20}")
+        return WatchEvent(event_kind, _kv_from_list(kv), _kv_from_list(prev_kv), _int(revision))
+    return watch_answer_from_list
 
 
 def _array_of(body) -> list:
