@@ -172,11 +172,19 @@ class _Batch:
         self.wrote = False
         self.expiry_floor_ms = state.expiry_floor_ms    # the state's, once this command is applied
         self._mark = (0, 0)                    # changes/events before the command proper
+        # What this batch read of the index (which does not change while it runs): a put reads
+        # its key's record twice, for the previous value and for an expiry to drop.
+        self._index_reads: dict[bytes, bytes | None] = {}
 
     # -- lookups ------------------------------------------------------------------------------
 
     def _raw(self, key: bytes) -> bytes | None:
-        return self.changes[key] if key in self.changes else self.state.index.get(key)
+        if key in self.changes:
+            return self.changes[key]
+        reads = self._index_reads
+        if key not in reads:
+            reads[key] = self.state.index.get(key)
+        return reads[key]
 
     def get(self, key: bytes, *, include_expired: bool = False) -> KeyValue | None:
         raw = self._raw(DATA + key)
