@@ -15,12 +15,14 @@ order of keys that differ within their prefixes; scans sort the few keys that sh
 
 Writes run on the trio thread that owns the ranges. The calls are short (one key, one scan, one
 commit), and lmdb answers them from its memory map. A snapshot (one read transaction) may be read
-from any thread: the gRPC handler threads answer gets from snapshots, each command being one
-write transaction, so a snapshot shows whole commands only.
+from any thread: the gRPC handler threads answer gets from snapshots, each command (or group of
+commands applied together: KvIndex.batch, one write transaction) being one commit, so a snapshot
+shows whole commands only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from typing import Iterable, Iterator
@@ -75,25 +77,52 @@ class LmdbKvIndex(KvIndex):
         self._env = indexes.env
         self._path = indexes.path
         self._db = database
+        self._batch_txn = None          # the write transaction of a batch() under way
 
     def get(self, key: bytes) -> bytes | None:
+        if self._batch_txn is not None:
+            return _get(self._batch_txn, key)
         with self._env.begin(db=self._db, buffers=False) as txn:
             return _get(txn, key)
 
     def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Pairs with start <= key < end, read in one transaction and returned as a list's
         iterator (the caller may write while it iterates)."""
+        if self._batch_txn is not None:
+            return iter(_scan(self._batch_txn, start, end))
         with self._env.begin(db=self._db) as txn:
             return iter(_scan(txn, start, end))
 
     def write(self, changes: dict[bytes, bytes | None]) -> None:
-        try:
+        with self._full_as_index_full():
+            if self._batch_txn is not None:
+                _write(self._batch_txn, changes)
+                return
             with self._env.begin(db=self._db, write=True) as txn:
-                for key, value in changes.items():
-                    if value is None:
-                        txn.delete(_stored_key(key))
-                    else:
-                        txn.put(*_stored(key, value))
+                _write(txn, changes)
+
+    @contextlib.contextmanager
+    def batch(self):
+        """One write transaction for the block's writes (see KvIndex.batch)."""
+        if self._batch_txn is not None:
+            yield
+            return
+        with self._full_as_index_full():
+            txn = self._batch_txn = self._env.begin(db=self._db, write=True)
+            try:
+                yield
+            except BaseException:
+                txn.abort()
+                raise
+            else:
+                txn.commit()
+            finally:
+                self._batch_txn = None
+
+    @contextlib.contextmanager
+    def _full_as_index_full(self):
+        try:
+            yield
         except lmdb.MapFullError:
             raise IndexFull(f"the table index at {self._path} is full; free disk space or restart the "
                             f"server with a larger map") from None
@@ -157,6 +186,14 @@ def _stored(key: bytes, value: bytes) -> tuple[bytes, bytes]:
     if len(key) <= LONG_KEY_PREFIX_SIZE:
         return key, value
     return _stored_key(key), len(key).to_bytes(4, "big") + key + value
+
+
+def _write(txn, changes: dict[bytes, bytes | None]) -> None:
+    for key, value in changes.items():
+        if value is None:
+            txn.delete(_stored_key(key))
+        else:
+            txn.put(*_stored(key, value))
 
 
 def _unstored(stored_key: bytes, stored_value: bytes) -> tuple[bytes, bytes]:

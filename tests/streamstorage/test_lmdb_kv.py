@@ -1,5 +1,6 @@
 """The table range index in lmdb against the in-memory one: same answers for the same writes,
-snapshots that do not see later writes, rebuilds, dropped tables, a full map."""
+snapshots that do not see later writes, batches of writes that land together, rebuilds, dropped
+tables, a full map."""
 
 import random
 
@@ -52,6 +53,24 @@ def test_items_is_a_snapshot_taken_when_asked(indexes):
     index.write({b"a": None, b"c": b"3"})
     assert list(snapshot) == [(b"a", b"1"), (b"b", b"2")]
     assert list(index.items()) == [(b"b", b"2"), (b"c", b"3")]
+
+
+def test_a_batch_lands_whole_at_its_end_and_its_reads_see_its_writes(indexes):
+    index = indexes.index_for("ns/t", 0)
+    index.write({b"a": b"1"})
+    with index.batch():
+        index.write({b"a": b"2", b"b": b"1"})
+        index.write({b"c": b"1"})
+        assert index.get(b"a") == b"2" and list(index.scan(b"a", b"z")) == [(b"a", b"2"), (b"b", b"1"), (b"c", b"1")]
+        with index.snapshot() as before:              # another thread's view: not yet
+            assert list(before.scan(b"a", b"z")) == [(b"a", b"1")]
+    with index.snapshot() as after:
+        assert list(after.scan(b"a", b"z")) == [(b"a", b"2"), (b"b", b"1"), (b"c", b"1")]
+    with pytest.raises(ZeroDivisionError):
+        with index.batch():
+            index.write({b"a": None, b"d": b"1"})
+            1 / 0
+    assert list(index.scan(b"a", b"z")) == [(b"a", b"2"), (b"b", b"1"), (b"c", b"1")]     # none of it
 
 
 def test_ranges_are_separate_and_a_new_owner_starts_empty(indexes):

@@ -18,6 +18,7 @@ the journal gives the same state and the same events anywhere. A command that fa
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -66,6 +67,13 @@ class KvIndex(abc.ABC):
     @abc.abstractmethod
     def replace_all(self, items: Iterable[tuple[bytes, bytes]]) -> None:
         """Make the index hold exactly `items` (a checkpoint being loaded)."""
+
+    def batch(self) -> contextlib.AbstractContextManager:
+        """`with index.batch():` the writes of the block land together, at its end, as one
+        atomic write (snapshots show all of them or none); reads in the block see them. Never
+        held across a wait: an index may share its writer with other indexes (lmdb's one write
+        transaction per environment). Here (no snapshots): each write lands at once."""
+        return contextlib.nullcontext()
 
     def snapshot(self) -> KvIndexSnapshot | None:
         """A read-only view of the index as it is now (whole writes only), which another thread

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 from typing import AsyncIterator, Callable
 
 import crc32c
@@ -296,9 +297,23 @@ class TableRange:
                 return RangeState(snapshot).read(op, now_ms=self._now_ms())
 
     def _apply_ready(self) -> None:
-        while self._slots and self._slots[0].position is not None:
-            slot = self._slots.popleft()
-            slot.result, events = self.state.apply(slot.stamped, position=list(slot.position))
+        """Apply the commands at the front that are durable, in journal order, as one write of
+        the index (its snapshots show the group whole or not at all), then answer them. They
+        leave _slots only once written: a read in another thread (read_in_thread) that finds
+        _slots empty finds them in the index."""
+        slots = self._slots
+        ready = 0
+        while ready < len(slots) and slots[ready].position is not None:
+            ready += 1
+        if not ready:
+            return
+        applied = []
+        with self._index.batch() if ready > 1 else contextlib.nullcontext():     # (one: its own write)
+            for slot in itertools.islice(slots, ready):
+                slot.result, events = self.state.apply(slot.stamped, position=list(slot.position))
+                applied.append(events)
+        for events in applied:
+            slot = slots.popleft()
             self._since_checkpoint += 1
             self._publish(events)
             slot.done.set()
