@@ -317,8 +317,13 @@ class PeerClient:
         iterating (which ends the owner's watch) or the watch ends there (its error raised here)."""
         call = TableCall(next(self._call_ids), namespace, stream, pkey, WatchOperation(lkey, lkey_end, start_revision))
         packed = self._packed(call)
-        with trio.fail_after(self.timeout_s):
+        link = None
+        with trio.move_on_after(self.timeout_s):
             link = await self._link_to(owner)
+        if link is None:
+            self._timeout_count += 1
+            raise ConnectionError(f"stream storage server {owner} could not be reached for a watch within "
+                                  f"{self.timeout_s:g} s; retry")
         if len(link.watches) >= WATCHES_PER_CONNECTION_MAX:
             raise ConnectionError(f"{WATCHES_PER_CONNECTION_MAX} watches go to {owner} already; retry")
         watch = link.watches[call.call_id] = _Watch()
