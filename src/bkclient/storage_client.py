@@ -118,6 +118,7 @@ class TableClient:
     def __init__(self, client: StorageClient, namespace: str, stream: str, *, owner_only: bool = False) -> None:
         self._client = client
         self.namespace, self.stream = namespace, stream
+        self._owner_only = owner_only
         self._metadata = ((OWNER_ONLY_HEADER, "1"),) if owner_only else ()
         self._stub = kv_rpc_pb2_grpc.TableServiceStub(client._channel)
         self._stream_id = stream_id_of(namespace, stream)
@@ -128,7 +129,7 @@ class TableClient:
     def _send(self, method, request, what: str, metadata=()):
         answer, trailing = self._client._call_with_trailing(method, request, (*metadata, *self._metadata))
         what = f"{what} on table {self.namespace}/{self.stream}"
-        if answer.header.code != storage_pb2.SUCCESS and OWNER_HEADER in trailing:
+        if self._owner_only and answer.header.code != storage_pb2.SUCCESS and OWNER_HEADER in trailing:
             raise NotOwner(trailing[OWNER_HEADER], what)
         _check(answer.header.code, what, trailing.get(ERROR_MESSAGE_HEADER, ""))
         return answer
