@@ -270,21 +270,12 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
 
     async def _execute(self, namespace: str, stream: str, pkey: bytes, command, forward: bool):
         """In trio: Tables.execute here, or at the range's owner (if `forward`)."""
-        try:
-            return await self._tables.execute(namespace, stream, pkey, command)
-        except NotOwner as exc:
-            if not forward:
-                raise
-            return await self._peers.execute(exc.owner, namespace, stream, pkey, command)
+        return await _here_or_at_owner(self._tables.execute, self._peers.execute, namespace, stream, pkey, command,
+                                       forward)
 
     async def _read(self, namespace: str, stream: str, pkey: bytes, read, forward: bool):
         """In trio: Tables.read here, or at the range's owner (if `forward`)."""
-        try:
-            return await self._tables.read(namespace, stream, pkey, read)
-        except NotOwner as exc:
-            if not forward:
-                raise
-            return await self._peers.read(exc.owner, namespace, stream, pkey, read)
+        return await _here_or_at_owner(self._tables.read, self._peers.read, namespace, stream, pkey, read, forward)
 
     async def Range(self, request, context):
         to_pkey_end = any(key == TO_PKEY_END_HEADER for key, _ in context.invocation_metadata())
@@ -341,6 +332,17 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
         return await self._run(request, kv_rpc_pb2.TxnResponse, operate, context)
+
+
+async def _here_or_at_owner(here, at_owner, namespace: str, stream: str, pkey: bytes, operation, forward: bool):
+    """here(namespace, stream, pkey, operation); when another server owns the range and
+    `forward`, at_owner(that server, namespace, stream, pkey, operation) instead."""
+    try:
+        return await here(namespace, stream, pkey, operation)
+    except NotOwner as exc:
+        if not forward:
+            raise
+        return await at_owner(exc.owner, namespace, stream, pkey, operation)
 
 
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
