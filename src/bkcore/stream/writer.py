@@ -240,10 +240,9 @@ class StreamWriter:
 
     def _send_next_entry_now(self) -> None:
         """On an entry's acknowledgement: the records queued meanwhile leave at once, from the
-        callback, not a task switch later from the flusher. The ledger then never looks idle
-        between two entries, so it pushes no explicit LAC to every bookie in that gap (it
-        would, after each group of a range journal with one entry in flight); and the next
-        group starts a hop sooner. The flusher keeps what needs waiting: rolls, closing."""
+        callback, not a task switch later from the flusher. The next group starts a hop sooner,
+        and the ledger does not look idle between the two entries (an idle ledger may push its
+        LAC to every bookie). The flusher keeps what needs waiting: rolls, closing."""
         if (self._queue and self._failure is None and not self._roll_requested
                 and self._in_flight < self._entries_in_flight_max
                 and not self._state.should_roll(int(self._rt.wall_time_s()))):
