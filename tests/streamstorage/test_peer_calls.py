@@ -17,6 +17,7 @@ from bkcore.table.commands import (
     TableError, Txn, fold_key, pkey_end,
 )
 from bkcore.table.ownership import NotOwner, RangeOwnership
+from bkcore.table.range import WatchTooSlow
 from bkcore.table.placement import preferred_server
 from bkcore.table.service import Tables
 from bkcore.wire import FRAME_HEADER, frame_body
@@ -258,6 +259,21 @@ async def test_a_watch_of_a_range_owned_elsewhere_is_the_owners_watch(servers):
                 pass
         assert refused.value.owner == A
     assert servers.peer_a.statistics().call_count == 2 and servers.peer_b.statistics().call_count == 1
+
+
+async def test_a_watcher_too_slow_for_its_changes_is_ended_here_and_at_the_owner(servers, monkeypatch):
+    monkeypatch.setattr("streamstorage.peer_calls.WATCH_BUFFER_EVENTS", 3)
+    table = tables_preferring_a(1)[0]
+    await servers.tables_a.execute(NS, table, P, Put(K, b"0"))
+    with trio.fail_after(30):
+        with pytest.raises(WatchTooSlow):
+            async for event in servers.client_b.watch(A, NS, table, P, b"k", start_revision=1):
+                for n in range(6):          # while this watcher dawdles, six changes come
+                    await servers.tables_a.execute(NS, table, P, Put(K, b"%d" % n))
+                await trio.sleep(0.5)
+        (table_range,) = servers.tables_a._ranges.values()
+        while table_range._watchers:           # the cancel reached A
+            await trio.sleep(0.01)
 
 
 async def test_a_watch_whose_connection_breaks_ends_at_once(servers):
