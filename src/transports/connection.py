@@ -128,6 +128,7 @@ class FramedConnection:
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
         self._is_writing = False               # the writer task is inside send_all
         self._unsent = b""                     # what a flush() could not write: goes first
+        self._last_receive_filled = False      # (see _receive_into)
         self.backpressure_wait_count = 0
         self.send_queue_size_peak = 0
         self.is_closed = False
@@ -271,20 +272,36 @@ class FramedConnection:
 
     async def _receive_into(self, decoder: FrameDecoder) -> int:
         """Receive what the stream has into the decoder; 0 when the peer has closed. A plain
-        TCP socket receives straight into the decoder's buffer (recv_into: no copy)."""
+        TCP socket receives straight into the decoder's buffer (no copy). After a receive that
+        took all the socket had, the next one waits for the socket to be readable first and
+        then reads with one system call: trio's recv_into would try the read (failing, with an
+        exception), wait, read again, and yield once more after it, per message in a
+        request-and-answer exchange. After a receive that filled the buffer (more may be
+        there), trio's recv_into reads at once and yields after it, for fairness."""
         if self._fd < 0:
             data = await self.stream.receive_some(RECEIVE_SIZE)
             decoder.feed(data)
             return len(data)
         room = decoder.receive_buffer(RECEIVE_SIZE)
+        room_size = len(room)
         try:
-            count = await self.stream.socket.recv_into(room)
+            if self._last_receive_filled:
+                count = await self.stream.socket.recv_into(room)
+            else:
+                while True:
+                    await trio.lowlevel.wait_readable(self._fd)
+                    try:
+                        count = os.readv(self._fd, (room,))
+                        break
+                    except BlockingIOError:      # woken, but another reader was faster
+                        continue
         except OSError as exc:   # the errors trio.SocketStream.receive_some translates
             if exc.errno == errno.EBADF:
                 raise trio.ClosedResourceError("this socket was already closed") from None
             raise trio.BrokenResourceError(f"socket connection broken: {exc}") from exc
         finally:
             room.release()
+        self._last_receive_filled = count == room_size
         decoder.received(count)
         return count
 
