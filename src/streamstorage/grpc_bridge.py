@@ -26,18 +26,29 @@ import trio
 
 class _Call:
     """One call from another thread: the function, and what to tell of its outcome (called in
-    the loop)."""
+    the loop). try_now, if given, is tried first: see TrioBridge.start_fast."""
 
-    __slots__ = ("fn", "args", "is_async", "notify")
+    __slots__ = ("fn", "args", "is_async", "notify", "try_now")
 
-    def __init__(self, fn, args: tuple, *, is_async: bool, notify) -> None:
-        self.fn, self.args, self.is_async, self.notify = fn, args, is_async, notify
+    def __init__(self, fn, args: tuple, *, is_async: bool, notify, try_now=None) -> None:
+        self.fn, self.args, self.is_async, self.notify, self.try_now = fn, args, is_async, notify, try_now
 
     async def run_async(self) -> None:
         self.notify(await outcome.acapture(self.fn, *self.args))
 
     def run_sync(self) -> None:
         self.notify(outcome.capture(self.fn, *self.args))
+
+    def run_now(self) -> bool:
+        """try_now(*args, on_done): whether it took the call (and will tell on_done(result,
+        error) once); one that raises took it too, and its error is the outcome."""
+        def on_done(result, error: BaseException | None) -> None:
+            self.notify(outcome.Value(result) if error is None else outcome.Error(error))
+        try:
+            return self.try_now(*self.args, on_done)
+        except Exception as exc:      # noqa: BLE001 - the call's outcome
+            self.notify(outcome.Error(exc))
+            return True
 
 
 class _Waiter:
@@ -65,7 +76,7 @@ class TrioBridge:
     once that loop has ended."""
 
     def __init__(self, token: trio.lowlevel.TrioToken) -> None:
-        self._token = token
+        self.token = token
         # Calls not yet taken by the loop. Its length is bounded by the calling threads: each
         # thread has at most one call here and waits for it (gRPC's handler pool is bounded).
         self._calls: collections.deque[_Call] = collections.deque()
@@ -89,6 +100,13 @@ class TrioBridge:
         ended)."""
         self._submit(_Call(afn, args, is_async=True, notify=on_done))
 
+    def start_fast(self, try_now, afn, args: tuple, *, on_done) -> None:
+        """start(afn, *args, on_done=on_done), unless try_now(*args, answer), called first in
+        the loop as a plain function (no task), returns True: it has taken the call, and
+        answer(result, error) gives the outcome, at once or later (from the loop). For calls
+        that can mostly be queued where a callback answers them, sparing a task each."""
+        self._submit(_Call(afn, args, is_async=True, notify=on_done, try_now=try_now))
+
     def _submit(self, call: _Call) -> None:
         # Append first, look at the flag second; the drain clears the flag before it takes calls.
         # So either the drain that is scheduled takes this call, or this thread schedules one.
@@ -96,7 +114,7 @@ class TrioBridge:
         if not self._is_drain_scheduled:
             self._is_drain_scheduled = True
             try:
-                self._token.run_sync_soon(self._drain)
+                self.token.run_sync_soon(self._drain)
             except trio.RunFinishedError as exc:
                 self._is_drain_scheduled = False
                 self._fail_waiting(exc)
@@ -109,6 +127,8 @@ class TrioBridge:
             call = calls.popleft()
             if not call.is_async:
                 call.run_sync()
+                continue
+            if call.try_now is not None and call.run_now():
                 continue
             try:
                 trio.lowlevel.spawn_system_task(call.run_async, name=call.fn)
@@ -134,25 +154,43 @@ class AsyncioBridge:
         # True from the moment the trio side asks the asyncio loop to drain until that drain
         # starts (the same protocol as TrioBridge._is_drain_scheduled).
         self._is_drain_scheduled = False
+        self.drain_count = 0                # times the asyncio loop was woken for answers
 
     async def call(self, afn, *args):
         future = self._loop.create_future()
         self._trio_bridge.start(afn, *args, on_done=lambda result: self._answer(future, result))
         return (await future).unwrap()
 
+    async def call_fast(self, try_now, afn, *args):
+        """call(afn, *args), unless try_now takes it in the trio loop without a task (see
+        TrioBridge.start_fast)."""
+        future = self._loop.create_future()
+        self._trio_bridge.start_fast(try_now, afn, args, on_done=lambda result: self._answer(future, result))
+        return (await future).unwrap()
+
     def _answer(self, future, result: outcome.Outcome) -> None:
-        """In the trio loop (or, once it has ended, in the caller's thread)."""
+        """In the trio loop (or, once it has ended, in the caller's thread). The asyncio loop is
+        woken once the trio loop has done what it had to do now (run_sync_soon: its next
+        round), so the answers that round produces, from every call it settles, go over in
+        one wakeup of the asyncio loop rather than in several."""
         self._answers.append((future, result))
         if not self._is_drain_scheduled:
             self._is_drain_scheduled = True
             try:
-                self._loop.call_soon_threadsafe(self._drain)
-            except RuntimeError:         # the asyncio loop is closed: nobody waits any more
-                self._is_drain_scheduled = False
+                self._trio_bridge.token.run_sync_soon(self._wake_asyncio_loop)
+            except trio.RunFinishedError:
+                self._wake_asyncio_loop()
+
+    def _wake_asyncio_loop(self) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:         # the asyncio loop is closed: nobody waits any more
+            self._is_drain_scheduled = False
 
     def _drain(self) -> None:
         """In the asyncio loop: settle every call that has finished."""
         self._is_drain_scheduled = False
+        self.drain_count += 1
         answers = self._answers
         while answers:
             future, result = answers.popleft()

@@ -268,6 +268,32 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             # (NotOwner here: the owner the call was sent to no longer owns the range.)
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
+    async def _run_command(self, request, response_cls, command_of: Callable[[bytes], object],
+                           fields_of: Callable[[object, object], dict], context):
+        """A command of the routing header's table: command_of(pkey) built here, run in the trio
+        loop (queued straight into its range when that is served here, else through
+        _execute), and the response built here from fields_of(command, result)."""
+        header = request.header
+        forward = not any(key == OWNER_ONLY_HEADER for key, _ in context.invocation_metadata())
+        try:
+            name = self._names.get(header.stream_id)
+            if name is None:
+                name = await self._bridge.call(self._stream_of, header.stream_id)
+            pkey = header.r_key or request.key
+            command = command_of(pkey)
+            result = await self._bridge.call_fast(self._execute_now, self._execute, *name, pkey, command, forward)
+            return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields_of(command, result))
+        except (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError) as exc:
+            return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
+
+    def _execute_now(self, namespace: str, stream: str, pkey: bytes, command, forward: bool, on_done) -> bool:
+        """In trio, without a task: the command queued in its range if that is served here
+        (Tables.submit_here); False leaves it to _execute."""
+        try:
+            return self._tables.submit_here(namespace, stream, pkey, command, on_done)
+        except NotOwner:
+            return False        # (handed over meanwhile: _execute waits for the handover, then forwards)
+
     async def _execute(self, namespace: str, stream: str, pkey: bytes, command, forward: bool):
         """In trio: Tables.execute here, or at the range's owner (if `forward`)."""
         return await _here_or_at_owner(self._tables.execute, self._peers.execute, namespace, stream, pkey, command,
@@ -306,32 +332,29 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **range_fields(result))
 
     async def Put(self, request, context):
-        async def operate(namespace, stream, pkey, forward):
-            return put_fields(await self._execute(namespace, stream, pkey, put_of(pkey, request), forward))
-        return await self._run(request, kv_rpc_pb2.PutResponse, operate, context)
+        return await self._run_command(request, kv_rpc_pb2.PutResponse, lambda pkey: put_of(pkey, request),
+                                       lambda put, result: put_fields(result), context)
 
     async def Delete(self, request, context):
-        async def operate(namespace, stream, pkey, forward):
-            delete = delete_of(pkey, request)
-            return delete_fields(delete, await self._execute(namespace, stream, pkey, delete, forward))
-        return await self._run(request, kv_rpc_pb2.DeleteRangeResponse, operate, context)
+        return await self._run_command(request, kv_rpc_pb2.DeleteRangeResponse, lambda pkey: delete_of(pkey, request),
+                                       delete_fields, context)
 
     async def Increment(self, request, context):
-        async def operate(namespace, stream, pkey, forward):
-            result = await self._execute(namespace, stream, pkey, increment_of(pkey, request), forward)
-            return {"total_amount": result.total or 0}
-        return await self._run(request, kv_rpc_pb2.IncrementResponse, operate, context)
+        return await self._run_command(request, kv_rpc_pb2.IncrementResponse,
+                                       lambda pkey: increment_of(pkey, request),
+                                       lambda increment, result: {"total_amount": result.total or 0}, context)
 
     async def Txn(self, request, context):
-        async def operate(namespace, stream, pkey, forward):
-            success = tuple(txn_op_of(pkey, op) for op in request.success)
-            failure = tuple(txn_op_of(pkey, op) for op in request.failure)
-            txn = Txn(tuple(compare_of(pkey, c) for c in request.compare), success, failure)
-            result = await self._execute(namespace, stream, pkey, txn, forward)
-            ops = success if result.succeeded else failure
+        def txn_of(pkey: bytes) -> Txn:
+            return Txn(tuple(compare_of(pkey, c) for c in request.compare),
+                       tuple(txn_op_of(pkey, op) for op in request.success),
+                       tuple(txn_op_of(pkey, op) for op in request.failure))
+
+        def fields_of(txn: Txn, result) -> dict:
+            ops = txn.success if result.succeeded else txn.failure
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
-        return await self._run(request, kv_rpc_pb2.TxnResponse, operate, context)
+        return await self._run_command(request, kv_rpc_pb2.TxnResponse, txn_of, fields_of, context)
 
 
 async def _here_or_at_owner(here, at_owner, namespace: str, stream: str, pkey: bytes, operation, forward: bool):

@@ -118,6 +118,37 @@ async def test_with_one_entry_in_flight_what_arrives_meanwhile_goes_in_the_next_
         [(1, entry_id) for entry_id in range(len(entries))]
 
 
+async def test_records_written_without_waiting_are_told_their_positions_by_callback(bk, nursery):
+    """write_nowait: each callback gets its record's position once durable, in order, several
+    records to an entry; a writer that fails tells the records still queued, and refuses
+    more at once."""
+    streams = bk.streams
+    await streams.create_stream("ns", "nowait")
+    told: list[tuple[bytes, DLSN | None, BaseException | None]] = []
+
+    def on_done_of(payload: bytes):
+        return lambda position, error: told.append((payload, position, error))
+    async with streams.open_writer("ns", "nowait", entries_in_flight_max=1) as writer:
+        for n in range(20):
+            writer.write_nowait(b"r%d" % n, on_done_of(b"r%d" % n))
+        await writer.write(b"last")           # after the 20: they are all durable by then
+    assert [payload for payload, _, _ in told] == [b"r%d" % n for n in range(20)]
+    assert all(error is None for _, _, error in told)
+    positions = [position for _, position, _ in told]
+    assert positions == sorted(positions) and len({(p.segment, p.entry_id) for p in positions}) < 20
+    records = await read_all(streams, "nowait", count=21)
+    assert [(r.payload, r.dlsn) for r in records[:20]] == [(p, pos) for p, pos, _ in told]
+
+    told.clear()
+    writer = await streams.start_writer(nursery, "ns", "nowait")
+    writer.write_nowait(b"queued", on_done_of(b"queued"))
+    writer.abort(WriterFenced("taken over"))          # before the flusher got to it
+    assert [(payload, position, type(error)) for payload, position, error in told] == \
+        [(b"queued", None, WriterFenced)]
+    with pytest.raises(WriterFenced):
+        writer.write_nowait(b"too late", on_done_of(b"too late"))
+
+
 async def test_readers_start_at_a_position_a_txid_or_the_tail(bk):
     streams = bk.streams
     await streams.create_stream("ns", "s")

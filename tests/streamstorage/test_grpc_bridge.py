@@ -94,3 +94,87 @@ def test_coroutines_of_an_asyncio_loop_in_another_thread_run_in_trio_and_get_the
     results = trio.run(main)
     assert [r for i, r in enumerate(results) if i != 3] == [2 * i for i in range(32) if i != 3]
     assert isinstance(results[3], ValueError)
+
+
+def test_a_call_taken_at_once_is_answered_by_callback_and_the_rest_run_as_tasks():
+    """AsyncioBridge.call_fast: try_now takes a call (it answers later, through the callback,
+    with a result or an error), raises (the call's error), or leaves it to the task."""
+    from streamstorage.asyncio_thread import AsyncioThread
+    from streamstorage.grpc_bridge import AsyncioBridge
+    taken: dict[int, object] = {}
+    ran_as_task: list[int] = []
+
+    def try_now(n: int, on_done) -> bool:
+        if n == 5:
+            raise KeyError("five")
+        if n % 2:
+            return False
+        taken[n] = on_done
+        return True
+
+    async def as_task(n: int) -> int:
+        ran_as_task.append(n)
+        await trio.sleep(0)
+        return -n
+
+    async def main():
+        loop_thread = await AsyncioThread.of_process()
+        bridge = AsyncioBridge(TrioBridge(trio.lowlevel.current_trio_token()), loop_thread.loop)
+
+        async def in_asyncio():
+            import asyncio
+            return await asyncio.gather(*(bridge.call_fast(try_now, as_task, n) for n in range(10)),
+                                        return_exceptions=True)
+
+        async with trio.open_nursery() as nursery:
+            async def answer_the_taken():
+                while len(taken) < 5:
+                    await trio.sleep(0.001)
+                for n, on_done in taken.items():
+                    on_done(None, ValueError("four")) if n == 4 else on_done(n * 10, None)
+            nursery.start_soon(answer_the_taken)
+            return await loop_thread.run(in_asyncio)
+
+    results = trio.run(main)
+    assert results[0:4] == [0, -1, 20, -3] and results[6:] == [60, -7, 80, -9]
+    assert isinstance(results[4], ValueError) and isinstance(results[5], KeyError)
+    assert sorted(ran_as_task) == [1, 3, 7, 9]
+
+
+def test_the_answers_of_one_round_of_the_trio_loop_wake_the_asyncio_loop_once():
+    from streamstorage.asyncio_thread import AsyncioThread
+    from streamstorage.grpc_bridge import AsyncioBridge
+    taken: list = []
+
+    def try_now(n: int, on_done) -> bool:
+        taken.append((n, on_done))
+        return True
+
+    async def main():
+        loop_thread = await AsyncioThread.of_process()
+        bridge = AsyncioBridge(TrioBridge(trio.lowlevel.current_trio_token()), loop_thread.loop)
+
+        async def in_asyncio():
+            import asyncio
+            return await asyncio.gather(*(bridge.call_fast(try_now, None, n) for n in range(16)))
+
+        async with trio.open_nursery() as nursery:
+            async def answer_all_at_once():
+                while len(taken) < 16:
+                    await trio.sleep(0.001)
+                before = bridge.drain_count
+                for n, on_done in taken:
+                    on_done(n + 100, None)
+                return before
+            drains_before: list = []
+            nursery.start_soon(lambda: _append(drains_before, answer_all_at_once()))
+            results = await loop_thread.run(in_asyncio)
+        return results, bridge.drain_count - drains_before[0]
+
+    results, drains = trio.run(main)
+    assert results == [n + 100 for n in range(16)]
+    assert drains == 1
+
+
+async def _append(to: list, awaitable) -> None:
+    to.append(await awaitable)

@@ -458,3 +458,68 @@ async def test_an_owner_crashing_mid_group_loses_only_unanswered_commands(
     survivors = [key for key in (b"g1", b"g2", b"g3") if await value_of(second, key) is not None]
     assert survivors == ([b"g1"] if answers_only else [])      # g1's entry alone reached the bookies
     await second.aclose()
+
+
+async def test_commands_submitted_with_callbacks_are_answered_once_durable_each_entry_applied_at_once(
+        bk, open_range, monkeypatch):
+    """submit: no task per command. A command queued while an add is in flight goes in the
+    next entry; each callback gets its result (or its refusal as the error) once that entry is
+    durable; the entry's commands are applied as one write of the index."""
+    table_range = await open_range()
+    await table_range.execute(Put(b"bytes", b"b"))
+    held = HeldJournalAdds(monkeypatch)
+    batches: list[int] = []
+    index = table_range.state.index
+    original_batch = index.batch
+
+    def counted_batch():
+        batches.append(len(held.entries))
+        return original_batch()
+    monkeypatch.setattr(index, "batch", counted_batch)
+    told: list[tuple[bytes, object, BaseException | None]] = []
+
+    def on_done_of(key: bytes):
+        return lambda result, error: told.append((key, result, error))
+    table_range.submit(Put(b"first", b"1"), on_done_of(b"first"))
+    await settle()
+    for key in (b"a", b"b", b"c"):
+        table_range.submit(Put(key, key), on_done_of(key))
+    table_range.submit(Increment(b"bytes", 1), on_done_of(b"bytes"))      # refused: not a number
+    await settle()
+    assert len(held.entries) == 1 and told == []
+    held.release_one()
+    while len(held.entries) < 2:
+        await trio.sleep(0.01)
+    await settle()
+    assert [key for key, _, _ in told] == [b"first"]
+    held.release_one()
+    while len(told) < 5:
+        await trio.sleep(0.01)
+    assert [key for key, _, _ in told] == [b"first", b"a", b"b", b"c", b"bytes"]
+    revisions = [result.revision for _, result, _ in told[:4]]
+    assert revisions == list(range(revisions[0], revisions[0] + 4))
+    assert isinstance(told[4][2], TableError) and told[4][1] is None
+    assert batches == [2]                     # the group of four: one write of the index
+    assert await value_of(table_range, b"c") == b"c"
+
+
+async def test_a_submit_to_a_closing_range_is_refused_at_once_and_checkpoints_come_by_themselves(
+        bk, open_range):
+    """Every checkpoint_every commands a checkpoint is written in the background (the command
+    that reaches the count does not wait for it); a range that is closing refuses a submit at
+    once, with nothing queued."""
+    table_range = await open_range(checkpoint_every=5)
+    for n in range(5):
+        await table_range.execute(Put(b"k%d" % n, b"v"))
+    checkpoints = await bk.streams.stream_info(TABLES_NAMESPACE, "ns~t~0~checkpoints")
+    with trio.fail_after(10):
+        while not any(s["state"] == "completed" for s in checkpoints["segments"]):
+            await trio.sleep(0.01)
+            checkpoints = await bk.streams.stream_info(TABLES_NAMESPACE, "ns~t~0~checkpoints")
+    await table_range.aclose()
+    with pytest.raises(Exception, match="closed"):
+        table_range.submit(Put(b"late", b"v"), lambda result, error: None)
+    reopened = await open_range()
+    assert reopened.restored_from == "checkpoint"
+    assert await value_of(reopened, b"k4") == b"v"
+    await reopened.aclose()

@@ -33,13 +33,17 @@ PENDING_BYTES_MAX = 64 * 1024 * 1024
 
 
 class _Pending:
-    __slots__ = ("record", "done", "position", "error")
+    """A record queued or in flight, and whom to tell once it is durable or has failed:
+    notify(pending), once, with position or error set."""
 
-    def __init__(self, record: Record, done) -> None:
+    __slots__ = ("record", "notify", "position", "error", "is_resolved")
+
+    def __init__(self, record: Record, notify: Callable[["_Pending"], None]) -> None:
         self.record = record
-        self.done = done
+        self.notify = notify
         self.position: DLSN | None = None
         self.error: BaseException | None = None
+        self.is_resolved = False
 
 
 class StreamWriter:
@@ -158,17 +162,39 @@ class StreamWriter:
         while self._queued_bytes and self._queued_bytes + size > self._pending_bytes_max and self._failure is None:
             await self._wait_for_change()
         self._check_usable()
-        event = self._rt.Event
-        pendings = [_Pending(record, event()) for record in records]
-        self._queue.extend(pendings)
-        self._queued_bytes += size
-        self._signal()
-        for pending in pendings:
-            await pending.done.wait()
+        all_done = self._rt.Event()
+        unresolved = [len(records)]
+
+        def notify(_: _Pending) -> None:
+            unresolved[0] -= 1
+            if not unresolved[0]:
+                all_done.set()
+        pendings = [_Pending(record, notify) for record in records]
+        self._enqueue(pendings, size)
+        await all_done.wait()
         for pending in pendings:
             if pending.error is not None:
                 raise pending.error
         return [pending.position for pending in pendings]
+
+    def write_nowait(self, payload: bytes, on_done: Callable[[DLSN | None, BaseException | None], None]) -> _Pending:
+        """write() for a caller that is told by a callback rather than woken as a task: queues
+        one record and returns its pending write, whose `position` is set once it is durable;
+        on_done(position, None) follows, or on_done(None, error), called from whatever settles
+        it (an acknowledgement, a failure). The records of one entry all have their positions
+        before the first of them is told. Raises at once, queuing nothing, what write() would
+        raise before queuing. It does not wait for room under pending_bytes_max: the caller
+        bounds what it queues (a table range queues one record per request in flight)."""
+        self._check_usable()
+        [record] = self._records_of([payload])
+        pending = _Pending(record, lambda pending: on_done(pending.position, pending.error))
+        self._enqueue([pending], len(payload))
+        return pending
+
+    def _enqueue(self, pendings: list[_Pending], size: int) -> None:
+        self._queue.extend(pendings)
+        self._queued_bytes += size
+        self._signal()
 
     def _records_of(self, items) -> list[Record]:
         state = self._state
@@ -227,13 +253,11 @@ class StreamWriter:
             self._in_flight -= 1
             if error is not None:
                 self._fail(_as_writer_error(error, self))
-                for pending in taken:
-                    _resolve(pending, error=self._failure)
+                _settle(taken, error=self._failure)
             else:
-                for slot, pending in enumerate(taken):
-                    _resolve(pending, position=DLSN(seqno, entry_id, slot))
-                self.last_position = taken[-1].position
-                self._send_next_entry_now()
+                self.last_position = DLSN(seqno, entry_id, len(taken) - 1)
+                self._send_next_entry_now()       # (before the records' owners are told: it waits on nothing of theirs)
+                _settle(taken, positions=[DLSN(seqno, entry_id, slot) for slot in range(len(taken))])
             self._signal()
 
         self._ledger.start_add(payload, on_done)
@@ -302,8 +326,8 @@ class StreamWriter:
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
             self._failure = error
-        while self._queue:
-            _resolve(self._queue.popleft(), error=self._failure)
+        failed, self._queue = list(self._queue), collections.deque()
+        _settle(failed, error=self._failure)
         self._queued_bytes = 0
         self._signal()
 
@@ -317,10 +341,20 @@ class StreamWriter:
             raise StreamException(f"the writer of {self.namespace}/{self.stream} is closed")
 
 
-def _resolve(pending: _Pending, *, position: DLSN | None = None, error: BaseException | None = None) -> None:
-    if not pending.done.is_set():
-        pending.position, pending.error = position, error
-        pending.done.set()
+def _settle(pendings: list[_Pending], *, positions: list[DLSN] | None = None,
+            error: BaseException | None = None) -> None:
+    """Give each pending not settled yet its position (or the error), then tell them, in
+    order: whoever is told of the first finds the others settled already (a table range
+    applies the commands of one entry together). A notify must not raise."""
+    settled = []
+    for index, pending in enumerate(pendings):
+        if not pending.is_resolved:
+            pending.is_resolved = True
+            pending.position = positions[index] if positions is not None else None
+            pending.error = error
+            settled.append(pending)
+    for pending in settled:
+        pending.notify(pending)
 
 
 def _as_writer_error(error: BaseException, writer: StreamWriter) -> BaseException:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import logging
 from typing import AsyncIterator, Callable
 
 import crc32c
@@ -49,6 +50,8 @@ from bkcore.table.checkpoints import (
     CHECKPOINT_CHUNK_BYTES, CheckpointInfo, CheckpointParser, checkpoint_stream_name, chunk_groups, end_record,
     header_record,
 )
+
+logger = logging.getLogger(__name__)
 
 TABLES_NAMESPACE = "__tables"
 CHECKPOINTS_KEPT = 2
@@ -95,16 +98,28 @@ def journal_stream_name(table: str, range_id: int) -> str:
 
 
 class _Slot:
-    """A command between the journal and the state machine."""
+    """A command between the journal and the state machine: its journal record (`journaled`,
+    the writer's pending write: its position is set once durable), then its result or its
+    failure; `done` is set, and notify(slot) called (if given), once it has one of them."""
 
-    __slots__ = ("stamped", "position", "result", "failure", "done")
+    __slots__ = ("stamped", "journaled", "result", "failure", "done", "notify")
 
-    def __init__(self, stamped: Stamped, done) -> None:
+    def __init__(self, stamped: Stamped, done, notify: Callable[["_Slot"], None] | None) -> None:
         self.stamped = stamped
-        self.position: DLSN | None = None
+        self.journaled = None
         self.result: object = None
         self.failure: BaseException | None = None
         self.done = done
+        self.notify = notify
+
+    @property
+    def position(self) -> DLSN | None:
+        return None if self.journaled is None else self.journaled.position
+
+    def settle(self) -> None:
+        self.done.set()
+        if self.notify is not None:
+            self.notify(self)
 
 
 class _Watcher:
@@ -148,6 +163,8 @@ class TableRange:
         # will start, so the index may be emptied for the next owner, or dropped.
         self._thread_reads = self._rt.thread_lock()
         self._is_index_shared = True
+        self._nursery = None                  # (open's: where checkpoints run)
+        self._is_checkpoint_due = False
 
     @property
     def is_serving(self) -> bool:
@@ -158,6 +175,7 @@ class TableRange:
     async def open(self, nursery) -> None:
         """Take ownership and rebuild the state; the journal writers run in `nursery`."""
         streams = self._streams
+        self._nursery = nursery
         with contextlib.suppress(NamespaceExists):
             await streams.create_namespace(TABLES_NAMESPACE, self._settings)
         for name in (self._journal_name, self._checkpoint_name):
@@ -241,31 +259,56 @@ class TableRange:
         """Journal the command, apply it once durable (in journal order); returns its result
         or raises its TableError. Journal failures (WriterFenced: another owner took over)
         end this range's service."""
-        self._check_accepting()
-        slot = _Slot(Stamped(command, self._now_ms()), self._rt.Event())
-        record = encode_stamped(slot.stamped)
-        if len(record) > COMMAND_SIZE_MAX:
-            raise TableError(f"{describe(command)} takes {len(record)} bytes; a table command is at most "
-                             f"{COMMAND_SIZE_MAX} bytes (1 MiB - 8 KiB, one journal record) with its key and value")
-        self._slots.append(slot)
-        try:
-            # Shielded: once queued in the journal the command must get its position, or the
-            # commands after it could never be applied.
-            with self._rt.CancelScope(shield=True):
-                slot.position = await self._journal.write(record)
-        except BaseException as exc:
-            self._fail(exc)
-            raise
-        self._apply_ready()
+        slot = self._accept(command, None)
         await slot.done.wait()
         if slot.failure is not None:
             raise slot.failure
         if isinstance(slot.result, TableError):
             raise slot.result
-        if (self._since_checkpoint >= self._checkpoint_every and not self._checkpoint_lock.locked()
-                and self._refusal is None):
-            await self.checkpoint()
         return slot.result
+
+    def submit(self, command: Command, on_done: Callable[[object, BaseException | None], None]) -> None:
+        """execute() for a caller told by a callback rather than woken as a task (a gRPC call
+        crossing from another loop): on_done(result, None) once the command is durable and
+        applied, or on_done(None, error) (its TableError, or the failure that ended the
+        range), called from the loop. Raises at once, accepting nothing, what execute()
+        raises before journaling (the range is closing or stopped, the command is too big).
+        on_done must not raise."""
+        def notify(slot: _Slot) -> None:
+            error = slot.failure if slot.failure is not None else (
+                slot.result if isinstance(slot.result, TableError) else None)
+            on_done(None if error is not None else slot.result, error)
+        self._accept(command, notify)
+
+    def _accept(self, command: Command, notify: Callable[[_Slot], None] | None) -> _Slot:
+        """Stamp the command and queue it in the journal; its slot is settled once it is
+        applied, or fails."""
+        self._check_accepting()
+        slot = _Slot(Stamped(command, self._now_ms()), self._rt.Event(), notify)
+        record = encode_stamped(slot.stamped)
+        if len(record) > COMMAND_SIZE_MAX:
+            raise TableError(f"{describe(command)} takes {len(record)} bytes; a table command is at most "
+                             f"{COMMAND_SIZE_MAX} bytes (1 MiB - 8 KiB, one journal record) with its key and value")
+        try:
+            slot.journaled = self._journal.write_nowait(record, lambda position, error: self._journaled(error))
+        except BaseException as exc:    # (the slot was not queued: only its caller hears of it)
+            self._fail(exc)
+            raise
+        self._slots.append(slot)        # (nothing settles it before: the journal only queued it)
+        return slot
+
+    def _journaled(self, error: BaseException | None) -> None:
+        """The journal's word on a command (from the journal writer's acknowledgement): the
+        commands now durable at the front are applied (the others of its entry with it)."""
+        if error is not None:
+            self._fail(error)
+            return
+        try:
+            self._apply_ready()
+        except Exception as exc:     # noqa: BLE001 - the index is broken: the next owner replays
+            logger.error("%s range %d: applying a command failed, so the range stops: %r",
+                         self.table, self.range_id, exc)
+            self.stop(exc)
 
     async def read(self, op: RangeRead) -> RangeResult:
         """The applied state, at the time the read was asked, once every command accepted
@@ -316,7 +359,26 @@ class TableRange:
             slot = slots.popleft()
             self._since_checkpoint += 1
             self._publish(events)
-            slot.done.set()
+            slot.settle()
+        self._checkpoint_when_due()
+
+    def _checkpoint_when_due(self) -> None:
+        """Every checkpoint_every commands, a checkpoint in the background (the commands go on
+        meanwhile; see checkpoint)."""
+        if (self._since_checkpoint >= self._checkpoint_every and not self._is_checkpoint_due
+                and not self._checkpoint_lock.locked() and self._refusal is None and self._nursery is not None):
+            self._is_checkpoint_due = True
+            self._nursery.start_soon(self._checkpoint_in_background)
+
+    async def _checkpoint_in_background(self) -> None:
+        try:
+            await self.checkpoint()
+        except Exception as exc:      # noqa: BLE001 - the next one tries again; a stopped range stops
+            if self.is_serving:
+                logger.warning("%s range %d: checkpoint failed (the next is tried after %d more commands): %r",
+                               self.table, self.range_id, self._checkpoint_every, exc)
+        finally:
+            self._is_checkpoint_due = False
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
@@ -326,7 +388,7 @@ class TableRange:
         while self._slots:
             slot = self._slots.popleft()
             slot.failure = error
-            slot.done.set()
+            slot.settle()
         for watcher in list(self._watchers):
             self._drop(watcher)
 

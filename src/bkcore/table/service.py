@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import crc32c
 
@@ -317,12 +317,36 @@ class Tables:
 
     async def execute(self, namespace: str, stream: str, pkey: bytes, command: Command) -> object:
         """Run a command whose keys are all folded keys of `pkey`."""
-        start, end = fold_key(pkey), pkey_end(fold_key(pkey))
-        for key, is_range_end in _keys_of(command):
-            if not (start <= key <= end if is_range_end else unfold_key(key)[0] == pkey):
-                raise TableError("every key of one command must share its pkey")
+        _check_keys_share(pkey, command)
         table_range = await self.range_for(namespace, stream, pkey)
         return await table_range.execute(command)
+
+    def submit_here(self, namespace: str, stream: str, pkey: bytes, command: Command,
+                    on_done: Callable[[object, BaseException | None], None]) -> bool:
+        """execute() without a task, when it needs nothing that waits: the table's settings are
+        known and its range is open and serving here. Then the command is queued in the range
+        (TableRange.submit: on_done tells its outcome) and the answer is True; otherwise False,
+        nothing done, and the caller goes through execute() (which opens the range, or says
+        where it is served). Raises what execute() would raise at once (a bad key, a range
+        closing)."""
+        _check_keys_share(pkey, command)
+        table_range = self._range_served_here(namespace, stream, pkey)
+        if table_range is None:
+            return False
+        table_range.submit(command, on_done)
+        return True
+
+    def _range_served_here(self, namespace: str, stream: str, pkey: bytes) -> TableRange | None:
+        """The range of `pkey` if it is open and serving here, found without waiting (known
+        settings, no handover under way); None otherwise."""
+        cached = self._settings.get((namespace, stream))
+        if cached is None or cached[1] <= self._rt.monotonic_s() or not isinstance(pkey, bytes):
+            return None
+        index = (namespace, stream, range_of(pkey, cached[0].table_ranges))
+        table_range = self._ranges.get(index)
+        if table_range is None or not table_range.is_serving or index in self._moving:
+            return None
+        return table_range
 
     async def put(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, value: bytes, *,
                   prev_kv: bool = False, ttl_ms: int = 0) -> PutResult:
@@ -391,6 +415,13 @@ class Tables:
         async for event in table_range.watch(fold_key(pkey, lkey), _folded_end(pkey, lkey_end),
                                              start_revision=start_revision, started=started):
             yield event
+
+
+def _check_keys_share(pkey: bytes, command: Command) -> None:
+    start, end = fold_key(pkey), pkey_end(fold_key(pkey))
+    for key, is_range_end in _keys_of(command):
+        if not (start <= key <= end if is_range_end else unfold_key(key)[0] == pkey):
+            raise TableError("every key of one command must share its pkey")
 
 
 def _folded_end(pkey: bytes, lkey_end: bytes | None) -> bytes | None:
