@@ -2,9 +2,10 @@
 
 One Python process drives only so many gRPC calls a second (the GIL), so with
 --client-processes P the same total client count runs as threads in P spawned interpreters:
-what is measured is then the server, not the Python client. Each phase starts in every process
-at one agreed instant and runs for the same seconds; the latencies come back to be summarised
-together.
+what is measured is then the server, not the Python client. Each phase starts once every client
+of every process is connected and has found its table (the caller's before_start() runs then:
+the bench starts its CPU meters there, so setting up is not measured) and runs for the same
+seconds; the latencies come back to be summarised together.
 
     operation(name, value, keys_per_client)   the (table, client_index, n) -> None of a phase
 """
@@ -15,9 +16,7 @@ import multiprocessing
 import random
 import threading
 import time
-
-START_DELAY_S = 0.5          # between sending a phase to the processes and its agreed start
-
+from typing import Callable
 
 def operation(name: str, value: bytes, keys_per_client: int = 1):
     """What each client does in a phase: "put" distinct keys, "get" keys the puts wrote,
@@ -32,19 +31,21 @@ def operation(name: str, value: bytes, keys_per_client: int = 1):
 
 
 def run_client_threads(address: str, first_index: int, clients: int, seconds: float, op, *,
-                       start_at: float | None = None) -> tuple[list[float], int, float]:
+                       before_start: Callable[[], None] | None = None) -> tuple[list[float], int, float]:
     """`op(table, client_index, n)` in `clients` threads (client indexes from first_index) for
-    `seconds`, from start_at (time.time()) or as soon as they are connected. Returns every
-    latency, the error count and the elapsed seconds."""
+    `seconds`, from when all are connected and before_start() (if given) has returned. Returns
+    every latency, the error count and the elapsed seconds."""
     from bkclient.storage_client import StorageClient
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors = [0]
-    ready = threading.Barrier(clients + 1)
+    connected = threading.Barrier(clients + 1)
+    go = threading.Barrier(clients + 1)
 
     def client(slot: int) -> None:
         with StorageClient(address) as storage:
             table = storage.table("default", "bench")
-            ready.wait()
+            connected.wait()
+            go.wait()
             deadline = time.perf_counter() + seconds
             n = 0
             while (now := time.perf_counter()) < deadline:
@@ -58,9 +59,10 @@ def run_client_threads(address: str, first_index: int, clients: int, seconds: fl
     threads = [threading.Thread(target=client, args=(slot,)) for slot in range(clients)]
     for thread in threads:
         thread.start()
-    if start_at is not None:
-        time.sleep(max(0.0, start_at - time.time()))
-    ready.wait()
+    connected.wait()
+    if before_start is not None:
+        before_start()
+    go.wait()
     began = time.perf_counter()
     for thread in threads:
         thread.join()
@@ -68,11 +70,17 @@ def run_client_threads(address: str, first_index: int, clients: int, seconds: fl
 
 
 def _child(connection) -> None:
-    """A client process: runs the phases it is sent until told to stop (None)."""
+    """A client process: runs the phases it is sent until told to stop (None). Once its
+    clients are connected it says "connected" and starts them at the word "go"."""
+    def connected_then_wait_for_go() -> None:
+        connection.send("connected")
+        connection.recv()
+
     while (phase := connection.recv()) is not None:
-        address, first_index, clients, seconds, name, value, keys_per_client, start_at = phase
+        address, first_index, clients, seconds, name, value, keys_per_client = phase
         connection.send(run_client_threads(address, first_index, clients, seconds,
-                                           operation(name, value, keys_per_client), start_at=start_at))
+                                           operation(name, value, keys_per_client),
+                                           before_start=connected_then_wait_for_go))
 
 
 class ClientProcesses:
@@ -94,15 +102,22 @@ class ClientProcesses:
         return [process.pid for process in self._processes]
 
     def run(self, address: str, clients: int, seconds: float, name: str, value: bytes,
-            keys_per_client: int = 1) -> tuple[list[float], int, float]:
-        """One phase with `clients` clients in all, shared out over the processes."""
+            keys_per_client: int = 1, *,
+            before_start: Callable[[], None] | None = None) -> tuple[list[float], int, float]:
+        """One phase with `clients` clients in all, shared out over the processes; it starts
+        once every process has its clients connected and before_start() has returned."""
         count = len(self._processes)
-        start_at = time.time() + START_DELAY_S
         first = 0
         for index, connection in enumerate(self._connections):
             share = clients // count + (1 if index < clients % count else 0)
-            connection.send((address, first, share, seconds, name, value, keys_per_client, start_at))
+            connection.send((address, first, share, seconds, name, value, keys_per_client))
             first += share
+        for connection in self._connections:
+            connection.recv()                   # "connected"
+        if before_start is not None:
+            before_start()
+        for connection in self._connections:
+            connection.send("go")
         latencies, errors, elapsed = [], 0, 0.0
         for connection in self._connections:
             part, part_errors, part_elapsed = connection.recv()

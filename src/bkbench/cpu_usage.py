@@ -39,11 +39,15 @@ def machine_cpu_ticks() -> tuple[int, int] | None:
 
 
 class CpuMeter:
-    """CPU used from its creation to per_operation(): of this process ("client"), of each
-    named group of processes, and the machine's busy fraction."""
+    """CPU used from its creation (or its last restart()) to per_operation(): of this process
+    ("client"), of each named group of processes, and the machine's busy fraction."""
 
     def __init__(self, processes: dict[str, list[int]] | None = None) -> None:
         self._processes = processes or {}
+        self.restart()
+
+    def restart(self) -> None:
+        """Measure from now on (what ran before, setting up, is left out)."""
         self._started = self._read_processes()
         self._machine_started = machine_cpu_ticks()
 

@@ -44,7 +44,8 @@ def _run_clients(address: str, args, name: str, value: bytes, *, keys_per_client
                  processes: dict[str, list[int]] | None = None, clients=None) -> dict:
     """One phase: every client does operation `name` until the time is up (in threads here, or
     in the client processes `clients`); also the CPU microseconds per operation of the client
-    side and of each named group of `processes` (their pids)."""
+    side and of each named group of `processes` (their pids), measured from the moment every
+    client is connected (setting up is not counted)."""
     from bkbench.client_processes import operation, run_client_threads
     from bkbench.cpu_usage import CpuMeter
     groups = dict(processes or {})
@@ -53,9 +54,11 @@ def _run_clients(address: str, args, name: str, value: bytes, *, keys_per_client
     meter = CpuMeter(groups)
     if clients is None:
         latencies, errors, elapsed = run_client_threads(address, 0, args.clients, args.seconds,
-                                                        operation(name, value, keys_per_client))
+                                                        operation(name, value, keys_per_client),
+                                                        before_start=meter.restart)
     else:
-        latencies, errors, elapsed = clients.run(address, args.clients, args.seconds, name, value, keys_per_client)
+        latencies, errors, elapsed = clients.run(address, args.clients, args.seconds, name, value, keys_per_client,
+                                                 before_start=meter.restart)
     summary = _summary(latencies, elapsed, errors)
     summary.update(meter.per_operation(summary["ops"], "op"))
     return summary
