@@ -120,6 +120,7 @@ async def _serve(args) -> int:
 
     from bkcli.signals import cancel_on_stop_signal
     from streamstorage.server import run_stream_storage
+    from transports.gc_tuning import tune_gc
 
     data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
     async with trio.open_nursery() as nursery:
@@ -127,6 +128,7 @@ async def _serve(args) -> int:
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
             index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port,
             peer_port=args.peer_port))
+        tune_gc()      # what startup made leaves the collector's sight, as in a bookie
         shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
         print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}", flush=True)
         await cancel_on_stop_signal(nursery)
