@@ -23,7 +23,7 @@ from collections import defaultdict
 from bkjepsen.history import History, Op
 from sim.checker import check as check_ledger_history
 from sim.history import History as SimHistory
-from sim.linearizability import SearchBudgetExceeded, check_linearizable
+from sim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
 
 MISSING = None
 
@@ -169,7 +169,8 @@ def check_tables(history: History, *, step_budget: int = 2_000_000) -> list[str]
         is_counter = any(op.kind == "incr" for op in ops)
         model, initial = (counter_step, 0) if is_counter else (register_step, (None, 0))
         try:
-            if not check_linearizable([_KeyOp(op) for op in ops], initial, model, step_budget=step_budget):
+            if not check_linearizable([_KeyOp(op) for op in ops], initial, model, step_budget=step_budget,
+                                      effect_of=kind_and_args):
                 found.append(f"not-linearizable: key {key!r} ({len(ops)} operations)")
         except SearchBudgetExceeded as exc:
             found.append(f"unchecked: key {key!r}: {exc}")

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.linearizability import SearchBudgetExceeded, check_linearizable
+from sim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
 from sim.stream_history import StreamViolation as TableViolation     # (kind, detail), as there
 
 MS = 1_000_000
@@ -211,7 +211,7 @@ def _linearizable(history: TableHistory) -> list[TableViolation]:
         model, initial = (counter_step, 0) if pkey in history.counter_pkeys else (register_step, MISSING)
         name = f"{pkey.decode()}/{lkey.decode()}"
         try:
-            if not check_linearizable(ops, initial, model, step_budget=SEARCH_STEP_BUDGET):
+            if not check_linearizable(ops, initial, model, step_budget=SEARCH_STEP_BUDGET, effect_of=kind_and_args):
                 found.append(TableViolation("not-linearizable", f"key {name} ({len(ops)} operations)"))
         except SearchBudgetExceeded:
             history.unchecked_keys.append(name)
