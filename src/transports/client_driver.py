@@ -111,6 +111,7 @@ class ClientDriver:
         self._pump_asked = trio.Event()
         self._started_since_pump = 0
         self._burst_started_ns = 0
+        self._is_pumping = False        # pump() is taking effects (start_add need not ask for one)
 
     # -- lifetime ---------------------------------------------------------------------------
 
@@ -152,9 +153,14 @@ class ClientDriver:
         once it resolves, instead of waking a waiter (a task per add would cost more than the
         add). The effects wait for the caller to yield, so that the adds it starts in a row
         travel together, up to PIPELINED_ADDS_PER_PUMP_MAX of them. Every add of such a burst is
-        stamped with the burst's start time: they leave together, timed from the first one."""
+        stamped with the burst's start time: they leave together, timed from the first one. An
+        add started by a callback of a pump (an acknowledgement that sends the next entry) is
+        taken by that pump: no pump to ask for, no task switch."""
         op_id = next(self._op_ids)
         self._on_completed[op_id] = on_done
+        if self._is_pumping:      # (from a callback of the pump under way, which takes its effects)
+            writer.add(op_id, payload, now_ns=now_ns())
+            return
         started_count = self._started_since_pump
         if not started_count:
             self._burst_started_ns = now_ns()
@@ -178,6 +184,20 @@ class ClientDriver:
         client = self.client
         sent_on = set()
         on_completed_pop = self._on_completed.pop
+        was_pumping, self._is_pumping = self._is_pumping, True
+        try:
+            self._take_effects(client, sent_on, on_completed_pop)
+        finally:
+            self._is_pumping = was_pumping
+        for connection in sent_on:
+            if connection is not None:
+                connection.flush()      # what this pump sends leaves now, not after a task hop
+        deadline_ns = client.next_deadline_ns()
+        self._timer.set(deadline_ns)
+
+    def _take_effects(self, client: Client, sent_on: set, on_completed_pop) -> None:
+        """Perform the core's effects until it has none (callbacks of completed adds may start
+        more adds: their effects are taken here too)."""
         while effects := client.take_effects():
             for effect in effects:
                 kind = type(effect)
@@ -198,11 +218,6 @@ class ClientDriver:
                     self._nursery.start_soon(self._call_metastore, effect)
                 else:
                     raise AssertionError(f"client effect {effect!r}")
-        for connection in sent_on:
-            if connection is not None:
-                connection.flush()      # what this pump sends leaves now, not after a task hop
-        deadline_ns = client.next_deadline_ns()
-        self._timer.set(deadline_ns)
 
     def _writable_now(self, destinations: list[str]) -> list[str]:
         """Of these bookies, those whose sends can be written now. The others are connecting

@@ -254,11 +254,15 @@ class StreamWriter:
             if error is not None:
                 self._fail(_as_writer_error(error, self))
                 _settle(taken, error=self._failure)
+                self._signal()
             else:
                 self.last_position = DLSN(seqno, entry_id, len(taken) - 1)
                 self._send_next_entry_now()       # (before the records' owners are told: it waits on nothing of theirs)
                 _settle(taken, positions=[DLSN(seqno, entry_id, slot) for slot in range(len(taken))])
-            self._signal()
+                if self._queue or self._closing or self._roll_requested or self._is_end_of_stream:
+                    # (Otherwise nobody waits for an acknowledgement: the flusher waits for
+                    # records, and waking it for nothing is a task switch per entry.)
+                    self._signal()
 
         self._ledger.start_add(payload, on_done)
 
