@@ -256,7 +256,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         returns. forward: whether a range owned elsewhere is served through its owner (False
         for a thick client's call: NotOwner answers it)."""
         header = request.header
-        forward = not any(key == OWNER_ONLY_HEADER for key, _ in context.invocation_metadata())
+        forward = _forwards(context)
 
         async def call():
             namespace, stream = await self._stream_of(header.stream_id)
@@ -264,7 +264,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         try:
             fields = await self._bridge.call(call)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
-        except (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError) as exc:
+        except _REFUSED_TABLE_ERRORS as exc:
             # (NotOwner here: the owner the call was sent to no longer owns the range.)
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
@@ -274,7 +274,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
         loop (queued straight into its range when that is served here, else through
         _execute), and the response built here from fields_of(command, result)."""
         header = request.header
-        forward = not any(key == OWNER_ONLY_HEADER for key, _ in context.invocation_metadata())
+        forward = _forwards(context)
         try:
             name = self._names.get(header.stream_id)
             if name is None:
@@ -283,7 +283,7 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             command = command_of(pkey)
             result = await self._bridge.call_fast(self._execute_now, self._execute, *name, pkey, command, forward)
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields_of(command, result))
-        except (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError) as exc:
+        except _REFUSED_TABLE_ERRORS as exc:
             return refused(response_cls(header=_response_header(header, status_of(exc))), exc, context)
 
     def _execute_now(self, namespace: str, stream: str, pkey: bytes, command, forward: bool, on_done) -> bool:
@@ -355,6 +355,16 @@ class TableServicer(kv_rpc_pb2_grpc.TableServiceServicer):
             return {"succeeded": result.succeeded,
                     "responses": [response_op(op, r, request.header, status_of) for op, r in zip(ops, result.results)]}
         return await self._run_command(request, kv_rpc_pb2.TxnResponse, txn_of, fields_of, context)
+
+
+# What a table call answers as a refusal with its status code (status_of), not as a gRPC error.
+_REFUSED_TABLE_ERRORS = (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError)
+
+
+def _forwards(context) -> bool:
+    """Whether a call for a range owned elsewhere is served through its owner: not for a thick
+    client's (OWNER_ONLY_HEADER), which NotOwner answers."""
+    return not any(key == OWNER_ONLY_HEADER for key, _ in context.invocation_metadata())
 
 
 async def _here_or_at_owner(here, at_owner, namespace: str, stream: str, pkey: bytes, operation, forward: bool):
