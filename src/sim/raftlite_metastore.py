@@ -5,11 +5,13 @@ plays the part of transports/raftlite_server for the world's callers (bookies, l
 application processes), with the same rules:
 
 - a caller talks to one member at a time; only a member that believes it leads serves it (a
-  deposed leader cut off from the others still does, as a real one would); any other answer,
-  a member that crashes, or a leader that loses its place, drops the connection: the request's
-  outcome is unknown (LOST) and every watch the caller set there fires. The next request goes
-  to a member that leads, waiting for one (as the real client waits to be connected) for up to
-  a session timeout.
+  deposed leader cut off from the others still does, as a real one would). A member that does
+  not lead refuses the request unprocessed: the connection drops (every watch the caller set
+  there fires) and the request goes to a member that leads, as the real client takes it there.
+  A member that crashes, or a leader that loses its place with the request pending, drops the
+  connection too, and the request's outcome is unknown (LOST), except a read's, which is asked
+  again. A request goes to a member that leads, waiting for one (as the real client waits to
+  be connected) for up to a session timeout from when it was made.
 - writes and session open/close/expire are proposals answered once applied; Get and Children
   are read-index reads; a watch is set when its request reaches the member and fires on the
   changes that member applies; a ping is answered once the leader's next heartbeat round
@@ -27,6 +29,7 @@ memory metastore.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 from dataclasses import dataclass
@@ -59,6 +62,7 @@ class _Pending:
     member: int
     kind: str
     on_answer: Callable[[object], None]
+    ask_again: Callable[[], None] | None = None     # a read, taken to the next leader
     timeout: object = None
 
 
@@ -97,15 +101,15 @@ class RaftMetastore:
 
     def submit(self, caller: str, command: list, on_answer: Callable[[object], None],
                on_received: Callable[[], None] | None = None, *, wait_until_ns: int | None = None) -> None:
+        now_ns = self._loop.now_ns
+        if wait_until_ns is None:
+            wait_until_ns = now_ns + self._world.scenario.metastore.session_timeout_ns
         member = self._connected.get(caller)
         if member is None:
             # Not connected: as the real client, wait for a member that leads (trying again
             # every RECONNECT_NS) for up to a session timeout, then give up.
             leaders = self.members.leaders()
             if not leaders:
-                now_ns = self._loop.now_ns
-                if wait_until_ns is None:
-                    wait_until_ns = now_ns + self._world.scenario.metastore.session_timeout_ns
                 if now_ns >= wait_until_ns:
                     self._answer(on_answer, LOST)
                 else:
@@ -114,14 +118,19 @@ class RaftMetastore:
                 return
             member = self._connected[caller] = self._rng.choice(leaders)
         core = self.members.core(member)
-        if core is None or not core.is_leader:
-            self._drop_connection(caller)       # "not leader", or a broken connection
+        if core is None:
+            self._drop_connection(caller)       # a broken connection
             self._answer(on_answer, LOST)
             return
-        now_ns = self._loop.now_ns
+        ask_again = functools.partial(self._ask_again, caller, command, on_answer, on_received, wait_until_ns)
+        if not core.is_leader:
+            self._drop_connection(caller)       # "not leader": refused, so taken to the leader
+            self._loop.post_at(now_ns, ask_again)
+            return
         kind = command[0]
         token = next(self._tokens)
-        pending = self._pending[token] = _Pending(caller, member, kind, on_answer)
+        is_read = kind == "op" and isinstance(command[2], (Get, Children))
+        pending = self._pending[token] = _Pending(caller, member, kind, on_answer, ask_again if is_read else None)
         if kind == "ping":
             core.ping(token, command[1], now_ns)
         elif kind == "op":
@@ -149,14 +158,26 @@ class RaftMetastore:
                       on_received: Callable[[], None] | None, wait_until_ns: int) -> None:
         self.submit(caller, command, on_answer, on_received, wait_until_ns=wait_until_ns)
 
+    def _ask_again(self, caller: str, command: list, on_answer: Callable[[object], None],
+                   on_received: Callable[[], None] | None, wait_until_ns: int) -> None:
+        """A request refused unprocessed (or a read whose leader was lost): the real client
+        takes it to the leader while its time lasts."""
+        if self._loop.now_ns >= wait_until_ns:
+            self._answer(on_answer, LOST)
+        else:
+            self.submit(caller, command, on_answer, on_received, wait_until_ns=wait_until_ns)
+
     def _on_reply(self, member: int, reply: Reply) -> None:
         pending = self._pending.pop(reply.token, None)
         if pending is None:
             return
         self._loop.cancel(pending.timeout)
-        if reply.error:
-            self._drop_connection(pending.caller)
-            self._answer(pending.on_answer, LOST)
+        if reply.error:                          # "leadership lost": the others pending there
+            self._drop_connection(pending.caller, lose_pending=False)     # are answered the same
+            if pending.ask_again is not None:
+                self._loop.post_at(self._loop.now_ns, pending.ask_again)
+            else:
+                self._answer(pending.on_answer, LOST)
         elif pending.kind == "op":
             self._answer(pending.on_answer, result_from_list(reply.result))
         else:
@@ -197,11 +218,14 @@ class RaftMetastore:
                 for table in tables:
                     table.fire_changes(changes)
 
-    def _drop_connection(self, caller: str) -> None:
-        """The caller's connection broke: its watches fire; in-flight requests there are LOST."""
+    def _drop_connection(self, caller: str, *, lose_pending: bool = True) -> None:
+        """The caller's connection broke: its watches fire; in-flight requests there are LOST
+        (unless the member has answered, or is answering, each of them itself)."""
         member = self._connected.pop(caller, None)
         for table in self._tables.get(caller, ()):
             table.fire_all("connection lost")
+        if not lose_pending:
+            return
         for token, pending in list(self._pending.items()):
             if pending.caller == caller and pending.member == member:
                 del self._pending[token]

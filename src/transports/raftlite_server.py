@@ -15,7 +15,9 @@ plus ["w", watch_id] when a watch fires:
     ["status", rid]                      this member's role, term, leader and indexes (any member)
 
 Only the leader serves clients; others answer error "not leader" with the leader's address
-as payload, so a client can follow it. Effects of the core are performed strictly in order by
+as payload, so a client can follow it: such a request was refused, nothing of it was done. A
+leader that loses its leadership with requests still pending answers them "leadership lost"
+(again with the address it knows): those may yet be committed by its successor, or not. Effects of the core are performed strictly in order by
 one task, Save* in a worker thread (fsync) before anything after them.
 """
 
@@ -115,7 +117,7 @@ class RaftServer:
                 elif kind is Reply:
                     connection, request_id = effect.token
                     if effect.error:
-                        connection.send(["r", request_id, "not leader", self._leader_address()])
+                        connection.send(["r", request_id, "leadership lost", self._leader_address()])
                     else:
                         connection.send(["r", request_id, "", effect.result])
                 elif kind is Changed:

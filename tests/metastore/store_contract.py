@@ -15,31 +15,36 @@ from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
 _roots = itertools.count(1)
 
 
+async def expect(store, op, code: MetaCode) -> None:
+    result = await store.execute(op)
+    assert result.code is code, f"{op} answered {result}, not {code.name}"
+
+
 async def check_store_contract(open_store) -> None:
     root = f"/contract{next(_roots)}"
     async with await open_store() as store, await open_store() as other:
         # create / get / CAS / delete with ZooKeeper's codes
         created = await store.execute(Create(f"{root}/a", b"x"))
         assert (created.code, created.path, created.version) == (MetaCode.OK, f"{root}/a", 0), created
-        assert (await store.execute(Create(f"{root}/a", b"y"))).code is MetaCode.NODE_EXISTS
+        await expect(store, Create(f"{root}/a", b"y"), MetaCode.NODE_EXISTS)
         got = await other.execute(Get(f"{root}/a"))
         assert (got.code, got.data, got.version) == (MetaCode.OK, b"x", 0), got
-        assert (await store.execute(SetData(f"{root}/a", b"z", 5))).code is MetaCode.BAD_VERSION
+        await expect(store, SetData(f"{root}/a", b"z", 5), MetaCode.BAD_VERSION)
         updated = await store.execute(SetData(f"{root}/a", b"z", 0))
         assert (updated.code, updated.version) == (MetaCode.OK, 1), updated
-        assert (await store.execute(Get(f"{root}/missing"))).code is MetaCode.NO_NODE
-        assert (await store.execute(Delete(root))).code is MetaCode.NOT_EMPTY
-        assert (await store.execute(Delete(f"{root}/a", 0))).code is MetaCode.BAD_VERSION
+        await expect(store, Get(f"{root}/missing"), MetaCode.NO_NODE)
+        await expect(store, Delete(root), MetaCode.NOT_EMPTY)
+        await expect(store, Delete(f"{root}/a", 0), MetaCode.BAD_VERSION)
 
         # sequential ids are increasing
         first = await store.execute(Create(f"{root}/idgen/ID-", is_sequential=True))
         second = await other.execute(Create(f"{root}/idgen/ID-", is_sequential=True))
-        assert first.code is second.code is MetaCode.OK
+        assert first.code is second.code is MetaCode.OK, (first, second)
         assert int(first.path.rsplit("ID-", 1)[1]) < int(second.path.rsplit("ID-", 1)[1])
 
         # a data watch fires on change, a children watch on a new child
         result, data_watch = await other.execute_watch(Get(f"{root}/a"))
-        assert result.code is MetaCode.OK and not data_watch.is_fired
+        assert result.code is MetaCode.OK and not data_watch.is_fired, result
         result, children_watch = await other.execute_watch(Children(root))
         assert set(result.children) == {"a", "idgen"}, result
         await store.execute(SetData(f"{root}/a", b"w", -1))
@@ -52,7 +57,7 @@ async def check_store_contract(open_store) -> None:
 
         # a watch on a missing node fires when it is created
         result, creation_watch = await other.execute_watch(Get(f"{root}/later"))
-        assert result.code is MetaCode.NO_NODE
+        assert result.code is MetaCode.NO_NODE, result
         await store.execute(Create(f"{root}/later", b"1"))
         with trio.fail_after(10):
             await creation_watch.wait()

@@ -158,3 +158,31 @@ def test_with_check_quorum_a_cut_off_leader_steps_down_and_its_callers_find_the_
     pings = submit(world, "owner", ["ping", session])                # at the successor
     run_for(world, 0.1)
     assert pings == [True]
+
+
+def test_a_deposed_leader_refuses_what_it_is_sent_and_the_request_is_taken_to_its_successor():
+    """As the real client: a refusal ("not leader") did nothing, so the request goes on to the
+    leader; a read pending when its leader lost its place is asked again; a write pending then
+    may or may not be committed by the successor, so it is LOST."""
+    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=2 * S))
+    run_for(world, 1)
+    members = world.metastore.members
+    answers = submit(world, "owner", ["open", True])
+    run_for(world, 0.1)
+    session = answers[0]
+    created = submit(world, "owner", ["op", session, Create("/a", b"1")])
+    run_for(world, 0.1)
+    assert created[0].code is MetaCode.OK
+    old = members.leader()
+    members.partition({old})                    # clients still reach it; it cannot commit
+    read = submit(world, "owner", ["op", session, Get("/a")])
+    write = submit(world, "owner", ["op", session, Create("/b", b"")])
+    run_for(world, 0.9)
+    assert not members.core(old).is_leader and members.leader() not in (None, old)
+    assert write == [LOST]
+    assert [(r.code, r.data) for r in read] == [(MetaCode.OK, b"1")]
+    world.metastore._connected["owner"] = old   # still connected to the deposed member
+    refused = submit(world, "owner", ["op", session, Create("/c", b"")])
+    run_for(world, 0.2)
+    assert [r.code for r in refused] == [MetaCode.OK]
+    assert world.metastore.read_applied(Get("/c")).code is MetaCode.OK

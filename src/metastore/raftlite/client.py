@@ -1,7 +1,11 @@
 """raft:// — the MetadataStore of a raft-lite cluster (see server.py for the protocol).
 
 One connection at a time, to the leader: a member that is not the leader answers "not leader"
-with the leader's address and the client follows it (or tries the next member). The session
+with the leader's address and the client follows it (or tries the next member). A request so
+refused was not carried out, so the client sends it again to the leader it finds (for up to a
+session timeout); so is a read whose leader lost its leadership before answering. A write
+pending when its leader lost its leadership may or may not be committed by the next leader: it
+answers CONNECTION_LOSS, as ZooKeeper's would. The session
 opened on first connect is kept alive by pings every third of its timeout and re-attached after
 a reconnect; if the cluster says it is gone, `session_lost` becomes true and every later call
 answers SESSION_EXPIRED. When a connection drops, requests in flight answer CONNECTION_LOSS
@@ -31,9 +35,15 @@ SESSION_LEASE_FRACTION = 0.8
 
 
 class _NotLeader(Exception):
-    def __init__(self, hint: str | None) -> None:
+    """The member is not (or no longer) the leader; `hint` is the leader it knows of.
+
+    `refused`: the request was turned away unprocessed. Otherwise it was pending when the
+    member lost its leadership, and its outcome is unknown."""
+
+    def __init__(self, hint: str | None, *, refused: bool) -> None:
         super().__init__(hint or "no leader known")
         self.hint = hint
+        self.refused = refused
 
 
 class RaftStore(MetadataStore):
@@ -50,6 +60,8 @@ class RaftStore(MetadataStore):
         self._ids = itertools.count(1)
         self._host_index = 0
         self._scope: trio.CancelScope | None = None
+        self._connection_scope = trio.CancelScope()      # the current connection's tasks
+        self._redirect_to: str | None = None               # where _follow_leader sends the next one
         self._confirmed_at = -math.inf     # trio time at which the newest acknowledged ping was sent
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -99,8 +111,10 @@ class RaftStore(MetadataStore):
             stream = await trio.open_tcp_stream(host, int(port))
         connection = RaftConnection(stream)
         redirect: list[str | None] = []
+        self._redirect_to = None
         try:
             async with trio.open_nursery() as nursery:
+                self._connection_scope = nursery.cancel_scope
                 nursery.start_soon(connection.write_loop)
                 nursery.start_soon(self._read, connection, nursery)
                 connection.send(["client"])
@@ -112,7 +126,7 @@ class RaftStore(MetadataStore):
         finally:
             connection.is_closed = True
             await trio.aclose_forcefully(stream)
-        return redirect[0] if redirect else None
+        return redirect[0] if redirect else self._redirect_to
 
     async def _converse(self, connection: RaftConnection) -> None:
         """Open or re-attach the session, then keep it alive until something fails."""
@@ -172,8 +186,8 @@ class RaftStore(MetadataStore):
         if not answer:
             raise trio.BrokenResourceError("connection lost")
         error, payload = answer
-        if error == "not leader":
-            raise _NotLeader(payload)
+        if error in ("not leader", "leadership lost"):
+            raise _NotLeader(payload, refused=error == "not leader")
         if error:
             raise ValueError(error)
         return payload
@@ -221,17 +235,31 @@ class RaftStore(MetadataStore):
         return result, watch
 
     async def _execute(self, op: MetaOp, watch_id: int) -> tuple[MetaResult, None]:
-        if self._lost:
-            return MetaResult(MetaCode.SESSION_EXPIRED), None
-        await self._wait_connected(self.session_timeout_s)
-        connection = self._connection
-        if connection is None or self._lost:
-            return MetaResult(MetaCode.SESSION_EXPIRED if self._lost else MetaCode.CONNECTION_LOSS), None
-        try:
-            payload = await self._call(connection, ["op", self.session_id, op_to_list(op), watch_id])
-        except (_NotLeader, trio.BrokenResourceError, trio.TooSlowError):
-            return MetaResult(MetaCode.CONNECTION_LOSS), None
-        return result_from_list(payload), None
+        deadline = trio.current_time() + self.session_timeout_s
+        while True:
+            if self._lost:
+                return MetaResult(MetaCode.SESSION_EXPIRED), None
+            await self._wait_connected(deadline - trio.current_time())
+            connection = self._connection
+            if connection is None or self._lost:
+                return MetaResult(MetaCode.SESSION_EXPIRED if self._lost else MetaCode.CONNECTION_LOSS), None
+            try:
+                payload = await self._call(connection, ["op", self.session_id, op_to_list(op), watch_id])
+            except _NotLeader as exc:
+                self._follow_leader(connection, exc.hint)
+                if (exc.refused or isinstance(op, (Get, Children))) and trio.current_time() < deadline:
+                    continue                    # nothing was done (or only read): ask the leader
+                return MetaResult(MetaCode.CONNECTION_LOSS), None
+            except (trio.BrokenResourceError, trio.TooSlowError):
+                return MetaResult(MetaCode.CONNECTION_LOSS), None
+            return result_from_list(payload), None
+
+    def _follow_leader(self, connection: RaftConnection, hint: str | None) -> None:
+        """Leave a member that says it does not lead, for the leader it names (or the next)."""
+        if connection is self._connection:
+            self._redirect_to = hint
+            self._connection_scope.cancel()
+            self._drop_connection()
 
     async def aclose(self) -> None:
         if self._scope is None:
