@@ -11,6 +11,8 @@ process of its own, in three styles, and drives it with the same 16-thread block
     aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
                 loop and its answer back (streamstorage.grpc_bridge.AsyncioBridge): the real
                 server's way, puts included
+    trio_h2     transports.grpc_trio.GrpcServer: gRPC over HTTP/2 (h2) in the trio loop itself,
+                each call answered by a callback (no task, no thread, no bridge)
 
 The real server cannot beat the best of these; the gap between them and it is what the table
 service's own work (routing, journal, state) costs.
@@ -22,7 +24,7 @@ import multiprocessing
 
 from bookkeeper.proto import kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
-CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio", "aio_bridge")
+CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio", "aio_bridge", "trio_h2")
 HANDLER_THREADS = 32
 
 
@@ -143,8 +145,31 @@ def _serve_aio_bridge(ready) -> None:
     trio.run(main)
 
 
+def _serve_trio_h2(ready) -> None:
+    import trio
+
+    from transports.grpc_trio import GrpcServer, Unary
+
+    kvs: dict[bytes, bytes] = {}
+
+    def method(request_type, operation) -> Unary:
+        return Unary(request_type.FromString, lambda response: response.SerializeToString(),
+                     start=lambda request, call, answer: answer(operation(kvs, request)))
+
+    async def main() -> None:
+        server = GrpcServer({"/bookkeeper.proto.kv.rpc.TableService/Put": method(kv_rpc_pb2.PutRequest, _put),
+                             "/bookkeeper.proto.kv.rpc.TableService/Range": method(kv_rpc_pb2.RangeRequest, _range)})
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.serve, listeners)
+            ready.send(listeners[0].socket.getsockname()[1])
+    trio.run(main)
+
+
 def _serve(kind: str, ready) -> None:
-    if kind == "aio":
+    if kind == "trio_h2":
+        _serve_trio_h2(ready)
+    elif kind == "aio":
         _serve_aio(ready)
     elif kind == "aio_bridge":
         _serve_aio_bridge(ready)

@@ -1,0 +1,447 @@
+"""gRPC over HTTP/2 on trio: a server whose calls are handled in the trio loop itself.
+
+grpc.aio needs an asyncio loop, and the table service lives in trio: the stream-storage server
+runs the two loops in two threads and hands every call across (streamstorage.grpc_bridge),
+which costs as much CPU as gRPC's own work and makes the threads fight over the GIL. This
+server speaks the same protocol (HTTP/2 through the `h2` state machine, gRPC's length-prefixed
+messages and status trailers) from trio tasks, so a call reaches its handler without leaving
+the loop. `bk bench table --ceiling` measures it beside grpc.aio (kind "trio_h2").
+
+    server = GrpcServer({
+        "/pkg.Service/Get": Unary(Request.FromString, Response.SerializeToString, handle=get),
+        "/pkg.Service/Put": Unary(..., start=start_put),          # answered by a callback
+        "/pkg.Service/Watch": ServerStream(..., handle=watch),      # an async iterator
+    })
+    await nursery.start(server.serve, listeners)
+
+A unary method either has `handle(request, call)`, a coroutine run as a task of its own, or
+`start(request, call, answer)`, a plain function that takes the call and later (or at once)
+calls answer(response, error) from the loop: no task per call, for handlers that mostly queue
+work somewhere a callback finishes it. A handler ends a call with a status by raising
+GrpcError; any other exception is INTERNAL with its message. Request headers other than
+HTTP/2's and gRPC's own are the call's metadata (names lowercase, values str).
+
+What it does not do: compressed messages (refused with UNIMPLEMENTED), client streaming, TLS.
+A deadline (grpc-timeout) cancels a task handler's work when it passes; the client gives up at
+its deadline anyway, so callback handlers are not told. Outgoing data respects HTTP/2 flow
+control: a stream whose window is spent waits for the client's WINDOW_UPDATE.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from dataclasses import dataclass
+from typing import AsyncIterator, Awaitable, Callable
+from urllib.parse import quote
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+import trio
+
+# gRPC status codes (grpc.StatusCode's numbers).
+OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED = 0, 1, 2, 3, 4
+NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED = 5, 6, 7, 8
+FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 9, 10, 11, 12, 13, 14
+
+RECEIVE_SIZE = 256 * 1024
+# Windows granted to clients: one call's request may be this large before they wait for us.
+INITIAL_WINDOW_SIZE = 4 * 1024 * 1024
+CONNECTION_WINDOW_SIZE = 16 * 1024 * 1024
+MESSAGE_SIZE_MAX = 16 * 1024 * 1024
+_MESSAGE_HEADER = struct.Struct(">BI")
+_RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
+_OK_TRAILERS = ((b"grpc-status", b"0"),)
+_RESERVED_HEADERS = frozenset({b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding",
+                               b"user-agent", b"grpc-message-type"})
+_TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+
+
+class GrpcError(Exception):
+    """Raised by a handler: the call ends with this status, message and trailing metadata."""
+
+    def __init__(self, code: int, message: str = "", trailers: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.trailers = trailers
+
+
+@dataclass(frozen=True)
+class Unary:
+    decode: Callable[[bytes], object]
+    encode: Callable[[object], bytes]
+    handle: Callable[[object, "Call"], Awaitable[object]] | None = None
+    start: Callable[[object, "Call", Callable[[object, BaseException | None], None]], None] | None = None
+
+
+@dataclass(frozen=True)
+class ServerStream:
+    decode: Callable[[bytes], object]
+    encode: Callable[[object], bytes]
+    handle: Callable[[object, "Call"], AsyncIterator[object]]
+
+
+class Call:
+    """One call as its handler sees it: the request's metadata, its deadline (trio time, inf
+    if none), and room for trailing metadata."""
+
+    __slots__ = ("method", "metadata", "deadline", "trailers", "_connection", "_stream_id", "_scope", "is_done")
+
+    def __init__(self, connection: _Connection, stream_id: int, method: str, headers: list) -> None:
+        self._connection, self._stream_id = connection, stream_id
+        self.method = method
+        self.metadata: dict[str, str] = {}
+        self.deadline = math.inf
+        for name, value in headers:
+            if name[:1] == b":" or name in _RESERVED_HEADERS:
+                if name == b"grpc-timeout":
+                    self.deadline = trio.current_time() + _timeout_s(value)
+                continue
+            self.metadata[name.decode("latin-1").lower()] = value.decode("latin-1")
+        self.trailers: list[tuple[str, str]] = []
+        self._scope: trio.CancelScope | None = None
+        self.is_done = False
+
+    def header(self, name: str) -> str | None:
+        return self.metadata.get(name)
+
+
+def _timeout_s(value: bytes) -> float:
+    try:
+        return int(value[:-1]) * _TIMEOUT_UNITS[value[-1:]]
+    except (ValueError, KeyError):
+        return math.inf
+
+
+def _status_of(error: BaseException) -> tuple[int, str, tuple]:
+    if isinstance(error, GrpcError):
+        return error.code, error.message, error.trailers
+    return INTERNAL, f"{type(error).__name__}: {error}", ()
+
+
+class _Stream:
+    """A request being received, then its answer's bytes waiting for flow-control window."""
+
+    __slots__ = ("path", "headers", "body", "outbound", "end_after", "headers_sent")
+
+    def __init__(self, path: str, headers: list) -> None:
+        self.path, self.headers = path, headers
+        self.body = bytearray()
+        self.headers_sent = False
+        self.outbound = bytearray()       # gRPC message bytes the window has not let out yet
+        self.end_after: list | None = None   # trailers to send once outbound is empty
+
+
+class _Connection:
+    def __init__(self, server: GrpcServer, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+        self._server = server
+        self._socket_stream = stream
+        self._fd = stream.socket.fileno()
+        self._nursery = nursery
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None,
+                                           validate_inbound_headers=False, normalize_inbound_headers=False,
+                                           validate_outbound_headers=False, normalize_outbound_headers=False)
+        self.h2 = h2.connection.H2Connection(config=config)
+        self._streams: dict[int, _Stream] = {}
+        self._calls: dict[int, Call] = {}
+        self._unsent = b""
+        self._is_writing = False
+        self._send_wakeup = trio.Event()
+        self._in_receive = False             # answers made meanwhile are flushed after the batch
+        self.is_closed = False
+
+    # -- receiving --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        h2conn = self.h2
+        h2conn.local_settings = h2.settings.Settings(
+            client=False, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: INITIAL_WINDOW_SIZE,
+                                          h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1000})
+        h2conn.initiate_connection()
+        h2conn.increment_flow_control_window(CONNECTION_WINDOW_SIZE)
+        self.flush()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._write_loop)
+            try:
+                while True:
+                    data = await self._socket_stream.receive_some(RECEIVE_SIZE)
+                    if not data:
+                        break
+                    try:
+                        events = h2conn.receive_data(data)
+                    except h2.exceptions.ProtocolError:
+                        self.flush()          # (h2 queued a GOAWAY)
+                        break
+                    self._in_receive = True
+                    try:
+                        for event in events:
+                            self._on_event(event)
+                    finally:
+                        self._in_receive = False
+                    self.flush()
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+            finally:
+                self._close()
+                nursery.cancel_scope.cancel()
+
+    def _on_event(self, event) -> None:
+        kind = type(event)
+        if kind is h2.events.DataReceived:
+            stream = self._streams.get(event.stream_id)
+            if stream is not None and stream.end_after is None:
+                stream.body += event.data
+                if len(stream.body) > MESSAGE_SIZE_MAX + _MESSAGE_HEADER.size:
+                    self._end(event.stream_id, RESOURCE_EXHAUSTED,
+                              f"a request larger than {MESSAGE_SIZE_MAX} bytes (the server's limit)")
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif kind is h2.events.RequestReceived:
+            path = ""
+            for name, value in event.headers:
+                if name == b":path":
+                    path = value.decode("latin-1")
+                    break
+            self._streams[event.stream_id] = _Stream(path, event.headers)
+        elif kind is h2.events.StreamEnded:
+            stream = self._streams.get(event.stream_id)
+            if stream is not None and stream.end_after is None:
+                self._dispatch(event.stream_id, stream)
+        elif kind is h2.events.WindowUpdated:
+            self._send_waiting(event.stream_id)
+        elif kind is h2.events.StreamReset:
+            self._forget(event.stream_id)
+        elif kind is h2.events.ConnectionTerminated:
+            self.is_closed = True
+
+    def _dispatch(self, stream_id: int, stream: _Stream) -> None:
+        method = self._server.methods.get(stream.path)
+        if method is None:
+            self._end(stream_id, UNIMPLEMENTED, f"unknown method {stream.path}")
+            return
+        body = stream.body
+        stream.body = bytearray()
+        if len(body) < 5:
+            self._end(stream_id, INTERNAL, "no request message")
+            return
+        compressed, length = _MESSAGE_HEADER.unpack_from(body)
+        if compressed:
+            self._end(stream_id, UNIMPLEMENTED, "compressed messages are not supported")
+            return
+        if length != len(body) - 5:
+            self._end(stream_id, INTERNAL, "expected one request message")
+            return
+        call = Call(self, stream_id, stream.path, stream.headers)
+        try:
+            request = method.decode(bytes(body[5:]))
+        except Exception as exc:      # noqa: BLE001 - a malformed request ends its call
+            self._end(stream_id, INVALID_ARGUMENT, f"cannot decode the request: {exc}")
+            return
+        self._calls[stream_id] = call
+        if type(method) is ServerStream:
+            self._nursery.start_soon(self._run_stream, method, request, call)
+        elif method.start is not None:
+            def answer(response, error: BaseException | None = None) -> None:
+                self._answer(call, method, response, error)
+            try:
+                method.start(request, call, answer)
+            except Exception as exc:      # noqa: BLE001 - the call's outcome
+                self._answer(call, method, None, exc)
+        else:
+            self._nursery.start_soon(self._run_unary, method, request, call)
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    async def _run_unary(self, method: Unary, request, call: Call) -> None:
+        with trio.CancelScope(deadline=call.deadline) as scope:
+            call._scope = scope
+            try:
+                response = await method.handle(request, call)
+            except Exception as exc:      # noqa: BLE001 - the call's outcome
+                self._answer(call, method, None, exc)
+                return
+            self._answer(call, method, response, None)
+            return
+        if not call.is_done:
+            self._finish(call, DEADLINE_EXCEEDED if trio.current_time() >= call.deadline else CANCELLED,
+                         "deadline exceeded" if trio.current_time() >= call.deadline else "cancelled")
+
+    async def _run_stream(self, method: ServerStream, request, call: Call) -> None:
+        with trio.CancelScope(deadline=call.deadline) as scope:
+            call._scope = scope
+            try:
+                self._start_response(call)
+                async for item in method.handle(request, call):
+                    if call.is_done:
+                        return
+                    self._send_message(call._stream_id, method.encode(item))
+                    self.flush()
+            except Exception as exc:      # noqa: BLE001 - the call's outcome
+                self._finish(call, *_status_of(exc))
+                return
+            self._finish(call, OK, "")
+            return
+        if not call.is_done:
+            self._finish(call, DEADLINE_EXCEEDED, "deadline exceeded")
+
+    def _answer(self, call: Call, method: Unary, response, error: BaseException | None) -> None:
+        """A unary call's outcome: its response and OK, or the error's status."""
+        if call.is_done:
+            return                        # (reset by the client meanwhile)
+        if error is not None:
+            self._finish(call, *_status_of(error))
+        else:
+            try:
+                data = method.encode(response)
+            except Exception as exc:      # noqa: BLE001 - a response that cannot be encoded
+                self._finish(call, *_status_of(exc))
+                return
+            self._start_response(call)
+            self._send_message(call._stream_id, data)
+            self._finish(call, OK, "")
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _start_response(self, call: Call) -> None:
+        stream = self._streams.get(call._stream_id)
+        if stream is not None and not stream.headers_sent:
+            stream.headers_sent = True
+            self.h2.send_headers(call._stream_id, _RESPONSE_HEADERS)
+
+    def _send_message(self, stream_id: int, data: bytes) -> None:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        message = _MESSAGE_HEADER.pack(0, len(data)) + data
+        h2conn = self.h2
+        if (not stream.outbound and len(message) <= h2conn.max_outbound_frame_size
+                and len(message) <= h2conn.local_flow_control_window(stream_id)):
+            h2conn.send_data(stream_id, message)          # (the usual case: it fits at once)
+            return
+        stream.outbound += message
+        self._send_waiting(stream_id)
+
+    def _finish(self, call: Call, code: int, message: str, trailers: tuple = ()) -> None:
+        call.is_done = True
+        stream_id = call._stream_id
+        self._calls.pop(stream_id, None)
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return                        # (reset by the client)
+        headers = [(b"grpc-status", str(code).encode())]
+        if message:
+            headers.append((b"grpc-message", quote(message, safe=" ").encode()))
+        for name, value in (*call.trailers, *trailers):
+            headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+        if not stream.headers_sent:          # a trailers-only response
+            stream.headers_sent = True
+            headers = [*_RESPONSE_HEADERS, *headers]
+        stream.end_after = headers
+        self._send_waiting(stream_id)
+        self.flush()
+
+    def _end(self, stream_id: int, code: int, message: str) -> None:
+        """A call refused before it had a handler."""
+        self._finish(Call(self, stream_id, "", []), code, message)
+
+    def _send_waiting(self, stream_id: int) -> None:
+        """Send what the flow-control windows allow of the stream's waiting bytes (of every
+        stream's, for a connection-wide WINDOW_UPDATE), then its trailers once nothing waits."""
+        if stream_id == 0:
+            for waiting_id in [i for i, s in self._streams.items() if s.outbound or s.end_after]:
+                self._send_waiting(waiting_id)
+            return
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return
+        h2conn = self.h2
+        try:
+            while stream.outbound:
+                room = min(h2conn.local_flow_control_window(stream_id), h2conn.max_outbound_frame_size,
+                           len(stream.outbound))
+                if room <= 0:
+                    return
+                h2conn.send_data(stream_id, bytes(stream.outbound[:room]))
+                del stream.outbound[:room]
+            if stream.end_after is not None:
+                h2conn.send_headers(stream_id, stream.end_after, end_stream=True)
+                self._streams.pop(stream_id, None)
+        except h2.exceptions.StreamClosedError:
+            self._forget(stream_id)
+
+    def _forget(self, stream_id: int) -> None:
+        self._streams.pop(stream_id, None)
+        call = self._calls.pop(stream_id, None)
+        if call is not None:
+            call.is_done = True
+            if call._scope is not None:
+                call._scope.cancel()
+
+    def flush(self) -> None:
+        """Write what h2 has queued: at once with a non-blocking write when the writer task is
+        idle, the rest by the writer task."""
+        if self._in_receive:
+            return
+        data = self.h2.data_to_send()
+        if not data:
+            return
+        if self._is_writing or self._unsent or self.is_closed:
+            self._unsent += data
+            self._send_wakeup.set()
+            return
+        try:
+            written = os.write(self._fd, data)
+        except OSError:                # would block, or broken: the writer task finds out which
+            written = 0
+        if written < len(data):
+            self._unsent = data[written:]
+            self._send_wakeup.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._send_wakeup.wait()
+            self._send_wakeup = trio.Event()
+            self._is_writing = True
+            while self._unsent:
+                data, self._unsent = self._unsent, b""
+                await self._socket_stream.send_all(data)
+            self._is_writing = False
+
+    def _close(self) -> None:
+        self.is_closed = True
+        for stream_id in list(self._calls):
+            self._forget(stream_id)
+
+
+class GrpcServer:
+    def __init__(self, methods: dict[str, Unary | ServerStream]) -> None:
+        self.methods = methods
+        self._connections: set[_Connection] = set()
+
+    async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve connections on `listeners` until cancelled (calls in flight are cancelled)."""
+        async with trio.open_nursery() as nursery:
+            task_status.started()
+            for listener in listeners:
+                nursery.start_soon(self._accept, listener, nursery)
+
+    async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        async with listener:
+            while True:
+                stream = await listener.accept()
+                nursery.start_soon(self._serve_connection, stream)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        async with stream, trio.open_nursery() as calls:
+            connection = _Connection(self, stream, calls)
+            self._connections.add(connection)
+            try:
+                await connection.run()
+            finally:
+                self._connections.discard(connection)
+                calls.cancel_scope.cancel()
+
