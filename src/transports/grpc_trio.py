@@ -10,16 +10,21 @@ the loop. `bk bench table --ceiling` measures it beside grpc.aio (kind "trio_h2"
     server = GrpcServer({
         "/pkg.Service/Get": Unary(Request.FromString, Response.SerializeToString, handle=get),
         "/pkg.Service/Put": Unary(..., start=start_put),          # answered by a callback
-        "/pkg.Service/Watch": ServerStream(..., handle=watch),      # an async iterator
+        "/pkg.Service/Watch": ServerStream(..., handle=watch),      # send(message) for each
     })
     await nursery.start(server.serve, listeners)
+    ...
+    await server.stop(grace_s=1.0)      # streams end now, unary calls get the grace to finish
 
 A unary method either has `handle(request, call)`, a coroutine run as a task of its own, or
 `start(request, call, answer)`, a plain function that takes the call and later (or at once)
 calls answer(response, error) from the loop: no task per call, for handlers that mostly queue
 work somewhere a callback finishes it. A handler ends a call with a status by raising
 GrpcError; any other exception is INTERNAL with its message. Request headers other than
-HTTP/2's and gRPC's own are the call's metadata (names lowercase, values str).
+HTTP/2's and gRPC's own are the call's metadata (names lowercase; values str, or bytes for
+names ending in "-bin", which travel base64-encoded as gRPC has it), and so are trailers.
+A server stream's handler is a coroutine `handle(request, call, send)` that calls send(message)
+for each message; call.is_backed_up says when the client has fallen far behind.
 
 What it does not do: compressed messages (refused with UNIMPLEMENTED), client streaming, TLS.
 A deadline (grpc-timeout) cancels a task handler's work when it passes; the client gives up at
@@ -29,11 +34,13 @@ control: a stream whose window is spent waits for the client's WINDOW_UPDATE.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
 import os
 import struct
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable
+from typing import Awaitable, Callable
 from urllib.parse import quote
 
 import h2.config
@@ -53,6 +60,8 @@ RECEIVE_SIZE = 256 * 1024
 INITIAL_WINDOW_SIZE = 4 * 1024 * 1024
 CONNECTION_WINDOW_SIZE = 16 * 1024 * 1024
 MESSAGE_SIZE_MAX = 16 * 1024 * 1024
+# What a server stream may hold for a client that does not read before is_backed_up says so.
+STREAM_BACKLOG_MAX = 16 * 1024 * 1024
 _MESSAGE_HEADER = struct.Struct(">BI")
 _RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
 _OK_TRAILERS = ((b"grpc-status", b"0"),)
@@ -83,14 +92,15 @@ class Unary:
 class ServerStream:
     decode: Callable[[bytes], object]
     encode: Callable[[object], bytes]
-    handle: Callable[[object, "Call"], AsyncIterator[object]]
+    handle: Callable[[object, "Call", Callable[[object], None]], Awaitable[None]]
 
 
 class Call:
     """One call as its handler sees it: the request's metadata, its deadline (trio time, inf
     if none), and room for trailing metadata."""
 
-    __slots__ = ("method", "metadata", "deadline", "trailers", "_connection", "_stream_id", "_scope", "is_done")
+    __slots__ = ("method", "metadata", "deadline", "trailers", "_connection", "_stream_id", "_scope", "is_done",
+                 "is_stream")
 
     def __init__(self, connection: _Connection, stream_id: int, method: str, headers: list) -> None:
         self._connection, self._stream_id = connection, stream_id
@@ -102,13 +112,27 @@ class Call:
                 if name == b"grpc-timeout":
                     self.deadline = trio.current_time() + _timeout_s(value)
                 continue
-            self.metadata[name.decode("latin-1").lower()] = value.decode("latin-1")
-        self.trailers: list[tuple[str, str]] = []
+            key = name.decode("latin-1").lower()
+            if key.endswith("-bin"):
+                try:
+                    self.metadata[key] = base64.b64decode(value + b"=" * (-len(value) % 4))
+                except binascii.Error:
+                    continue
+            else:
+                self.metadata[key] = value.decode("latin-1")
+        self.trailers: list[tuple[str, str | bytes]] = []
         self._scope: trio.CancelScope | None = None
         self.is_done = False
+        self.is_stream = False
 
-    def header(self, name: str) -> str | None:
+    def header(self, name: str) -> str | bytes | None:
         return self.metadata.get(name)
+
+    @property
+    def is_backed_up(self) -> bool:
+        """A server stream's client has not taken STREAM_BACKLOG_MAX bytes sent to it."""
+        stream = self._connection._streams.get(self._stream_id)
+        return stream is not None and len(stream.outbound) > STREAM_BACKLOG_MAX
 
 
 def _timeout_s(value: bytes) -> float:
@@ -219,6 +243,9 @@ class _Connection:
             self.is_closed = True
 
     def _dispatch(self, stream_id: int, stream: _Stream) -> None:
+        if self._server.is_stopping:
+            self._end(stream_id, UNAVAILABLE, "the server is stopping")
+            return
         method = self._server.methods.get(stream.path)
         if method is None:
             self._end(stream_id, UNIMPLEMENTED, f"unknown method {stream.path}")
@@ -243,6 +270,7 @@ class _Connection:
             return
         self._calls[stream_id] = call
         if type(method) is ServerStream:
+            call.is_stream = True
             self._nursery.start_soon(self._run_stream, method, request, call)
         elif method.start is not None:
             def answer(response, error: BaseException | None = None) -> None:
@@ -266,27 +294,35 @@ class _Connection:
                 return
             self._answer(call, method, response, None)
             return
-        if not call.is_done:
-            self._finish(call, DEADLINE_EXCEEDED if trio.current_time() >= call.deadline else CANCELLED,
-                         "deadline exceeded" if trio.current_time() >= call.deadline else "cancelled")
+        self._end_cancelled(call)
 
     async def _run_stream(self, method: ServerStream, request, call: Call) -> None:
+        def send(item) -> None:
+            if not call.is_done:
+                self._send_message(call._stream_id, method.encode(item))
+                self.flush()
+
         with trio.CancelScope(deadline=call.deadline) as scope:
             call._scope = scope
             try:
                 self._start_response(call)
-                async for item in method.handle(request, call):
-                    if call.is_done:
-                        return
-                    self._send_message(call._stream_id, method.encode(item))
-                    self.flush()
+                await method.handle(request, call, send)
             except Exception as exc:      # noqa: BLE001 - the call's outcome
                 self._finish(call, *_status_of(exc))
                 return
             self._finish(call, OK, "")
             return
-        if not call.is_done:
+        self._end_cancelled(call)
+
+    def _end_cancelled(self, call: Call) -> None:
+        """A handler's scope was cancelled: the deadline passed, or the server is stopping (a
+        reset by the client has already ended the call)."""
+        if call.is_done:
+            return
+        if trio.current_time() >= call.deadline:
             self._finish(call, DEADLINE_EXCEEDED, "deadline exceeded")
+        else:
+            self._finish(call, UNAVAILABLE, "the server is stopping")
 
     def _answer(self, call: Call, method: Unary, response, error: BaseException | None) -> None:
         """A unary call's outcome: its response and OK, or the error's status."""
@@ -336,7 +372,8 @@ class _Connection:
         if message:
             headers.append((b"grpc-message", quote(message, safe=" ").encode()))
         for name, value in (*call.trailers, *trailers):
-            headers.append((name.lower().encode("latin-1"), value.encode("latin-1")))
+            headers.append((name.lower().encode("latin-1"), base64.b64encode(value) if name.endswith("-bin")
+                            else value.encode("latin-1")))
         if not stream.headers_sent:          # a trailers-only response
             stream.headers_sent = True
             headers = [*_RESPONSE_HEADERS, *headers]
@@ -416,18 +453,51 @@ class _Connection:
         for stream_id in list(self._calls):
             self._forget(stream_id)
 
+    @property
+    def unary_calls(self) -> int:
+        return sum(1 for call in self._calls.values() if not call.is_stream)
+
+    def end_streams(self) -> None:
+        """Server streams end now (UNAVAILABLE: their clients resume elsewhere)."""
+        for call in list(self._calls.values()):
+            if call.is_stream and call._scope is not None:
+                call._scope.cancel()
+
 
 class GrpcServer:
     def __init__(self, methods: dict[str, Unary | ServerStream]) -> None:
         self.methods = methods
+        self.is_stopping = False
         self._connections: set[_Connection] = set()
+        self._nursery: trio.Nursery | None = None
+        self._accepting = trio.CancelScope()
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Serve connections on `listeners` until cancelled (calls in flight are cancelled)."""
+        """Serve connections on `listeners` until cancelled (calls in flight are cancelled), or
+        until stop()."""
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(self._accept_all, listeners, nursery)
             task_status.started()
-            for listener in listeners:
-                nursery.start_soon(self._accept, listener, nursery)
+
+    async def _accept_all(self, listeners: list[trio.SocketListener], nursery: trio.Nursery) -> None:
+        with self._accepting:
+            async with trio.open_nursery() as accepting:
+                for listener in listeners:
+                    accepting.start_soon(self._accept, listener, nursery)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop listening; refuse new calls (UNAVAILABLE); end server streams now; give the
+        unary calls in flight up to grace_s to finish; then close every connection."""
+        self.is_stopping = True
+        self._accepting.cancel()
+        for connection in list(self._connections):
+            connection.end_streams()
+        with trio.move_on_after(grace_s):
+            while any(connection.unary_calls for connection in self._connections):
+                await trio.sleep(0.01)
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
 
     async def _accept(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         async with listener:

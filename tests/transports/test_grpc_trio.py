@@ -140,9 +140,9 @@ async def test_many_calls_at_once_on_one_channel(serve):
 
 
 async def test_a_server_stream_then_its_status(serve):
-    async def count(request: bytes, call):
+    async def count(request: bytes, call, send):
         for i in range(int(request)):
-            yield b"%d" % i
+            send(b"%d" % i)
             await trio.sleep(0)
         if int(request) == 3:
             raise GrpcError(NOT_FOUND, "stopped after three")
@@ -173,10 +173,10 @@ async def test_a_deadline_or_a_cancelled_stream_cancels_the_handler(serve):
             ended["slow"] = trio.current_time()
         return b""
 
-    async def forever(request: bytes, call):
+    async def forever(request: bytes, call, send):
         try:
             while True:
-                yield b"tick"
+                send(b"tick")
                 await trio.sleep(0.01)
         finally:
             ended["forever"] = True
@@ -201,3 +201,57 @@ async def test_a_deadline_or_a_cancelled_stream_cancels_the_handler(serve):
     with trio.fail_after(5):
         while "forever" not in ended:
             await trio.sleep(0.01)
+
+
+async def test_binary_metadata_travels_base64_both_ways(serve):
+    def start(request: bytes, call, answer) -> None:
+        call.trailers.append(("x-echo-bin", call.metadata["x-raw-bin"] + b"\x00\xff"))
+        answer(request)
+
+    address = await serve({"/t.S/Bin": unary(start=start)})
+    _, outcome = await call(address, "/t.S/Bin", b"", metadata=[("x-raw-bin", b"\x01\x02")], with_call=True)
+    assert ("x-echo-bin", b"\x01\x02\x00\xff") in outcome.trailing_metadata()
+
+
+async def test_stopping_ends_streams_lets_unary_calls_finish_and_refuses_new_ones(nursery):
+    release = trio.Event()
+
+    async def slow(request: bytes, call) -> bytes:
+        await release.wait()
+        return b"finished"
+
+    async def forever(request: bytes, call, send):
+        send(b"first")
+        await trio.sleep_forever()
+
+    server = GrpcServer({"/t.S/Slow": unary(handle=slow), "/t.S/Forever": ServerStream(bytes, bytes, handle=forever)})
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    await nursery.start(server.serve, listeners)
+    address = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
+
+    def stream_until_it_ends():
+        with grpc.insecure_channel(address) as channel:
+            responses = channel.unary_stream("/t.S/Forever")(b"", timeout=10)
+            items = []
+            try:
+                for item in responses:
+                    items.append(item)
+            except grpc.RpcError as error:
+                return items, error.code()
+            return items, grpc.StatusCode.OK
+
+    results = {}
+    async with trio.open_nursery() as clients:
+        async def unary_client():
+            results["slow"] = await call(address, "/t.S/Slow", b"")
+
+        async def stream_client():
+            results["stream"] = await trio.to_thread.run_sync(stream_until_it_ends)
+        clients.start_soon(unary_client)
+        clients.start_soon(stream_client)
+        await trio.sleep(0.3)                      # both calls in flight
+        async with trio.open_nursery() as stopping:
+            stopping.start_soon(server.stop, 5.0)
+            await trio.sleep(0.2)
+            release.set()
+    assert results == {"slow": b"finished", "stream": ([b"first"], grpc.StatusCode.UNAVAILABLE)}
