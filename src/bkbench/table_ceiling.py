@@ -5,14 +5,15 @@ process of its own, in three styles, and drives it with the same 16-thread block
     sync        grpc.server with a thread pool, the handler answers in its thread
     sync_trio   the same, but each call is handed to a trio loop with trio.from_thread.run
                 (the server's way until it had its own bridge): what that handoff costs
-    sync_bridge the same through streamstorage.grpc_bridge.TrioBridge, the server's handoff now
-                (many calls per wakeup of the loop)
+    sync_bridge the same through bkbench.grpc_bridge.TrioBridge (many calls per wakeup of
+                the loop)
     aio         grpc.aio.server, handlers are coroutines of its asyncio loop
     aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
-                loop and its answer back (streamstorage.grpc_bridge.AsyncioBridge): the real
-                server's way, puts included
+                loop and its answer back (bkbench.grpc_bridge.AsyncioBridge): the real
+                server's way until it served gRPC from trio
     trio_h2     transports.grpc_trio.GrpcServer: gRPC over HTTP/2 (h2) in the trio loop itself,
-                each call answered by a callback (no task, no thread, no bridge)
+                each call answered by a callback (no task, no thread, no bridge): the real
+                server's way now
 
 The real server cannot beat the best of these; the gap between them and it is what the table
 service's own work (routing, journal, state) costs.
@@ -100,7 +101,7 @@ def _serve_sync(kind: str, ready) -> None:
         return
 
     async def main() -> None:
-        from streamstorage.grpc_bridge import TrioBridge
+        from bkbench.grpc_bridge import TrioBridge
         token = trio.lowlevel.current_trio_token()
         if kind == "sync_bridge":
             run = TrioBridge(token).run
@@ -118,7 +119,7 @@ def _serve_aio(ready, trio_bridge=None) -> None:
 
     import grpc
 
-    from streamstorage.grpc_bridge import AsyncioBridge
+    from bkbench.grpc_bridge import AsyncioBridge
 
     async def main() -> None:
         server = grpc.aio.server()
@@ -136,7 +137,7 @@ def _serve_aio_bridge(ready) -> None:
 
     import trio
 
-    from streamstorage.grpc_bridge import TrioBridge
+    from bkbench.grpc_bridge import TrioBridge
 
     async def main() -> None:
         bridge = TrioBridge(trio.lowlevel.current_trio_token())

@@ -3,7 +3,6 @@
     server        run_stream_storage(): a process's client of the cluster plus the gRPC endpoint
     grpc_gateway  BookKeeper's own gRPC services (RootRange, StorageContainer, MetaRange, Table)
                   and a watch of our own, over bkcore.table.service.Tables and bkcore.stream
-    grpc_bridge   gRPC's handler threads handing calls to the trio loop
     lmdb_kv       the range indexes a server keeps in lmdb
 
 What a server decides (ranges, journals, checkpoints, ownership, routing) is bkcore.table's and

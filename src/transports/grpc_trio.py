@@ -1,11 +1,12 @@
 """gRPC over HTTP/2 on trio: a server whose calls are handled in the trio loop itself.
 
-grpc.aio needs an asyncio loop, and the table service lives in trio: the stream-storage server
-runs the two loops in two threads and hands every call across (streamstorage.grpc_bridge),
-which costs as much CPU as gRPC's own work and makes the threads fight over the GIL. This
-server speaks the same protocol (HTTP/2 through the `h2` state machine, gRPC's length-prefixed
-messages and status trailers) from trio tasks, so a call reaches its handler without leaving
-the loop. `bk bench table --ceiling` measures it beside grpc.aio (kind "trio_h2").
+grpc.aio needs an asyncio loop, and the table service lives in trio: a server on grpc.aio runs
+the two loops in two threads and hands every call across (bkbench.grpc_bridge), which costs
+as much CPU as gRPC's own work and makes the threads fight over the GIL. This server speaks the
+same protocol (HTTP/2 through the `h2` state machine, gRPC's length-prefixed messages and status
+trailers) from trio tasks, so a call reaches its handler without leaving the loop; the
+stream-storage endpoint (streamstorage.grpc_gateway) is served by it. `bk bench table
+--ceiling` measures it beside grpc.aio (kind "trio_h2").
 
     server = GrpcServer({
         "/pkg.Service/Get": Unary(Request.FromString, Response.SerializeToString, handle=get),

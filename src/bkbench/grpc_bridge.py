@@ -1,14 +1,16 @@
-"""Calls from gRPC's handler threads into the trio loop, many calls per wakeup of the loop.
+"""Calls from another thread into a trio loop, many calls per wakeup of the loop: the handoffs
+`bk bench table --ceiling` measures (bkbench.table_ceiling's sync_bridge and aio_bridge kinds).
 
-trio.from_thread.run costs, for every call, a wakeup of the loop (a write to its wakeup socket
-and a round of epoll), a system task, a context copy and a queue. At a few thousand calls a
-second that is a large part of the stream-storage server's CPU. Here the calls of all handler
-threads gather in one deque, and the loop is woken once for all the calls that arrived since it
-last looked. Each call still runs as a task of its own, so a slow one (a put waiting for its
-journal) holds up no other; the calling thread waits on a lock that the task releases.
+The stream-storage server handed every gRPC call over to trio like this, from grpc.server's
+handler threads and then from grpc.aio's asyncio thread, until it served gRPC from trio itself
+(transports.grpc_trio): the handoff cost as much CPU as gRPC's own work. These kinds keep that
+cost measured beside the server that does without it.
 
-Like trio.from_thread.run with a token, the tasks are system tasks: a call in flight when the
-server shuts down still runs to its end during the gRPC server's grace period.
+TrioBridge: trio.from_thread.run costs, for every call, a wakeup of the loop (a write to its
+wakeup socket and a round of epoll), a system task, a context copy and a queue. Here the calls
+of all threads gather in one deque, and the loop is woken once for all the calls that arrived
+since it last looked. Each call runs as a system task of its own; the calling thread waits on
+a lock that the task releases.
 
 AsyncioBridge is the same crossing for coroutines of an asyncio loop in another thread (the
 grpc.aio server's): no thread waits at all; the answers of the calls that finished since the
@@ -26,29 +28,18 @@ import trio
 
 class _Call:
     """One call from another thread: the function, and what to tell of its outcome (called in
-    the loop). try_now, if given, is tried first: see TrioBridge.start_fast."""
+    the loop)."""
 
-    __slots__ = ("fn", "args", "is_async", "notify", "try_now")
+    __slots__ = ("fn", "args", "is_async", "notify")
 
-    def __init__(self, fn, args: tuple, *, is_async: bool, notify, try_now=None) -> None:
-        self.fn, self.args, self.is_async, self.notify, self.try_now = fn, args, is_async, notify, try_now
+    def __init__(self, fn, args: tuple, *, is_async: bool, notify) -> None:
+        self.fn, self.args, self.is_async, self.notify = fn, args, is_async, notify
 
     async def run_async(self) -> None:
         self.notify(await outcome.acapture(self.fn, *self.args))
 
     def run_sync(self) -> None:
         self.notify(outcome.capture(self.fn, *self.args))
-
-    def run_now(self) -> bool:
-        """try_now(*args, on_done): whether it took the call (and will tell on_done(result,
-        error) once); one that raises took it too, and its error is the outcome."""
-        def on_done(result, error: BaseException | None) -> None:
-            self.notify(outcome.Value(result) if error is None else outcome.Error(error))
-        try:
-            return self.try_now(*self.args, on_done)
-        except Exception as exc:      # noqa: BLE001 - the call's outcome
-            self.notify(outcome.Error(exc))
-            return True
 
 
 class _Waiter:
@@ -100,13 +91,6 @@ class TrioBridge:
         ended)."""
         self._submit(_Call(afn, args, is_async=True, notify=on_done))
 
-    def start_fast(self, try_now, afn, args: tuple, *, on_done) -> None:
-        """start(afn, *args, on_done=on_done), unless try_now(*args, answer), called first in
-        the loop as a plain function (no task), returns True: it has taken the call, and
-        answer(result, error) gives the outcome, at once or later (from the loop). For calls
-        that can mostly be queued where a callback answers them, sparing a task each."""
-        self._submit(_Call(afn, args, is_async=True, notify=on_done, try_now=try_now))
-
     def _submit(self, call: _Call) -> None:
         # Append first, look at the flag second; the drain clears the flag before it takes calls.
         # So either the drain that is scheduled takes this call, or this thread schedules one.
@@ -127,8 +111,6 @@ class TrioBridge:
             call = calls.popleft()
             if not call.is_async:
                 call.run_sync()
-                continue
-            if call.try_now is not None and call.run_now():
                 continue
             try:
                 trio.lowlevel.spawn_system_task(call.run_async, name=call.fn)
@@ -154,18 +136,10 @@ class AsyncioBridge:
         # True from the moment the trio side asks the asyncio loop to drain until that drain
         # starts (the same protocol as TrioBridge._is_drain_scheduled).
         self._is_drain_scheduled = False
-        self.drain_count = 0                # times the asyncio loop was woken for answers
 
     async def call(self, afn, *args):
         future = self._loop.create_future()
         self._trio_bridge.start(afn, *args, on_done=lambda result: self._answer(future, result))
-        return (await future).unwrap()
-
-    async def call_fast(self, try_now, afn, *args):
-        """call(afn, *args), unless try_now takes it in the trio loop without a task (see
-        TrioBridge.start_fast)."""
-        future = self._loop.create_future()
-        self._trio_bridge.start_fast(try_now, afn, args, on_done=lambda result: self._answer(future, result))
         return (await future).unwrap()
 
     def _answer(self, future, result: outcome.Outcome) -> None:
@@ -190,7 +164,6 @@ class AsyncioBridge:
     def _drain(self) -> None:
         """In the asyncio loop: settle every call that has finished."""
         self._is_drain_scheduled = False
-        self.drain_count += 1
         answers = self._answers
         while answers:
             future, result = answers.popleft()
