@@ -65,7 +65,6 @@ MESSAGE_SIZE_MAX = 16 * 1024 * 1024
 STREAM_BACKLOG_MAX = 16 * 1024 * 1024
 _MESSAGE_HEADER = struct.Struct(">BI")
 _RESPONSE_HEADERS = ((b":status", b"200"), (b"content-type", b"application/grpc"))
-_OK_TRAILERS = ((b"grpc-status", b"0"),)
 _RESERVED_HEADERS = frozenset({b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding",
                                b"user-agent", b"grpc-message-type"})
 _TIMEOUT_UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
@@ -241,7 +240,7 @@ class _Connection:
         elif kind is h2.events.StreamReset:
             self._forget(event.stream_id)
         elif kind is h2.events.ConnectionTerminated:
-            self.is_closed = True
+            self._close()             # (h2 sends nothing more once the client said GOAWAY)
 
     def _dispatch(self, stream_id: int, stream: _Stream) -> None:
         if self._server.is_stopping:
@@ -326,9 +325,10 @@ class _Connection:
             self._finish(call, UNAVAILABLE, "the server is stopping")
 
     def _answer(self, call: Call, method: Unary, response, error: BaseException | None) -> None:
-        """A unary call's outcome: its response and OK, or the error's status."""
+        """A unary call's outcome: its response and OK, or the error's status. Never raises
+        (it is called from whatever callback finished the work)."""
         if call.is_done:
-            return                        # (reset by the client meanwhile)
+            return                        # (reset by the client meanwhile, or the connection closed)
         if error is not None:
             self._finish(call, *_status_of(error))
         else:
@@ -347,7 +347,15 @@ class _Connection:
         stream = self._streams.get(call._stream_id)
         if stream is not None and not stream.headers_sent:
             stream.headers_sent = True
-            self.h2.send_headers(call._stream_id, _RESPONSE_HEADERS)
+            self._safely(call._stream_id, self.h2.send_headers, call._stream_id, _RESPONSE_HEADERS)
+
+    def _safely(self, stream_id: int, send, *args) -> None:
+        """send(*args), an h2 send; one the connection no longer allows (the client sent
+        GOAWAY, or reset the stream) forgets the call instead."""
+        try:
+            send(*args)
+        except h2.exceptions.ProtocolError:
+            self._forget(stream_id)
 
     def _send_message(self, stream_id: int, data: bytes) -> None:
         stream = self._streams.get(stream_id)
@@ -355,9 +363,13 @@ class _Connection:
             return
         message = _MESSAGE_HEADER.pack(0, len(data)) + data
         h2conn = self.h2
-        if (not stream.outbound and len(message) <= h2conn.max_outbound_frame_size
-                and len(message) <= h2conn.local_flow_control_window(stream_id)):
-            h2conn.send_data(stream_id, message)          # (the usual case: it fits at once)
+        try:
+            if (not stream.outbound and len(message) <= h2conn.max_outbound_frame_size
+                    and len(message) <= h2conn.local_flow_control_window(stream_id)):
+                h2conn.send_data(stream_id, message)      # (the usual case: it fits at once)
+                return
+        except h2.exceptions.ProtocolError:          # (closed by the client meanwhile)
+            self._forget(stream_id)
             return
         stream.outbound += message
         self._send_waiting(stream_id)
@@ -408,7 +420,7 @@ class _Connection:
             if stream.end_after is not None:
                 h2conn.send_headers(stream_id, stream.end_after, end_stream=True)
                 self._streams.pop(stream_id, None)
-        except h2.exceptions.StreamClosedError:
+        except h2.exceptions.ProtocolError:          # (closed by the client meanwhile)
             self._forget(stream_id)
 
     def _forget(self, stream_id: int) -> None:

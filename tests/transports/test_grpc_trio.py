@@ -5,6 +5,8 @@ deadlines and cancellations that reach the handler, and many calls at once."""
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 import trio
@@ -255,3 +257,28 @@ async def test_stopping_ends_streams_lets_unary_calls_finish_and_refuses_new_one
             await trio.sleep(0.2)
             release.set()
     assert results == {"slow": b"finished", "stream": ([b"first"], grpc.StatusCode.UNAVAILABLE)}
+
+
+async def test_an_answer_after_the_client_gave_up_or_left_is_dropped_quietly(serve):
+    """A callback handler's answer may come long after: the call's deadline passed (the client
+    reset the stream), or its connection is gone. The answer raises nothing in whoever calls it."""
+    pending = []
+    address = await serve({"/t.S/Later": unary(start=lambda request, call, answer: pending.append(answer))})
+    with pytest.raises(grpc.RpcError) as error:
+        await call(address, "/t.S/Later", b"", timeout=0.2)
+    assert error.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    await trio.sleep(0.2)                          # the reset reaches the server; the channel closes
+    assert len(pending) == 1
+    pending[0](b"too late", None)
+    pending[0](None, ValueError("and again"))
+
+    def leave_with_a_call_pending():
+        channel = grpc.insecure_channel(address)
+        future = channel.unary_unary("/t.S/Later").future(b"", timeout=10)
+        while len(pending) < 2:
+            time.sleep(0.01)
+        channel.close()
+        return future
+    await trio.to_thread.run_sync(leave_with_a_call_pending)
+    await trio.sleep(0.2)                          # the connection's end reaches the server
+    pending[1](b"nobody is there", None)
