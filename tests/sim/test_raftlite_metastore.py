@@ -142,13 +142,18 @@ def test_a_deposed_leader_serves_its_callers_but_never_confirms_their_pings(ping
         assert pings == [True]                          # the stretched lease this test exists for
 
 
-def test_with_check_quorum_a_cut_off_leader_steps_down_and_its_callers_find_the_next():
-    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=1 * S))
+def world_with_a_session(session_timeout_ns: int) -> tuple[SimWorld, object, int]:
+    """(world, its raft-lite members, a session "owner" opened once a leader was elected)"""
+    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore,
+                                                        session_timeout_ns=session_timeout_ns))
     run_for(world, 1)
-    members = world.metastore.members
     answers = submit(world, "owner", ["open", True])
     run_for(world, 0.1)
-    session = answers[0]
+    return world, world.metastore.members, answers[0]
+
+
+def test_with_check_quorum_a_cut_off_leader_steps_down_and_its_callers_find_the_next():
+    world, members, session = world_with_a_session(1 * S)
     old = members.leader()
     members.partition({old})
     pings = submit(world, "owner", ["ping", session])
@@ -164,12 +169,7 @@ def test_a_deposed_leader_refuses_what_it_is_sent_and_the_request_is_taken_to_it
     """As the real client: a refusal ("not leader") did nothing, so the request goes on to the
     leader; a read pending when its leader lost its place is asked again; a write pending then
     may or may not be committed by the successor, so it is LOST."""
-    world, _ = raft_world(metastore=dataclasses.replace(Scenario(seed=1).metastore, session_timeout_ns=2 * S))
-    run_for(world, 1)
-    members = world.metastore.members
-    answers = submit(world, "owner", ["open", True])
-    run_for(world, 0.1)
-    session = answers[0]
+    world, members, session = world_with_a_session(2 * S)
     created = submit(world, "owner", ["op", session, Create("/a", b"1")])
     run_for(world, 0.1)
     assert created[0].code is MetaCode.OK
