@@ -11,7 +11,7 @@ process of its own, in three styles, and drives it with the same 16-thread block
     aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
                 loop and its answer back (bkbench.grpc_bridge.AsyncioBridge): the real
                 server's way until it served gRPC from trio
-    trio_h2     transports.grpc_trio.GrpcServer: gRPC over HTTP/2 (h2) in the trio loop itself,
+    trio_grpc   transports.grpc_trio.GrpcServer: gRPC over HTTP/2 (transports.http2) in the trio loop,
                 each call answered by a callback (no task, no thread, no bridge): the real
                 server's way now
 
@@ -25,7 +25,7 @@ import multiprocessing
 
 from bookkeeper.proto import kv_pb2, kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
-CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio", "aio_bridge", "trio_h2")
+CEILING_KINDS = ("sync", "sync_trio", "sync_bridge", "aio", "aio_bridge", "trio_grpc")
 HANDLER_THREADS = 32
 
 
@@ -146,7 +146,7 @@ def _serve_aio_bridge(ready) -> None:
     trio.run(main)
 
 
-def _serve_trio_h2(ready) -> None:
+def _serve_trio_grpc(ready) -> None:
     import trio
 
     from transports.grpc_trio import GrpcServer, Unary
@@ -168,8 +168,8 @@ def _serve_trio_h2(ready) -> None:
 
 
 def _serve(kind: str, ready) -> None:
-    if kind == "trio_h2":
-        _serve_trio_h2(ready)
+    if kind == "trio_grpc":
+        _serve_trio_grpc(ready)
     elif kind == "aio":
         _serve_aio(ready)
     elif kind == "aio_bridge":

@@ -124,7 +124,7 @@ def _add_table_and_stream(sub) -> None:
     _add_cluster_dir(table)
     table.add_argument("--ceiling", action="store_true",
                        help="also measure dict-backed gRPC servers under the same load (bkbench.table_ceiling: "
-                            "sync, sync_trio, sync_bridge, aio, aio_bridge, trio_h2)")
+                            "sync, sync_trio, sync_bridge, aio, aio_bridge, trio_grpc)")
     table.add_argument("--peers", action="store_true",
                        help="also measure etcd put/get (3 members, same client count) in the same run")
     stream = sub.add_parser("stream", help="stream append and read-back records/s (JSON)")

@@ -396,8 +396,8 @@ async def _here_or_at_owner(here, at_owner, namespace: str, stream: str, pkey: b
 
 
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
-    routing = kv_rpc_pb2.RoutingHeader(stream_id=header.stream_id, range_id=header.range_id, r_key=header.r_key)
-    return kv_rpc_pb2.ResponseHeader(code=code, routing_header=routing)
+    """The request's routing header (stream id, range id, routing key) echoed, with the code."""
+    return kv_rpc_pb2.ResponseHeader(code=code, routing_header=header)
 
 
 class _WatchHandler:
