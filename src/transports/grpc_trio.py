@@ -191,7 +191,7 @@ class _Connection:
                     try:
                         self.http2.receive(data)
                     except ProtocolError:
-                        break                 # (the GOAWAY is written below)
+                        break                 # (its GOAWAY goes out with the flush below)
                     finally:
                         self._in_receive = False
                         self.flush()
