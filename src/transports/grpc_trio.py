@@ -157,7 +157,7 @@ class _Stream:
         self.body = bytearray()
         self.headers_sent = False
         self.outbound = bytearray()       # gRPC message bytes the window has not let out yet
-        self.end_after: list | None = None   # trailers to send once outbound is empty
+        self.end_after: bytes | None = None  # the trailers' header block, sent once outbound is empty
 
 
 class _Connection:
