@@ -166,9 +166,10 @@ def nats_cluster(root: str):
 
 
 @contextlib.contextmanager
-def etcd_cluster(root: str):
+def etcd_cluster(root: str, pids: list[int] | None = None):
     """Three etcd members; yields the leader's client URL (puts go straight to it, as a bookkeeper
-    writer talks straight to its bookies) once every member is healthy and agrees on the leader."""
+    writer talks straight to its bookies) once every member is healthy and agrees on the leader.
+    The members' process ids are appended to `pids`, if given (to meter their CPU)."""
     free = iter(free_ports(2 * NODE_COUNT))
     ports = [{"client": next(free), "peer": next(free)} for _ in range(NODE_COUNT)]
     initial_cluster = ",".join(f"e{index}=http://127.0.0.1:{node['peer']}" for index, node in enumerate(ports))
@@ -183,6 +184,8 @@ def etcd_cluster(root: str):
                     "--initial-cluster", initial_cluster, "--initial-cluster-state", "new",
                     "--initial-cluster-token", "bench"]
             servers.append(_spawn(f"etcd e{index}", argv, directory=directory, port=node["client"]))
+            if pids is not None:
+                pids.append(servers[-1].process.pid)
         leader_url: list[str] = []
 
         def has_one_leader() -> bool:

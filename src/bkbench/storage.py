@@ -20,17 +20,49 @@ import shutil
 import tempfile
 import threading
 import time
+import urllib.request
 
 from bkbench.journal import MIB, percentile
 
 
 def _cluster(args, *, with_stream_storage: bool, servers: int = 1):
+    from bklocal.processes import free_ports
     from bklocal.standalone import StandaloneCluster
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-storage-")
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, metastore_count=1,
                                               with_stream_storage=with_stream_storage,
-                                              stream_storage_server_count=servers)
+                                              stream_storage_server_count=servers,
+                                              http_ports=free_ports(args.bookies))
     return root, cluster
+
+
+# What the bookies' /metrics say about a phase, summed over them: entries added, journal
+# fdatasyncs, explicit LAC writes.
+BOOKIE_COUNTERS = {"entries": "bookie_adds_ok_count", "journal_syncs": "bookie_server_journal_syncs",
+                   "lac_writes": "bookie_lac_writes_count"}
+
+
+def _bookie_counters(http_ports: list[int]) -> dict[str, int] | None:
+    """BOOKIE_COUNTERS so far, summed over the bookies; None if one cannot be read."""
+    totals = dict.fromkeys(BOOKIE_COUNTERS, 0)
+    for port in http_ports:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        values = dict(line.split(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        for key, metric in BOOKIE_COUNTERS.items():
+            totals[key] += int(float(values.get(metric, "0")))
+    return totals
+
+
+def _per_replica_per_op(before: dict[str, int] | None, after: dict[str, int] | None, replicas: int,
+                        ops: int) -> dict:
+    """{"bookie_<counter>_per_op": ...}: each bookie's share of a counter's growth per operation."""
+    if before is None or after is None or not ops:
+        return {}
+    return {f"bookie_{key}_per_op": round((after[key] - before[key]) / replicas / ops, 3) for key in BOOKIE_COUNTERS}
 
 
 def _summary(latencies: list[float], elapsed: float, errors: int) -> dict:
@@ -121,9 +153,15 @@ def bench_table(args) -> int:
             processes = {"server": [server.process.pid for server in cluster.stream_storage_servers],
                          "bookies": [bookie.process.pid for bookie in cluster.bookies],
                          "metastore": [node.process.pid for node in cluster.metastore_nodes]}
-            puts, gets = _puts_then_gets(address, args, value, processes, clients)
+            counted = _bookie_counters(cluster.http_ports)
+            puts = _run_clients(address, args, "put", value, processes=processes, clients=clients)
+            puts.update(_per_replica_per_op(counted, _bookie_counters(cluster.http_ports), args.bookies, puts["ops"]))
+            gets = _gets_of_puts(address, args, value, puts, processes, clients)
             increments = _run_clients(address, args, "increment", value, processes=processes, clients=clients)
             watch = _watch_latency(address)
+            watch["asyncio_client"] = _aio_watch_latency(address)
+            cluster.stop()                  # (the disk to itself for the raw loop)
+            puts.update(_fdatasync_floor(root, puts, args.bookies))
         finally:
             cluster.stop()
             shutil.rmtree(root, ignore_errors=True)
@@ -134,10 +172,14 @@ def bench_table(args) -> int:
     peers = {"etcd": _in_fresh_process(_etcd_table, args.seconds, args.clients, args.dir, value)} if args.peers else {}
     if peers and "put" in peers["etcd"]:
         etcd_watch_ms = peers["etcd"]["watch"]["watch_latency_p50_ms"]
+        def over_etcd(ms: float | None) -> float | None:
+            return round(ms / etcd_watch_ms, 2) if etcd_watch_ms and ms else None
         peers["ratios"] = {"puts_over_etcd": round(puts["ops_per_second"] / peers["etcd"]["put"]["ops_per_second"], 2),
                            "gets_over_etcd": round(gets["ops_per_second"] / peers["etcd"]["get"]["ops_per_second"], 2),
-                           "watch_p50_over_etcd": round(watch["watch_latency_p50_ms"] / etcd_watch_ms, 2)
-                           if etcd_watch_ms and watch["watch_latency_p50_ms"] else None}
+                           "watch_p50_over_etcd": over_etcd(watch["watch_latency_p50_ms"]),
+                           # (both measured from one asyncio loop through grpc.aio)
+                           "watch_p50_over_etcd_same_client_kind":
+                               over_etcd(watch["asyncio_client"]["watch_latency_p50_ms"])}
     print(json.dumps({"benchmark": "table", "servers": args.servers, "clients": args.clients,
                       "client_processes": args.client_processes,
                       "value_size": args.value_size,
@@ -149,14 +191,33 @@ def bench_table(args) -> int:
     return 0
 
 
+def _fdatasync_floor(directory: str, puts: dict, bookies: int) -> dict:
+    """What the bookies' journal fdatasyncs alone cost per put: a write+fdatasync loop on the
+    same disk gives the CPU of one (mostly the kernel's), times the syncs the bookies did per
+    put. No bookie spends less per put than this, whatever its code, unless more puts share
+    a sync."""
+    from bkbench.journal import raw_fdatasync
+    syncs_per_put = puts.get("bookie_journal_syncs_per_op")
+    if syncs_per_put is None:
+        return {}
+    raw = raw_fdatasync(directory, 2.0)
+    return {"raw_write_and_sync_cpu_us": raw["cpu_us_per_write_and_sync"],
+            "bookies_fdatasync_cpu_us_per_op": round(syncs_per_put * bookies * raw["cpu_us_per_write_and_sync"], 1)}
+
+
 def _puts_then_gets(address: str, args, value: bytes, processes: dict[str, list[int]],
                     clients=None) -> tuple[dict, dict]:
     """Puts of distinct keys, then gets of keys the puts wrote."""
     puts = _run_clients(address, args, "put", value, processes=processes, clients=clients)
+    return puts, _gets_of_puts(address, args, value, puts, processes, clients)
+
+
+def _gets_of_puts(address: str, args, value: bytes, puts: dict, processes: dict[str, list[int]],
+                  clients=None) -> dict:
+    """Gets of keys the put phase `puts` wrote."""
     per_client = max(1, puts["ops"] // args.clients)
-    gets = _run_clients(address, args, "get", value, keys_per_client=per_client, processes=processes,
+    return _run_clients(address, args, "get", value, keys_per_client=per_client, processes=processes,
                         clients=clients)
-    return puts, gets
 
 
 def _ceiling(args, value: bytes, clients=None) -> dict:
@@ -179,10 +240,15 @@ def _in_fresh_process(function, *args):
 
 
 def _etcd_table(seconds: float, clients: int, directory: str | None, value: bytes) -> dict:
-    """etcd (3 members, from bkbench.peers) under the same load: puts of distinct keys, then gets."""
+    """etcd (3 members, from bkbench.peers) under the same load: puts of distinct keys, then gets;
+    each phase also reports the CPU the members spent per operation, summed (etcd_cpu_us_per_op:
+    beside the table service's server and bookies, what a peer spends on the same replicated,
+    fsync'd put)."""
     import asyncio
 
+    from bkbench.cpu_usage import CpuMeter
     from bkbench.peers import PEERS, etcd_cluster, skip_reason
+    members: list[int] = []
     etcd = next(peer for peer in PEERS if peer.name == "etcd")
     reason = skip_reason(etcd)
     if reason is not None:
@@ -194,6 +260,7 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
         async with aetcd.Client(host=host, port=int(port)) as client:
             async def phase(operation) -> dict:
                 latencies: list[float] = []
+                meter = CpuMeter({"etcd": members})
                 began = time.perf_counter()
 
                 async def worker(index: int) -> None:
@@ -203,7 +270,9 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
                         latencies.append(time.perf_counter() - now)
                         n += 1
                 await asyncio.gather(*(worker(i) for i in range(clients)))
-                return _summary(latencies, time.perf_counter() - began, 0)
+                summary = _summary(latencies, time.perf_counter() - began, 0)
+                summary.update(meter.per_operation(summary["ops"], "op"))
+                return summary
             await client.put(b"warm", value)
             put = await phase(lambda i, n: client.put(b"key-%d-%d" % (i, n), value))
             written = put["ops"] // clients
@@ -213,25 +282,66 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
 
     root = tempfile.mkdtemp(dir=directory, prefix="bench-etcd-")
     try:
-        with etcd_cluster(root) as leader_url:
+        with etcd_cluster(root, members) as leader_url:
             return asyncio.run(measure(leader_url))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _etcd_watch_latency(client, samples: int = 300) -> dict:
-    """As _watch_latency does for the table: the delay from sending a put of a watched key to the
-    watcher seeing it, one put every 5 ms."""
+async def _etcd_watch_latency(client) -> dict:
+    """As _watch_latency does for the table, with etcd's aetcd client."""
+    watch = await client.watch(b"watched")
+    return await _async_watch_latency(lambda value: client.put(b"watched", value),
+                                      (event.kv.value async for event in watch))
+
+
+def _aio_watch_latency(address: str) -> dict:
+    """_watch_latency measured as etcd's is (_etcd_watch_latency): puts and the watch on one
+    asyncio loop through grpc.aio, the library aetcd is built on, rather than StorageClient's
+    blocking calls in two threads. The requests are StorageClient's."""
+    import asyncio
+
+    import grpc
+    import msgpack
+    from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
+
+    from bkcore.stream.segments import stream_id_of
+    from bkcore.table.watch_rpc import WATCH_METHOD
+
+    async def measure() -> dict:
+        stream_id = stream_id_of("default", "bench")
+        async with grpc.aio.insecure_channel(address) as channel:
+            table = kv_rpc_pb2_grpc.TableServiceStub(channel)
+            header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"watched")
+            watch = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                         response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+            call = watch({"stream_id": stream_id, "pkey": b"watched", "key": b"watched", "start_revision": 0})
+
+            async def put(value: bytes) -> None:
+                answer = await table.Put(kv_rpc_pb2.PutRequest(key=b"watched", value=value, prev_kv=True, header=header))
+                if answer.header.code != storage_pb2.SUCCESS:
+                    raise RuntimeError(f"a put of the watched key answered {answer.header.code}")
+
+            values = (event["value"] async for event in call if "value" in event)    # (not "created", errors)
+            try:
+                return await _async_watch_latency(put, values)
+            finally:
+                call.cancel()
+    return asyncio.run(measure())
+
+
+async def _async_watch_latency(put, values, samples: int = 300) -> dict:
+    """The delay from sending a put of the watched key (await put(value)) to the watcher seeing
+    its value (from the async iterator `values`), one put every 5 ms."""
     import asyncio
     put_at: dict[bytes, float] = {}
     delays: list[float] = []
-    watch = await client.watch(b"watched")
 
     async def follow() -> None:
-        async for event in watch:
+        async for value in values:
             seen = time.perf_counter()
-            if event.kv.value in put_at:
-                delays.append(seen - put_at[event.kv.value])
+            if value in put_at:
+                delays.append(seen - put_at[value])
             if len(delays) >= samples:
                 return
 
@@ -240,7 +350,7 @@ async def _etcd_watch_latency(client, samples: int = 300) -> dict:
     for i in range(samples):
         value = b"%d" % i
         put_at[value] = time.perf_counter()
-        await client.put(b"watched", value)
+        await put(value)
         await asyncio.sleep(0.005)
     try:
         await asyncio.wait_for(follower, 30)

@@ -67,9 +67,9 @@ def _stream_ack_before_durable() -> Callable[[], None]:
     from bkcore.client.handles import WriteHandle
 
     def acks_at_once(original):
-        def start_add(self, payload, on_done):
+        def start_add(self, payload, on_done, **options):
             entry_id = self._writer.last_add_pushed + 1
-            original(self, payload, lambda result, error: None)
+            original(self, payload, lambda result, error: None, **options)
             on_done(entry_id, None)
         return start_add
     return _swap(WriteHandle, "start_add", acks_at_once)

@@ -76,7 +76,10 @@ class SimProcess:
             raise call.error
         return call.result
 
-    def start_add(self, writer, payload: bytes, on_done: Callable[[object, BaseException | None], None]) -> None:
+    def start_add(self, writer, payload: bytes, on_done: Callable[[object, BaseException | None], None], *,
+                  alone: bool = False) -> None:
+        """(alone changes nothing here: the simulated client's effects always wait for the
+        caller to yield, which in simulated time costs nothing.)"""
         self._check_up()
         op_id = next(self._op_ids)
         self._on_done[op_id] = on_done

@@ -140,7 +140,8 @@ class BookieServer:
         self.is_registered_readonly: bool | None = None
         self.listen_port: int | None = None
         self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
-                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0}
+                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0,
+                       "journal_syncs": 0}
         self._unauthenticated: set[str] = set()     # connections that still owe the secret
         self._tls = self._tls_context()
         self.journal_write_latency = Histogram()     # write + fdatasync of one group
@@ -411,6 +412,7 @@ class BookieServer:
         for write in writes:
             stack.write_journal(write, now_ms=now_ms)
         stack.sync_journal(writes[-1].token)
+        self.counts["journal_syncs"] += 1
 
     def _on_journal_batch_done(self, writes: list[JournalWrite], started: float, error: BaseException | None) -> None:
         """In the loop (not a task: nothing here may raise), once the journal thread is done."""

@@ -148,20 +148,27 @@ class ClientDriver:
         self.pump()
         return call
 
-    def start_add(self, writer, payload: bytes, on_done: Callable[[object, BKException | None], None]) -> None:
+    def start_add(self, writer, payload: bytes, on_done: Callable[[object, BKException | None], None], *,
+                  alone: bool = False) -> None:
         """A pipelined add to `writer`: `on_done(entry_id, None)` or `on_done(None, error)` runs
         once it resolves, instead of waking a waiter (a task per add would cost more than the
         add). The effects wait for the caller to yield, so that the adds it starts in a row
         travel together, up to PIPELINED_ADDS_PER_PUMP_MAX of them. Every add of such a burst is
         stamped with the burst's start time: they leave together, timed from the first one. An
         add started by a callback of a pump (an acknowledgement that sends the next entry) is
-        taken by that pump: no pump to ask for, no task switch."""
+        taken by that pump: no pump to ask for, no task switch. An add started `alone` (no other
+        follows in a row: an idle table range's journal entry) is pumped at once, unless it
+        joins a burst already waiting."""
         op_id = next(self._op_ids)
         self._on_completed[op_id] = on_done
         if self._is_pumping:      # (from a callback of the pump under way, which takes its effects)
             writer.add(op_id, payload, now_ns=now_ns())
             return
         started_count = self._started_since_pump
+        if alone and not started_count:
+            writer.add(op_id, payload, now_ns=now_ns())
+            self.pump()
+            return
         if not started_count:
             self._burst_started_ns = now_ns()
             self._pump_asked.set()

@@ -140,9 +140,10 @@ async def test_records_written_without_waiting_are_told_their_positions_by_callb
     assert [(r.payload, r.dlsn) for r in records[:20]] == [(p, pos) for p, pos, _ in told]
 
     told.clear()
-    writer = await streams.start_writer(nursery, "ns", "nowait")
-    writer.write_nowait(b"queued", on_done_of(b"queued"))
-    writer.abort(WriterFenced("taken over"))          # before the flusher got to it
+    writer = await streams.start_writer(nursery, "ns", "nowait", entries_in_flight_max=1)
+    writer.write_nowait(b"in flight", on_done_of(b"in flight"))     # an idle writer sends it at once
+    writer.write_nowait(b"queued", on_done_of(b"queued"))           # it waits for that entry
+    writer.abort(WriterFenced("taken over"))
     assert [(payload, position, type(error)) for payload, position, error in told] == \
         [(b"queued", None, WriterFenced)]
     with pytest.raises(WriterFenced):

@@ -366,12 +366,12 @@ async def test_a_gateway_cancelled_from_outside_journals_and_seals_what_it_was_g
     held: list[tuple] = []
     original_start_add = WriteHandle.start_add
 
-    def start_add(handle, payload, on_done):       # hold the first add of the table's journal
+    def start_add(handle, payload, on_done, **options):       # hold the first add of the table's journal
         stream = dict(handle.metadata.custom_metadata).get("stream", b"")
         if not held and stream.startswith(b"__tables/default~held~"):
             held.append((handle, payload, on_done))
         else:
-            original_start_add(handle, payload, on_done)
+            original_start_add(handle, payload, on_done, **options)
     monkeypatch.setattr(WriteHandle, "start_add", start_add)
 
     def put(port: int, key: bytes) -> None:

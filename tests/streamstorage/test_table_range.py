@@ -362,12 +362,13 @@ class HeldJournalAdds:
         self.entries: list[StreamEntry] = []   # every journal entry started, in order
         original = self._original = WriteHandle.start_add
 
-        def start_add(handle, payload, on_done):
+        def start_add(handle, payload, on_done, **options):
             if dict(handle.metadata.custom_metadata).get("stream") != b"__tables/ns~t~0":
-                return original(handle, payload, on_done)
+                return original(handle, payload, on_done, **options)
             self.entries.append(unpack_entry(payload))
             if answers_only:
-                original(handle, payload, lambda *answer: self.held.append((handle, payload, on_done, answer)))
+                original(handle, payload, lambda *answer: self.held.append((handle, payload, on_done, answer)),
+                         **options)
             else:
                 self.held.append((handle, payload, on_done, None))
         monkeypatch.setattr(WriteHandle, "start_add", start_add)
@@ -499,7 +500,8 @@ async def test_commands_submitted_with_callbacks_are_answered_once_durable_each_
     revisions = [result.revision for _, result, _ in told[:4]]
     assert revisions == list(range(revisions[0], revisions[0] + 4))
     assert isinstance(told[4][2], TableError) and told[4][1] is None
-    assert batches == [2]                     # the group of four: one write of the index
+    # One write of the index per entry: "first"'s (once the next entry had left), then the four's.
+    assert batches == [2, 2]
     assert await value_of(table_range, b"c") == b"c"
 
 

@@ -8,7 +8,8 @@ and real bookie connections, sim.processes' driver inside the simulator. What a 
     client, store, layout            the Client core, the async metastore, the ledger layout
     await call(start)                start(op_id, now_ns) against the core; the Completed's
                                      result, or its error raised
-    start_add(writer, payload, on_done)  a pipelined add; on_done(entry_id, error) when it resolves
+    start_add(writer, payload, on_done, alone)  a pipelined add; on_done(entry_id, error) when it
+                                         resolves; alone: no other add follows in a row, send it now
 
 The same handles therefore serve library users, the stream and table layers on a server, and
 the simulator's processes. Errors are the typed exceptions of bkcore.errors.
@@ -86,10 +87,14 @@ class WriteHandle:
             raise errors[0]
         return results
 
-    def start_add(self, payload: bytes, on_done: Callable[[int | None, BKException | None], None]) -> None:
+    def start_add(self, payload: bytes, on_done: Callable[[int | None, BKException | None], None], *,
+                  alone: bool = False) -> None:
         """Start one add without waiting for it: `on_done(entry_id, None)` or
-        `on_done(None, error)` runs in the driver's loop once it resolves (adds resolve in order)."""
-        self._driver.start_add(self._writer, payload if type(payload) is bytes else _as_bytes(payload), on_done)
+        `on_done(None, error)` runs in the driver's loop once it resolves (adds resolve in order).
+        Adds started in a row leave together once the caller yields; alone=True says no other
+        add follows now, so this one leaves at once."""
+        self._driver.start_add(self._writer, payload if type(payload) is bytes else _as_bytes(payload), on_done,
+                               alone=alone)
 
     async def force(self) -> int:
         """Make every acknowledged entry durable (deferred-sync ledgers); returns the LAC."""

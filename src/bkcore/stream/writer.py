@@ -192,9 +192,16 @@ class StreamWriter:
         return pending
 
     def _enqueue(self, pendings: list[_Pending], size: int) -> None:
+        """Queue records. A writer with nothing in flight sends the first entry at once, from
+        the caller (an idle table range's command reaches the bookies without a task switch to
+        the flusher); while entries are in flight, an acknowledgement sends what is queued
+        (_send_next_entry_now), so the flusher is woken only when it has room to send."""
         self._queue.extend(pendings)
         self._queued_bytes += size
-        self._signal()
+        if not self._in_flight:
+            self._send_next_entry_now()
+        if self._queue and self._in_flight < self._entries_in_flight_max:
+            self._signal()
 
     def _records_of(self, items) -> list[Record]:
         state = self._state
@@ -222,6 +229,7 @@ class StreamWriter:
                     return
                 await self._wait_for_change()
             if self._roll_requested or self._state.should_roll(int(self._rt.wall_time_s())):
+                self._roll_requested = True     # (until it is done: no entry leaves meanwhile)
                 while self._in_flight:
                     await self._wait_for_change()
                 self._raise_failure()
@@ -264,7 +272,10 @@ class StreamWriter:
                     # records, and waking it for nothing is a task switch per entry.)
                     self._signal()
 
-        self._ledger.start_add(payload, on_done)
+        # Alone: no other entry follows in a row (nothing left, or no room), so the ledger
+        # sends it now rather than once the caller yields.
+        self._ledger.start_add(payload, on_done,
+                               alone=not self._queue or self._in_flight >= self._entries_in_flight_max)
 
     def _send_next_entry_now(self) -> None:
         """On an entry's acknowledgement: the records queued meanwhile leave at once, from the
