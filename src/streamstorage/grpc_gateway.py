@@ -37,6 +37,7 @@ from bkcore.stream.errors import (
 from bkcore.stream.segments import StreamSettings, stream_id_of
 from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
+from bkcore.table.range import WatchTooSlow
 from bkcore.table.watch_rpc import (
     ERROR_MESSAGE_HEADER, OWNER_HEADER, OWNER_ONLY_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD,
 )
@@ -423,25 +424,34 @@ class _WatchHandler:
                 namespace, stream = request.get("namespace") or DEFAULT_NAMESPACE, request["stream"]
             key = request["key"]
             started = lambda revision: send({"created": True, "revision": revision})  # noqa: E731
-            async for event in self._watch_here_or_at_owner(
-                    namespace, stream, request.get("pkey") or key, key, request.get("range_end"),
-                    start_revision=request.get("start_revision", 0), started=started):
+
+            def deliver(event) -> bool:
                 if call.is_backed_up:
-                    raise RuntimeError("the watcher fell too far behind; watch again from the next revision")
+                    return False
                 send({"type": event.kind, "key": unfold_key(event.kv.key)[1], "value": event.kv.value,
                       "revision": event.revision,
                       # BookKeeper's version, from 0 (streamstorage.table_protocol)
                       "version": event.kv.version - 1 if event.kind == "put" else 0,
                       "is_number": event.kv.is_number, "number": event.kv.number,
                       "prev_value": event.prev_kv.value if event.prev_kv else None})
+                return True
+            # A range served here hands its changes to deliver as it applies them; one served
+            # elsewhere comes through the iteration.
+            async for event in self._watch_here_or_at_owner(
+                    namespace, stream, request.get("pkey") or key, key, request.get("range_end"),
+                    start_revision=request.get("start_revision", 0), started=started, deliver=deliver):
+                if not deliver(event):
+                    raise WatchTooSlow("the watcher fell too far behind (its connection backed up); watch again "
+                                       "from the revision after the last change it got")
         except Exception as exc:      # noqa: BLE001 - any failure ends the watch with its reason
             send({"error": str(exc), "code": status_of(exc), "kind": type(exc).__name__})
 
     async def _watch_here_or_at_owner(self, namespace: str, stream: str, pkey: bytes, key: bytes,
-                                      range_end: bytes | None, *, start_revision: int, started):
-        """Tables.watch here; if another server owns the range, that server's watch. (Only a
-        watch that has not started moves: one that NotOwner ends later, its range handed over,
-        ends with that error, and its client watches again from where it was.)"""
+                                      range_end: bytes | None, *, start_revision: int, started, deliver):
+        """Tables.watch here (its changes go to `deliver`); if another server owns the range,
+        that server's watch (its changes are yielded). (Only a watch that has not started
+        moves: one that NotOwner ends later, its range handed over, ends with that error, and
+        its client watches again from where it was.)"""
         is_started = False
 
         def started_here(revision: int) -> None:
@@ -450,7 +460,8 @@ class _WatchHandler:
             started(revision)
         try:
             async for event in self._tables.watch(namespace, stream, pkey, key, range_end,
-                                                  start_revision=start_revision, started=started_here):
+                                                  start_revision=start_revision, started=started_here,
+                                                  deliver=deliver):
                 yield event
             return
         except NotOwner as exc:

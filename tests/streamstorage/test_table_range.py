@@ -15,7 +15,7 @@ from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn, decode_stamped,
 )
 from streamstorage.lmdb_kv import LmdbRangeIndexes
-from bkcore.table.range import TABLES_NAMESPACE, TableRange, WatchCompacted
+from bkcore.table.range import TABLES_NAMESPACE, TableRange, WatchCompacted, WatchTooSlow
 
 URI = "memory://tables"
 
@@ -164,6 +164,42 @@ async def test_watchers_see_every_change_in_order_from_a_revision(bk, open_range
         async for _ in restored.watch(b"w", start_revision=start):
             pass
     await restored.aclose()
+
+
+async def test_a_watcher_with_deliver_is_handed_each_change_before_its_command_is_answered(bk, open_range):
+    """watch(deliver=...): the history from the start revision, then each change as it is
+    applied, in order, each before the command that made it is answered; a deliver that
+    returns False drops the watcher (WatchTooSlow) and the range goes on serving."""
+    table_range = await open_range()
+    await table_range.execute(Put(b"w", b"0"))
+    start = table_range.state.revision
+    delivered: list[tuple[bytes, int]] = []
+    answered: list[bytes] = []
+    refuse_after = [3]
+
+    def deliver(event) -> bool:
+        delivered.append((event.kv.value, event.revision))
+        return len(delivered) < refuse_after[0]
+
+    async def watch(task_status=trio.TASK_STATUS_IGNORED):
+        with pytest.raises(WatchTooSlow):
+            async for _ in table_range.watch(b"w", start_revision=start, deliver=deliver,
+                                             started=lambda revision: task_status.started()):
+                raise AssertionError("a watch with deliver yields nothing")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(watch)
+        assert delivered == [(b"0", start)]                     # the history, at once
+        for value in (b"1", b"2", b"3"):
+            table_range.submit(Put(b"w", value), lambda result, error, value=value: answered.append(
+                (value, [v for v, _ in delivered])))
+            await table_range.execute(Put(b"other", value))
+    # "1" was delivered before "1"'s answer; "2" was refused (the third delivery), which
+    # dropped the watcher: "3" went nowhere.
+    assert answered[0] == (b"1", [b"0", b"1"])
+    assert [value for value, _ in delivered] == [b"0", b"1", b"2"]
+    assert [r for _, r in delivered] == sorted(r for _, r in delivered)
+    assert not table_range._watchers and await value_of(table_range, b"w") == b"3"
 
 
 async def test_ttl_keys_expire_through_the_journal(bk, open_range):

@@ -123,9 +123,11 @@ class _Slot:
 
 
 class _Watcher:
-    def __init__(self, runtime, start: bytes, end: bytes | None) -> None:
+    def __init__(self, runtime, start: bytes, end: bytes | None,
+                 deliver: Callable[[WatchEvent], bool] | None) -> None:
         self.start, self.end = start, end
         self.send, self.receive = runtime.open_memory_channel(WATCH_BUFFER_EVENTS)
+        self.deliver = deliver
         self.dropped = False
 
     def wants(self, event: WatchEvent) -> bool:
@@ -430,46 +432,69 @@ class TableRange:
     # -- watches ------------------------------------------------------------------------------
 
     async def watch(self, key: bytes, range_end: bytes | None = None, *, start_revision: int = 0,
-                    started: Callable[[int], None] | None = None) -> AsyncIterator[WatchEvent]:
+                    started: Callable[[int], None] | None = None,
+                    deliver: Callable[[WatchEvent], bool] | None = None) -> AsyncIterator[WatchEvent]:
         """Every change of `key` (or [key, range_end)) from `start_revision` (0: from now on),
         in order, until the caller stops iterating. Once the watch is in place, `started(r)` is
         called: every change with a revision above r will come (so a watcher that reconnects
-        knows where to resume even before it has seen an event)."""
+        knows where to resume even before it has seen an event).
+
+        With `deliver`, the changes are not yielded but handed to deliver(change) from the
+        loop as they are applied, before their commands are answered (the gRPC watch sends
+        them at once, with no task switch); the iteration then only waits, and raises when the
+        watch ends. deliver must not block; it returns False when its consumer cannot keep up,
+        which drops the watcher (WatchTooSlow)."""
         self._check_serving()
-        watcher = _Watcher(self._rt, key, range_end)
+        watcher = _Watcher(self._rt, key, range_end, deliver)
+        history = []
         if start_revision:
             oldest = self._history[0].revision if self._history else self.state.revision + 1
             if start_revision < oldest and start_revision <= self.state.revision:
                 raise WatchCompacted(f"revision {start_revision} of {self.table} range {self.range_id} is "
                                      f"compacted (history starts at {oldest}); read the current value and "
                                      f"watch from revision {self.state.revision + 1}")
-            for event in self._history:
-                if event.revision >= start_revision and watcher.wants(event):
-                    watcher.send.send_nowait(event)
+            history = [event for event in self._history if event.revision >= start_revision and watcher.wants(event)]
         self._watchers[watcher] = None
         if started is not None:
             started(start_revision - 1 if start_revision else self.state.revision)
+        self._tell(watcher, history)
         try:
             async with watcher.receive:
                 async for event in watcher.receive:
                     yield event
             if watcher.dropped:
                 raise self._failure or WatchTooSlow(
-                    f"the watcher of {key!r} fell {WATCH_BUFFER_EVENTS} events behind and was dropped; "
-                    f"watch again from the revision after the last event it got")
+                    f"the watcher of {key!r} fell too far behind ({WATCH_BUFFER_EVENTS} changes waiting, or its "
+                    f"connection backed up) and was dropped; watch again from the revision after the last change "
+                    f"it got")
         finally:
             self._watchers.pop(watcher, None)
 
     def _publish(self, events: list[WatchEvent]) -> None:
         self._history.extend(events)
         for watcher in list(self._watchers):
-            for event in events:
-                if watcher.wants(event):
-                    try:
-                        watcher.send.send_nowait(event)
-                    except self._rt.WouldBlock:
-                        self._drop(watcher)
-                        break
+            self._tell(watcher, [event for event in events if watcher.wants(event)])
+
+    def _tell(self, watcher: _Watcher, events: list[WatchEvent]) -> None:
+        """Hand the watcher its changes (queued for its iteration, or to its deliver); one it
+        cannot take drops it."""
+        for event in events:
+            if watcher.deliver is not None:
+                try:
+                    taken = watcher.deliver(event)
+                except Exception as exc:      # noqa: BLE001 - a broken consumer ends its watch, not the range
+                    logger.warning("%s range %d: a watcher's delivery failed, so it is dropped: %r",
+                                   self.table, self.range_id, exc)
+                    taken = False
+            else:
+                try:
+                    watcher.send.send_nowait(event)
+                    taken = True
+                except self._rt.WouldBlock:
+                    taken = False
+            if not taken:
+                self._drop(watcher)
+                return
 
     def _drop(self, watcher: _Watcher) -> None:
         watcher.dropped = True

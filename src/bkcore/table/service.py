@@ -409,11 +409,11 @@ class Tables:
             return None
 
     async def watch(self, namespace: str, stream: str, pkey: bytes, lkey: bytes, lkey_end: bytes | None = None, *,
-                    start_revision: int = 0, started=None) -> AsyncIterator[WatchEvent]:
+                    start_revision: int = 0, started=None, deliver=None) -> AsyncIterator[WatchEvent]:
         """See TableRange.watch."""
         table_range = await self.range_for(namespace, stream, pkey)
         async for event in table_range.watch(fold_key(pkey, lkey), _folded_end(pkey, lkey_end),
-                                             start_revision=start_revision, started=started):
+                                             start_revision=start_revision, started=started, deliver=deliver):
             yield event
 
 
