@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
+    parser.add_argument("--version", action="version", version=f"bk {installed_version()} (Python {sys.version.split()[0]})")
     storage_commands.add_top_level_server_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -35,6 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
     sim_commands.add_parser(commands)
     bench_commands.add_parser(commands)
     return parser
+
+
+DISTRIBUTION = "pybookkeeper"
+
+
+def installed_version() -> str:
+    """The installed distribution's version ("unknown" when run from a source tree that was
+    never installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
-from bkcli.defaults import add_metastore_argument, metastore_uri
+from bkcli.defaults import add_metastore_argument, metastore_uri, nobody_listening, positive_int
 
 
 def add_parser(commands) -> None:
@@ -45,12 +46,12 @@ def add_parser(commands) -> None:
     fence.add_argument("ledger_id", type=int)
     fence.add_argument("--password", default="")
     simple = command("simpletest", "write entries to a new ledger, read them back, delete it")
-    simple.add_argument("--ensemble", type=int, default=3)
-    simple.add_argument("--write-quorum", type=int, default=2)
-    simple.add_argument("--ack-quorum", type=int, default=2)
-    simple.add_argument("--num-entries", type=int, default=100)
+    simple.add_argument("--ensemble", type=positive_int, default=3)
+    simple.add_argument("--write-quorum", type=positive_int, default=2)
+    simple.add_argument("--ack-quorum", type=positive_int, default=2)
+    simple.add_argument("--num-entries", type=positive_int, default=100)
     sanity = command("bookiesanity", "write and read a ledger on every writable bookie, one at a time")
-    sanity.add_argument("--num-entries", type=int, default=10)
+    sanity.add_argument("--num-entries", type=positive_int, default=10)
     command("listunderreplicated", "ledgers marked under-replicated and their lost bookies")
     recover = command("recover", "copy a lost bookie's ledger fragments to other bookies")
     recover.add_argument("bookie", help="host:port of the lost bookie")
@@ -68,11 +69,16 @@ def add_parser(commands) -> None:
 
 def cmd_shell(args) -> int:
     import trio
+    if getattr(args, "metastore", "absent") != "absent":
+        nobody = nobody_listening(metastore_uri(args))
+        if nobody is not None:
+            print(f"bk shell {args.shell_command}: {nobody}", file=sys.stderr)
+            return 1
     try:
         return trio.run(run_shell, args, sys.stdout)
     except (OSError, ConnectionError) as exc:
-        print(f"bk shell {args.shell_command}: {exc}; is the cluster running? (bk standalone, or "
-              f"--metastore URI)", file=sys.stderr)
+        hint = "" if "running?" in str(exc) else "; is the cluster running? (bk standalone, or --metastore URI)"
+        print(f"bk shell {args.shell_command}: {exc}{hint}", file=sys.stderr)
         return 1
 
 
@@ -91,6 +97,9 @@ async def run_shell(args, out) -> int:
     except BKException as exc:
         print(f"bk shell {args.shell_command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except ValueError as exc:          # what the arguments ask cannot be (a quorum above the ensemble)
+        print(f"bk shell {args.shell_command}: {exc}", file=sys.stderr)
+        return 2
     except _ShellFailure as exc:
         sys.stderr.write(f"bk shell {args.shell_command}: {exc}")
         return 1
@@ -246,7 +255,20 @@ async def _decommission(bk, args):
 def _local_journal(args):
     from bkcore.bookie.journal_files import Journal, JournalConfig
     from transports.filesystem import OsFileSystem
-    return Journal(fs=OsFileSystem(args.data_dir), config=JournalConfig())
+    config = JournalConfig()
+    _check_bookie_dir(args.data_dir, config.journal_dir, *config.ledger_dirs)
+    return Journal(fs=OsFileSystem(args.data_dir), config=config)
+
+
+def _check_bookie_dir(data_dir: str, *subdirs: str) -> None:
+    """Refuse, creating nothing, a --data-dir that is not a bookie's: it must exist and hold
+    the subdirectories a bookie makes there."""
+    if not os.path.isdir(data_dir):
+        raise _ShellFailure(f"{data_dir} is not a directory; give --data-dir the bookie's dataDir\n")
+    missing = [name for name in subdirs if not os.path.isdir(os.path.join(data_dir, name))]
+    if missing:
+        raise _ShellFailure(f"{data_dir} holds no bookie data (no {', '.join(missing)} in it); give --data-dir "
+                            f"the bookie's dataDir\n")
 
 
 def _journal_rows(record) -> list[dict]:
@@ -279,6 +301,7 @@ def _readjournal(_, args):
 def _readlog(_, args):
     from bkcore.bookie.entrylog import EntryLogger
     from transports.filesystem import OsFileSystem
+    _check_bookie_dir(args.data_dir, "ledgers")
     logger = EntryLogger(fs=OsFileSystem(args.data_dir), ledger_dir="ledgers", entry_log_size_max=1)
     rows = []
     for log_id in [args.log_id] if args.log_id is not None else logger.log_ids():

@@ -42,6 +42,14 @@ def default_stream_storage_servers() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
+class _StopAsked(Exception):
+    """SIGINT or SIGTERM arrived (raised from the signal handler, wherever the main thread is)."""
+
+
+def _ask_stop(*_) -> None:
+    raise _StopAsked()
+
+
 def cmd_standalone(args) -> int:
     from bklocal.standalone import StandaloneCluster
 
@@ -53,33 +61,40 @@ def cmd_standalone(args) -> int:
         stream_storage_server_count=max(1, args.stream_storage_servers))
     print(f"bk standalone: starting {args.metastore_nodes} raft-lite node(s) and {args.bookies} bookies "
           f"under {cluster.data_dir}", flush=True)
+    # From the start, not once ready: a stop asked for while the processes start is honoured
+    # (the child being started is stopped by spawn_bk, the others below). SIGINT too,
+    # explicitly: a shell starts a background job with SIGINT ignored, and then Python raises
+    # no KeyboardInterrupt for it (a script's `kill -INT` would do nothing).
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, _ask_stop)
+    status = 0
     try:
-        cluster.start(log=lambda line: print(line, flush=True))
-    except RuntimeError as exc:
-        cluster.stop()
-        print(f"bk standalone: {exc}", file=sys.stderr)
-        return 1
-    print(f"\nready. metastore: {cluster.metastore_uri}\n"
-          f"try: bk shell listbookies    bk shell simpletest    bk stream create --stream demo\n"
-          f"     bk table incr -t demo -k counter -a 1    (Ctrl-C stops the cluster)", flush=True)
-    stop = []
-    # SIGINT too, explicitly: a shell starts a background job with SIGINT ignored, and then
-    # Python raises no KeyboardInterrupt for it (a script's `kill -INT` would do nothing).
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    signal.signal(signal.SIGINT, lambda *_: stop.append(1))
-    try:
-        while not stop:
-            for child in cluster.children:
-                if not child.is_running():
-                    print(f"bk standalone: {child.name} exited ({child.process.returncode}); its log ends:\n"
-                          f"{child.log_tail()}", file=sys.stderr)
-                    stop.append(1)
-                    break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
+        try:
+            cluster.start(log=lambda line: print(line, flush=True))
+        except RuntimeError as exc:
+            print(f"bk standalone: {exc}", file=sys.stderr)
+            status = 1
+        else:
+            print(f"\nready. metastore: {cluster.metastore_uri}\n"
+                  f"try: bk shell listbookies    bk shell simpletest    bk stream create --stream demo\n"
+                  f"     bk table incr -t demo -k counter -a 1    (Ctrl-C stops the cluster)", flush=True)
+            _wait_while_all_run(cluster)
+    except (_StopAsked, KeyboardInterrupt):
         pass
-    # A second Ctrl-C must not leave orphans behind: stopping cleanly takes a few seconds.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Another signal must not cut the stop short and leave orphans: it takes a few seconds.
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, signal.SIG_IGN)
     print("bk standalone: stopping stream storage and bookies, then the metastore", flush=True)
     cluster.stop()
-    return 0
+    return status
+
+
+def _wait_while_all_run(cluster) -> None:
+    """Until a process of the cluster exits (then its log's end is shown)."""
+    while True:
+        for child in cluster.children:
+            if not child.is_running():
+                print(f"bk standalone: {child.name} exited ({child.process.returncode}); its log ends:\n"
+                      f"{child.log_tail()}", file=sys.stderr)
+                return
+        time.sleep(0.5)

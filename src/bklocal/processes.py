@@ -135,13 +135,17 @@ def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text
     log.close()
     child = ChildProcess(name, process, log_path, port)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready_text in child.log_since(run_start):
-            return child
-        if not child.is_running():
-            raise RuntimeError(f"{name} exited with status {process.returncode} before it was ready; "
-                               f"its log ({log_path}) ends:\n{child.log_tail()}")
-        time.sleep(0.05)
+    try:
+        while time.monotonic() < deadline:
+            if ready_text in child.log_since(run_start):
+                return child
+            if not child.is_running():
+                raise RuntimeError(f"{name} exited with status {process.returncode} before it was ready; "
+                                   f"its log ({log_path}) ends:\n{child.log_tail()}")
+            time.sleep(0.05)
+    except BaseException:
+        child.stop()          # (a stop asked for meanwhile, Ctrl-C: the caller never gets the child to stop)
+        raise
     child.kill()
     raise RuntimeError(f"{name} was not ready after {timeout_s}s; its log ({log_path}) ends:\n{child.log_tail()}")
 

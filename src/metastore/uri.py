@@ -2,7 +2,8 @@
 
     memory://[name][/root]                       in-process tree (tests, one-process tools)
     raft://127.0.0.1:2281,127.0.0.1:2282[/root]  raft-lite cluster (any member; finds the leader)
-    zk://127.0.0.1:2181[,host:port...][/root]    ZooKeeper ensemble
+    zk://127.0.0.1:2181[,host:port...][/root]    ZooKeeper ensemble (hosts apart by "," or, as in
+                                                 BookKeeper's metadataServiceUri, by ";")
     zk+flat://..., zk+hierarchical://...         (and raft+..., memory+...) pick the ledger layout
 
 The path is the ledger root (default /ledgers). The layout named in the scheme is used when the
@@ -56,7 +57,7 @@ def parse_metastore_uri(uri: str) -> MetastoreUri:
     if backend == "memory":
         return MetastoreUri(backend, (), where or "default", root, layout or None)
     hosts = []
-    for part in where.split(","):
+    for part in where.replace(";", ",").split(","):
         host, colon, port = part.strip().rpartition(":")
         if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise MetastoreUriError(f"metastore URI {uri!r}: {part!r} is not host:port")

@@ -1,5 +1,6 @@
 """`bk standalone` as a user runs it: started, ready, stopped by SIGINT with nothing left behind."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -9,32 +10,74 @@ import time
 from bklocal.processes import free_ports
 
 
-def test_sigint_stops_the_cluster_even_when_started_with_sigint_ignored(tmp_path):
-    """A shell starts background jobs with SIGINT ignored (then Python raises no
-    KeyboardInterrupt); `bk standalone` still stops cleanly on it."""
+def _start_in_background(data_dir) -> tuple[subprocess.Popen, list[str]]:
+    """`bk standalone` as a shell starts a background job: SIGINT ignored (then Python raises
+    no KeyboardInterrupt). Its output lines gather in the list."""
     bookie_port, metastore_port = free_ports(2)
     process = subprocess.Popen(
-        [sys.executable, "-m", "bkcli.main", "standalone", "--data-dir", str(tmp_path / "standalone"),
+        [sys.executable, "-m", "bkcli.main", "standalone", "--data-dir", str(data_dir),
          "--bookies", "1", "--metastore-nodes", "1", "--bookie-port", str(bookie_port),
          "--metastore-port", str(metastore_port), "--http-port", "0", "--stream-storage-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
-    reader.start()
+    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
+    return process, lines
+
+
+def _wait_for_line(process, lines: list[str], starts_with: str) -> None:
+    deadline = time.monotonic() + 90
+    while not any(line.startswith(starts_with) for line in lines):
+        assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
+        time.sleep(0.02)
+
+
+def _processes_naming(text: str) -> list[str]:
+    """The command lines of running processes that mention `text` (a data directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as file:
+                command = file.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command:
+            found.append(command)
+    return found
+
+
+def _stop(process) -> None:
+    if process.poll() is None:
+        process.terminate()           # SIGTERM: it stops its children too
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_sigint_stops_the_cluster_even_when_started_with_sigint_ignored(tmp_path):
+    process, lines = _start_in_background(tmp_path / "standalone")
     try:
-        deadline = time.monotonic() + 90
-        while not any(line.startswith("ready.") for line in lines):
-            assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.1)
+        _wait_for_line(process, lines, "ready.")
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0, "".join(lines)
-        reader.join(timeout=10)
+        time.sleep(0.2)                  # (the reader thread takes the last lines)
         assert any("stopping" in line for line in lines), "".join(lines)
+        assert _processes_naming(str(tmp_path)) == []
     finally:
-        if process.poll() is None:
-            process.terminate()           # SIGTERM: it stops its children too
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        _stop(process)
+
+
+def test_sigint_while_starting_stops_what_started_and_leaves_nothing_running(tmp_path):
+    """Asked to stop before it is ready (the metastore is up, the bookie still starting), it
+    stops at once: the bookie it was waiting for too."""
+    process, lines = _start_in_background(tmp_path / "standalone")
+    try:
+        _wait_for_line(process, lines, "  metastore node 1:")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0, "".join(lines)
+        time.sleep(0.2)
+        assert not any(line.startswith("ready.") for line in lines), "".join(lines)
+        assert _processes_naming(str(tmp_path)) == []
+    finally:
+        _stop(process)

@@ -35,10 +35,14 @@ def test_uri_parsing():
     assert (uri.backend, uri.hosts, uri.root, uri.layout) == (
         "zk", (("127.0.0.1", 2181), ("127.0.0.1", 2182)), "/bk/ledgers", "flat")
     assert str(uri) == "zk+flat://127.0.0.1:2181,127.0.0.1:2182/bk/ledgers"
+    # BookKeeper's metadataServiceUri parts its hosts with ";".
+    bookkeeper_style = parse_metastore_uri("zk+hierarchical://a:2181;b:2181;c:2181/ledgers")
+    assert (bookkeeper_style.hosts, bookkeeper_style.root, bookkeeper_style.layout) == (
+        (("a", 2181), ("b", 2181), ("c", 2181)), "/ledgers", "hierarchical")
     raft = parse_metastore_uri("raft://127.0.0.1:2281")
     assert (raft.backend, raft.root, raft.layout) == ("raft", "/ledgers", None)
     memory = parse_metastore_uri("memory://")
     assert (memory.backend, memory.name) == ("memory", "default")
-    for bad in ["127.0.0.1:2181", "etcd://x:1", "zk+tree://h:1", "zk://h", "zk://h:99999", "zk://h:1/a//b"]:
+    for bad in ["127.0.0.1:2181", "etcd://x:1", "zk+tree://h:1", "zk://h", "zk://h:99999", "zk://h:1/a//b", "zk://a:1;;b:2"]:
         with pytest.raises(MetastoreUriError):
             parse_metastore_uri(bad)

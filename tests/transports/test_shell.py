@@ -101,3 +101,42 @@ async def test_bookieinfo_asks_every_bookie(cluster):
     rows = json.loads(text)
     assert status == 0 and [r["bookie"] for r in rows] == sorted(b.bookie_id for b in cluster.bookies)
     assert all(0 < r["free_disk_space"] <= r["total_disk_space"] and r["readonly"] is False for r in rows)
+
+
+@pytest.mark.parametrize("command", ["readjournal", "readlog", "lastmark"])
+async def test_file_tools_refuse_a_directory_that_is_not_a_bookies_and_create_nothing(command, tmp_path, capsys):
+    missing = tmp_path / "no-such-dir"
+    status, text = await shell(command, "--data-dir", str(missing), uri=None)
+    assert status == 1 and text == "" and not missing.exists()
+    assert capsys.readouterr().err == (f"bk shell {command}: {missing} is not a directory; give --data-dir the "
+                                       f"bookie's dataDir\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    status, text = await shell(command, "--data-dir", str(empty), uri=None)
+    err = capsys.readouterr().err
+    assert status == 1 and text == "" and list(empty.iterdir()) == []
+    assert err.startswith(f"bk shell {command}: {empty} holds no bookie data (no ") and err.count("\n") == 1
+
+
+async def test_simpletest_refuses_impossible_ledger_shapes_in_one_line(cluster, capsys):
+    with pytest.raises(SystemExit):           # argparse: a count below 1
+        await shell("simpletest", "--ensemble", "0")
+    assert "argument --ensemble: 0 is not at least 1" in capsys.readouterr().err
+    status, text = await shell("simpletest", "--ensemble", "2", "--write-quorum", "3")
+    err = capsys.readouterr().err
+    assert status == 2 and text == "" and err.count("\n") == 1
+    assert err.startswith("bk shell simpletest: need ensemble >= write quorum >= ack quorum >= 1")
+
+
+def test_a_metastore_nobody_listens_at_is_named_at_once_in_one_line(capsys):
+    import time
+
+    from bkcli.main import main
+    from bklocal.processes import free_ports
+    first, second = free_ports(2)
+    for uri in (f"raft://127.0.0.1:{first},127.0.0.1:{second}", f"zk://127.0.0.1:{first};127.0.0.1:{second}/ledgers"):
+        started = time.monotonic()
+        assert main(["shell", "listbookies", "--metastore", uri]) == 1
+        err = capsys.readouterr().err
+        assert time.monotonic() - started < 5 and err.count("\n") == 1
+        assert err.startswith(f"bk shell listbookies: nothing is listening at {uri}: 127.0.0.1:{first} (")
