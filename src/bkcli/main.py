@@ -38,13 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-DISTRIBUTION = "pybookkeeper"
-
-
 def installed_version() -> str:
     """The installed distribution's version ("unknown" when run from a source tree that was
     never installed)."""
     from importlib.metadata import PackageNotFoundError, version
+
+    from bkcore.extras import DISTRIBUTION
     try:
         return version(DISTRIBUTION)
     except PackageNotFoundError:
@@ -53,9 +52,14 @@ def installed_version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     _refuse_optimized()
+    from bkcore.extras import MissingExtra
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except MissingExtra as exc:
+        print(f"bk {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 
+from bkcore.extras import MissingExtra, require_extra
 from bkcli.defaults import STANDALONE_BOOKIE_PORT_BASE, STANDALONE_DATA_DIR, STANDALONE_RAFT_PORTS
 
 
@@ -53,6 +54,12 @@ def _ask_stop(*_) -> None:
 def cmd_standalone(args) -> int:
     from bklocal.standalone import StandaloneCluster
 
+    if args.stream_storage_port:
+        try:
+            require_extra("grpc", "stream storage")
+        except MissingExtra as exc:
+            print(f"bk standalone: starting without stream storage: {exc}", flush=True)
+            args.stream_storage_port = 0
     cluster = StandaloneCluster(
         args.data_dir, bookie_ports=[args.bookie_port + i for i in range(args.bookies)],
         metastore_ports=[args.metastore_port + i for i in range(args.metastore_nodes)],

@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 
+from bkcore.extras import require_extra
 from bkcli.defaults import add_metastore_argument, metastore_uri
 
 DEFAULT_SERVER = "127.0.0.1:4181"
@@ -110,6 +111,7 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 def cmd_stream_storage(args) -> int:
+    require_extra("grpc", "serving streams and tables over gRPC")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import trio
     return trio.run(_serve, args)
@@ -141,6 +143,7 @@ def _client(args):
 
 
 def cmd_stream(args) -> int:
+    require_extra("grpc", "talking to stream storage over gRPC")
     from bkclient.storage_client import StorageError
     try:
         with _client(args) as client:
@@ -174,6 +177,7 @@ def _show(kv) -> str:
 
 
 def cmd_table(args) -> int:
+    require_extra("grpc", "talking to stream storage over gRPC")
     from bkclient.storage_client import StorageError
     namespace, stream = split_name(args.table)
     try:

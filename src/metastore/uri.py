@@ -74,5 +74,7 @@ async def open_metastore(uri: str | MetastoreUri, *, session_timeout_s: float = 
     if parsed.backend == "raft":
         from metastore.raftlite.client import open_raft_store
         return await open_raft_store(parsed.hosts, session_timeout_s=session_timeout_s)
+    from bkcore.extras import require_extra
+    require_extra("zookeeper", f"the ZooKeeper metastore ({parsed})")
     from metastore.zk_store import open_zookeeper_store
     return await open_zookeeper_store(parsed.hosts, session_timeout_s=session_timeout_s)

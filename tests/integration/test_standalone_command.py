@@ -81,3 +81,22 @@ def test_sigint_while_starting_stops_what_started_and_leaves_nothing_running(tmp
         assert _processes_naming(str(tmp_path)) == []
     finally:
         _stop(process)
+
+
+def test_without_the_grpc_extra_it_starts_without_stream_storage_and_says_so(tmp_path):
+    bookie_port, metastore_port, storage_port = free_ports(3)
+    hide_grpc = "import sys; sys.modules['grpc'] = None; from bkcli.main import main; sys.exit(main(sys.argv[1:]))"
+    process = subprocess.Popen(
+        [sys.executable, "-c", hide_grpc, "standalone", "--data-dir", str(tmp_path / "standalone"),
+         "--bookies", "1", "--metastore-nodes", "1", "--bookie-port", str(bookie_port),
+         "--metastore-port", str(metastore_port), "--http-port", "0", "--stream-storage-port", str(storage_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True).start()
+    try:
+        _wait_for_line(process, lines, "ready.")
+        assert any(line.startswith("bk standalone: starting without stream storage: stream storage needs the "
+                                   "'grpc' extra") for line in lines), "".join(lines)
+        assert not any("stream storage (tables, gRPC)" in line for line in lines), "".join(lines)
+    finally:
+        _stop(process)
