@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import trio
 
 from bkbench.summaries import latency_summary
+from bkcore.extras import DISTRIBUTION
 
 AFTER_KILL_WINDOW_S = 1.0
 
@@ -148,6 +149,6 @@ def bench_failover(args) -> int:
     try:
         report["plot"] = plot_runs(runs, os.path.join(args.out, "failover.png"))
     except ImportError:
-        report["plot"] = "not drawn: matplotlib is not installed (pip install 'pybookkeeper[bench]')"
+        report["plot"] = f"not drawn: matplotlib is not installed (pip install '{DISTRIBUTION}[bench]')"
     print(json.dumps(report, indent=2))
     return 1 if any(run.errors for run in runs) else 0

@@ -41,6 +41,7 @@ from typing import Awaitable, Callable
 from bkbench.journal import MIB
 from bkbench.summaries import adds_summary
 from bklocal.processes import ChildProcess, free_ports
+from bkcore.extras import DISTRIBUTION
 
 NODE_COUNT = 3
 READY_TIMEOUT_S = 30.0
@@ -332,7 +333,7 @@ def skip_reason(peer: Peer) -> str | None:
         return f"{peer.binary} not found beside {sys.executable} or on PATH; install it with: {peer.install_hint}"
     if importlib.util.find_spec(peer.module) is None:
         return (f"Python package {peer.pip_package} is not installed; install it with: "
-                f"pip install {peer.pip_package} (or pip install 'pybookkeeper[bench]')")
+                f"pip install {peer.pip_package} (or pip install '{DISTRIBUTION}[bench]')")
     return None
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 
-DISTRIBUTION = "pybookkeeper"
+# (pybookkeeper, the project's name, is taken on PyPI by an unrelated project.)
+DISTRIBUTION = "trio-bookkeeper"
 
 # extra -> the modules it brings that the code imports (pyproject.toml's optional-dependencies).
 EXTRA_MODULES = {
