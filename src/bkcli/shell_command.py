@@ -28,18 +28,31 @@ def add_parser(commands) -> None:
         parser.set_defaults(run=cmd_shell)
         return parser
 
-    command("listbookies", "bookies registered as writable (or --readonly)").add_argument(
-        "--readonly", action="store_true")
-    command("listledgers", "ids of every ledger with metadata")
+    listing = command("listbookies", "bookies registered as writable (-rw, the default), readonly (-ro) or both (-a)")
+    which = listing.add_mutually_exclusive_group()
+    which.add_argument("-rw", "--readwrite", action="store_const", dest="which", const="readwrite",
+                       help="the writable ones (the default)")
+    which.add_argument("-ro", "--readonly", action="store_const", dest="which", const="readonly",
+                       help="the readonly ones")
+    which.add_argument("-a", "--all", action="store_const", dest="which", const="all",
+                       help="both, the readonly ones marked")
+    ledgers = command("listledgers", "ids of every ledger (-m: with its metadata; -id: only those on one bookie)")
+    ledgers.add_argument("-m", "--meta", action="store_true", help="print each ledger's metadata too")
+    ledgers.add_argument("-id", "--bookieid", metavar="BOOKIE", help="only ledgers with an ensemble on this bookie")
     command("bookieinfo", "disk space, state and ledger count of every registered bookie")
     command("ledgermetadata", "one ledger's metadata").add_argument("ledger_id", type=int)
-    read = command("readledger", "print a ledger's entries (recovering it first unless --no-recovery)")
-    read.add_argument("ledger_id", type=int)
-    read.add_argument("--first", type=int, default=0)
-    read.add_argument("--last", type=int, default=None)
+    read = command("readledger", "print a ledger's entries up to its LAC (-r: recover it first, fencing its "
+                                 "writer, as BookKeeper's readledger -r)")
+    read.add_argument("ledger_id", type=int, nargs="?", help="the ledger (or -l)")
+    read.add_argument("-l", "--ledgerid", type=int, dest="ledger_id_flag", help="the ledger (BookKeeper's spelling)")
+    read.add_argument("-fe", "--firstentryid", "--first", type=int, default=0, dest="first",
+                      help="first entry to print (0)")
+    read.add_argument("-le", "--lastentryid", "--last", type=int, default=None, dest="last",
+                      help="last entry to print (the LAC)")
+    read.add_argument("-m", "--msg", action="store_true", help="print each entry's payload too")
+    read.add_argument("-r", "--force-recovery", action="store_true", dest="recover",
+                      help="recover the ledger first (fence it and close it at its last entry), so its end is final")
     read.add_argument("--password", default="", help="ledger password (text)")
-    read.add_argument("--no-recovery", action="store_true", help="read up to the LAC without fencing")
-    read.add_argument("--force-recovery", action="store_true", help="recover even with too few bookies answering")
     delete = command("deleteledger", "delete a ledger (bookies reclaim its space at GC)")
     delete.add_argument("ledger_id", type=int)
     fence = command("fence", "fence and close a ledger (recovery): its writer can add no more")
@@ -55,7 +68,18 @@ def add_parser(commands) -> None:
     command("listunderreplicated", "ledgers marked under-replicated and their lost bookies")
     recover = command("recover", "copy a lost bookie's ledger fragments to other bookies")
     recover.add_argument("bookie", help="host:port of the lost bookie")
-    recover.add_argument("--dry-run", action="store_true", help="only count what would be copied")
+    recover.add_argument("-dr", "--dryrun", "--dry-run", action="store_true", dest="dry_run",
+                         help="only count what would be copied")
+    recover.add_argument("-q", "--query", action="store_true",
+                         help="only list the ledgers with fragments on the bookie (copies nothing)")
+    recover.add_argument("-l", "--ledger", type=int, action="append", dest="ledgers", metavar="ID",
+                         help="only this ledger (again for more)")
+    recover.add_argument("-sk", "--skipOpenLedgers", "--skip-open-ledgers", action="store_true", dest="skip_open",
+                         help="leave ledgers still being written alone")
+    recover.add_argument("-d", "--deletecookie", "--delete-cookie", action="store_true", dest="delete_cookie",
+                         help="once everything is copied, delete the bookie's cookie (it may then join afresh)")
+    recover.add_argument("-f", "--force", action="store_true",
+                         help="accepted for BookKeeper's scripts: nothing here asks for confirmation")
     decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie")
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
     for name, help_text in (("readjournal", "print the records of a bookie's journals"),
@@ -113,8 +137,13 @@ def _lines(items) -> str:
 
 
 async def _listbookies(bk, args):
-    bookies = await bk.list_bookies(readonly=args.readonly)
-    return _lines(bookies), bookies
+    which = args.which or "readwrite"
+    if which != "all":
+        bookies = await bk.list_bookies(readonly=which == "readonly")
+        return _lines(bookies), bookies
+    writable, readonly = await bk.list_bookies(), await bk.list_bookies(readonly=True)
+    return (_lines([*writable, *(f"{bookie}\treadonly" for bookie in readonly)]),
+            {"readwrite": writable, "readonly": readonly})
 
 
 async def _bookieinfo(bk, args):
@@ -127,8 +156,25 @@ async def _bookieinfo(bk, args):
 
 
 async def _listledgers(bk, args):
+    from bkcore.errors import NoSuchLedger
     ledger_ids = await bk.list_ledgers()
-    return _lines(ledger_ids), ledger_ids
+    if not (args.meta or args.bookieid):
+        return _lines(ledger_ids), ledger_ids
+    summaries = []
+    for ledger_id in ledger_ids:
+        try:
+            summary = (await bk.ledger_metadata(ledger_id)).summary()
+        except NoSuchLedger:
+            continue                  # (deleted meanwhile)
+        if args.bookieid is None or any(args.bookieid in bookies for bookies in summary["ensembles"].values()):
+            summaries.append(summary)
+    if not args.meta:
+        chosen = [summary["ledger_id"] for summary in summaries]
+        return _lines(chosen), chosen
+    text = _lines(f"{s['ledger_id']}\t{s['state']}\tE{s['ensemble_size']} Qw{s['write_quorum_size']} "
+                  f"Qa{s['ack_quorum_size']}\tlast entry {s['last_entry_id']}\tlength {s['length']}\t"
+                  f"ensembles {s['ensembles']}" for s in summaries)
+    return text, summaries
 
 
 async def _ledgermetadata(bk, args):
@@ -145,8 +191,10 @@ def _show(payload: bytes) -> str:
 
 
 async def _readledger(bk, args):
-    reader = await bk.open_ledger(args.ledger_id, password=args.password.encode(),
-                                  recovery=not args.no_recovery, force_recovery=args.force_recovery)
+    ledger_id = args.ledger_id if args.ledger_id is not None else args.ledger_id_flag
+    if ledger_id is None:
+        raise _ShellFailure("which ledger? give its id (or -l ID)\n")
+    reader = await bk.open_ledger(ledger_id, password=args.password.encode(), recovery=args.recover)
     last = reader.last_add_confirmed if args.last is None else min(args.last, reader.last_add_confirmed)
     entries = []
     first = args.first
@@ -154,8 +202,10 @@ async def _readledger(bk, args):
         chunk_last = min(last, first + 999)
         entries += [(first + i, payload) for i, payload in enumerate(await reader.read(first, chunk_last))]
         first = chunk_last + 1
-    text = _lines(f"{entry_id}\t{_show(payload)}" for entry_id, payload in entries)
-    return text, [{"entry_id": entry_id, "payload_hex": payload.hex()} for entry_id, payload in entries]
+    text = _lines(f"{entry_id}\t{len(payload)} bytes" + (f"\t{_show(payload)}" if args.msg else "")
+                  for entry_id, payload in entries)
+    return text, [{"entry_id": entry_id, "size": len(payload), **({"payload_hex": payload.hex()} if args.msg else {})}
+                  for entry_id, payload in entries]
 
 
 async def _deleteledger(bk, args):
@@ -226,28 +276,55 @@ def _progress_bar(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
+async def _check_cluster_bookie(bk, bookie: str) -> None:
+    """Refuse an address that never joined this cluster (every bookie that did has a cookie),
+    rather than "recovering" nothing from it."""
+    from bkcore.metaops import Get, MetaCode
+    result = await bk.store.execute(Get(bk.layout.cookie_path(bookie)))
+    if result.code is MetaCode.NO_NODE:
+        raise _ShellFailure(f"{bookie} is not a bookie of this cluster (no cookie at {bk.layout.cookie_path(bookie)}); "
+                            f"bk shell listbookies -a lists the registered ones\n")
+
+
 async def _recover(bk, args):
     from transports.autorecovery import recover_bookie
-    report = await recover_bookie(bk, args.bookie, dry_run=args.dry_run, progress=_progress_bar)
-    verb = "would copy" if args.dry_run else "copied"
+    await _check_cluster_bookie(bk, args.bookie)
+    dry_run = args.dry_run or args.query
+    report = await recover_bookie(bk, args.bookie, dry_run=dry_run, ledger_ids=args.ledgers,
+                                  skip_open=args.skip_open, progress=_progress_bar)
+    if args.query:
+        return (_lines(f"{ledger_id}" for ledger_id in report.ledgers_on_lost),
+                {"bookie": args.bookie, "ledgers": report.ledgers_on_lost})
+    verb = "would copy" if dry_run else "copied"
     text = (f"{args.bookie}: {verb} {report.fragments_copied} fragments ({report.entries_copied} entries) "
-            f"of {report.ledgers_checked} ledgers\n" + _lines(f"FAILED: {f}" for f in report.failures))
-    data = {"bookie": args.bookie, "dry_run": args.dry_run, "ledgers_checked": report.ledgers_checked,
-            "fragments": report.fragments_copied, "entries": report.entries_copied, "failures": report.failures}
+            f"of {report.ledgers_checked} ledgers"
+            + (f"; {len(report.ledgers_skipped)} open ledgers left alone" if report.ledgers_skipped else "") + "\n"
+            + _lines(f"FAILED: {f}" for f in report.failures))
+    data = {"bookie": args.bookie, "dry_run": dry_run, "ledgers_checked": report.ledgers_checked,
+            "fragments": report.fragments_copied, "entries": report.entries_copied, "failures": report.failures,
+            "ledgers_skipped": report.ledgers_skipped}
     if report.failures:
         raise _ShellFailure(text)
+    if args.delete_cookie and not dry_run:
+        await _delete_cookie(bk, args.bookie)
+        text += f"{args.bookie}'s cookie removed\n"
     return text, data
 
 
-async def _decommission(bk, args):
+async def _delete_cookie(bk, bookie: str) -> None:
     from bkcore.metaops import Delete
+    await bk.store.execute(Delete(bk.layout.cookie_path(bookie)))
+
+
+async def _decommission(bk, args):
     from transports.autorecovery import recover_bookie
+    await _check_cluster_bookie(bk, args.bookie)
     if args.bookie in await bk.list_bookies() or args.bookie in await bk.list_bookies(readonly=True):
         raise _ShellFailure(f"{args.bookie} is still registered: stop it before decommissioning it\n")
     report = await recover_bookie(bk, args.bookie, progress=_progress_bar)
     if report.failures:
         raise _ShellFailure("".join(f"FAILED: {f}\n" for f in report.failures) + "its cookie is kept\n")
-    await bk.store.execute(Delete(bk.layout.cookie_path(args.bookie)))
+    await _delete_cookie(bk, args.bookie)
     text = f"{args.bookie} decommissioned: {report.fragments_copied} fragments copied, cookie removed\n"
     return text, {"bookie": args.bookie, "fragments": report.fragments_copied}
 

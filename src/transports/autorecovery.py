@@ -37,6 +37,8 @@ class RecoveryReport:
     fragments_copied: int = 0
     entries_copied: int = 0
     failures: list[str] = field(default_factory=list)
+    ledgers_on_lost: list[int] = field(default_factory=list)     # those with a fragment on a lost bookie
+    ledgers_skipped: list[int] = field(default_factory=list)     # open ones, when asked to skip them
 
 
 async def live_bookies(bk) -> tuple[set[str], set[str]]:
@@ -57,7 +59,10 @@ async def replicate_ledger(bk, ledger_id: int, lost: set[str], *, dry_run: bool 
     report.ledgers_checked += 1
     writable, _ = await live_bookies(bk)
     for bookie in sorted(lost):
-        for fragment in fragments_on(metadata, bookie):
+        fragments = fragments_on(metadata, bookie)
+        if fragments and ledger_id not in report.ledgers_on_lost:
+            report.ledgers_on_lost.append(ledger_id)
+        for fragment in fragments:
             if dry_run:
                 report.fragments_copied += 1
                 continue
@@ -80,15 +85,27 @@ async def replicate_ledger(bk, ledger_id: int, lost: set[str], *, dry_run: bool 
     return not dry_run or report.fragments_copied == 0
 
 
-async def recover_bookie(bk, bookie: str, *, dry_run: bool = False,
+async def recover_bookie(bk, bookie: str, *, dry_run: bool = False, ledger_ids: list[int] | None = None,
+                         skip_open: bool = False,
                          progress: Callable[[int, int], None] = lambda done, total: None) -> RecoveryReport:
-    """Re-replicate every ledger fragment on `bookie` (which should be down for good)."""
+    """Re-replicate every ledger fragment on `bookie` (which should be down for good): of every
+    ledger, or of `ledger_ids`; skip_open leaves ledgers still open (being written) alone."""
     report = RecoveryReport()
-    ledger_ids = await bk.list_ledgers()
+    ledger_ids = await bk.list_ledgers() if ledger_ids is None else ledger_ids
     for index, ledger_id in enumerate(ledger_ids):
-        await replicate_ledger(bk, ledger_id, {bookie}, dry_run=dry_run, report=report)
+        if skip_open and await _is_open(bk, ledger_id):
+            report.ledgers_skipped.append(ledger_id)
+        else:
+            await replicate_ledger(bk, ledger_id, {bookie}, dry_run=dry_run, report=report)
         progress(index + 1, len(ledger_ids))
     return report
+
+
+async def _is_open(bk, ledger_id: int) -> bool:
+    try:
+        return (await bk.ledger_metadata(ledger_id)).state.name == "OPEN"
+    except NoSuchLedger:
+        return False
 
 
 async def list_underreplicated(bk) -> dict[int, list[str]]:

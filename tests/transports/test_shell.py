@@ -30,6 +30,15 @@ async def test_listbookies_prints_one_host_port_per_line(cluster):
     assert all(line.startswith("127.0.0.1:") for line in text.splitlines())
     status, text = await shell("listbookies", "--readonly")
     assert (status, text) == (0, "")
+    # BookKeeper's -rw / -ro / -a: one bookie turned readonly moves from the first to the second.
+    readonly = sorted(cluster.bookies, key=lambda b: b.bookie_id)[0]
+    await readonly.server.set_readonly(True)
+    others = sorted(b.bookie_id for b in cluster.bookies if b is not readonly)
+    assert (await shell("listbookies", "-rw"))[1].splitlines() == others
+    assert (await shell("listbookies", "-ro"))[1] == f"{readonly.bookie_id}\n"
+    assert (await shell("listbookies", "-a"))[1].splitlines() == [*others, f"{readonly.bookie_id}\treadonly"]
+    assert json.loads((await shell("listbookies", "-a", "--json"))[1]) == {"readwrite": others,
+                                                                         "readonly": [readonly.bookie_id]}
 
 
 async def test_simpletest_bookiesanity_and_ledger_commands(cluster):
@@ -47,10 +56,21 @@ async def test_simpletest_bookiesanity_and_ledger_commands(cluster):
         await ledger.add_many([b"one", b"two"])
     status, text = await shell("listledgers")
     assert text.split() == [str(ledger.ledger_id)]
-    status, text = await shell("readledger", str(ledger.ledger_id), "--password", "pw")
-    assert (status, text) == (0, "0\tone\n1\ttwo\n")
+    status, text = await shell("listledgers", "-m", "--json")
+    [summary] = json.loads(text)
+    assert summary["ledger_id"] == ledger.ledger_id and summary["state"] == "OPEN"
+    [bookie] = summary["ensembles"]["0"][:1]
+    assert (await shell("listledgers", "-id", bookie))[1].split() == [str(ledger.ledger_id)]
+    assert (await shell("listledgers", "-id", "127.0.0.1:1"))[1] == ""
+    # As BookKeeper's readledger: up to the LAC, the writer left alone, unless -r recovers first.
+    status, text = await shell("readledger", str(ledger.ledger_id), "--password", "pw", "-m")
+    assert (status, text) == (0, "0\t3 bytes\tone\n1\t3 bytes\ttwo\n")    # (the writer pushed its LAC)
     status, text = await shell("ledgermetadata", str(ledger.ledger_id), "--json")
-    assert json.loads(text)["state"] == "CLOSED"         # readledger recovered (closed) it
+    assert json.loads(text)["state"] == "OPEN"
+    status, text = await shell("readledger", "-l", str(ledger.ledger_id), "--password", "pw", "-r", "-fe", "1")
+    assert (status, text) == (0, "1\t3 bytes\n")
+    status, text = await shell("ledgermetadata", str(ledger.ledger_id), "--json")
+    assert json.loads(text)["state"] == "CLOSED"         # -r recovered (closed) it
     status, _ = await shell("readledger", str(ledger.ledger_id), "--password", "wrong")
     assert status == 1
     assert (await shell("deleteledger", str(ledger.ledger_id)))[0] == 0
@@ -83,17 +103,34 @@ async def test_recover_and_decommission_commands(cluster, nursery):
         ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
         await ledger.add_many([b"x%d" % i for i in range(20)])
         metadata = await ledger.close()
+        still_open = await bk.create_ledger(ensemble=4, write_quorum=3, ack_quorum=2, password=b"pw")
+        await still_open.add_many([b"y"] * 4)             # on every bookie, and never closed
     victim = next(b for b in cluster.bookies if b.bookie_id in metadata.all_bookies())
     status, _ = await shell("decommission", victim.bookie_id)
     assert status == 1                                    # still running: refused
     await cluster.stop(victim)
     status, text = await shell("recover", victim.bookie_id, "--dry-run", "--json")
     assert status == 0 and json.loads(text)["fragments"] == 1
+    # BookKeeper's recover flags: -q lists, -l picks ledgers, -sk leaves open ones alone.
+    status, text = await shell("recover", victim.bookie_id, "-q", "--json")
+    assert status == 0 and json.loads(text)["ledgers"] == [metadata.ledger_id]
+    status, text = await shell("recover", victim.bookie_id, "-dr", "-l", str(still_open.ledger_id), "--json")
+    assert (json.loads(text)["ledgers_checked"], json.loads(text)["fragments"]) == (1, 0)
+    status, text = await shell("recover", victim.bookie_id, "-dr", "-sk", "--json")
+    assert json.loads(text)["ledgers_skipped"] == [still_open.ledger_id] and json.loads(text)["fragments"] == 1
     assert (await shell("listunderreplicated"))[1] == ""
     status, text = await shell("decommission", victim.bookie_id)
     assert status == 0 and "decommissioned" in text
     status, text = await shell("ledgermetadata", str(metadata.ledger_id), "--json")
     assert victim.bookie_id not in str(json.loads(text)["ensembles"])
+
+
+@pytest.mark.parametrize("command", ["recover", "decommission"])
+async def test_recover_and_decommission_refuse_an_address_that_is_no_bookie_of_the_cluster(cluster, command, capsys):
+    status, text = await shell(command, "127.0.0.1:1")
+    err = capsys.readouterr().err
+    assert (status, text) == (1, "") and err.count("\n") == 1
+    assert err.startswith(f"bk shell {command}: 127.0.0.1:1 is not a bookie of this cluster (no cookie at ")
 
 
 async def test_bookieinfo_asks_every_bookie(cluster):
