@@ -268,6 +268,9 @@ async def _listunderreplicated(bk, args):
 
 
 def _progress_bar(done: int, total: int) -> None:
+    """A bar redrawn in place on a terminal; nothing into a pipe or a file."""
+    if not sys.stderr.isatty():
+        return
     width = 30
     filled = width * done // max(total, 1)
     sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} ledgers")

@@ -96,7 +96,7 @@ async def test_journal_tools_read_a_bookies_files(cluster):
     assert mark["position"] > 0
 
 
-async def test_recover_and_decommission_commands(cluster, nursery):
+async def test_recover_and_decommission_commands(cluster, nursery, capsys):
     import bkclient
     async with bkclient.connect(URI) as bk:
         await cluster.add_bookie()
@@ -109,8 +109,10 @@ async def test_recover_and_decommission_commands(cluster, nursery):
     status, _ = await shell("decommission", victim.bookie_id)
     assert status == 1                                    # still running: refused
     await cluster.stop(victim)
+    capsys.readouterr()
     status, text = await shell("recover", victim.bookie_id, "--dry-run", "--json")
     assert status == 0 and json.loads(text)["fragments"] == 1
+    assert capsys.readouterr().err == ""                  # no progress bar drawn into a pipe
     # BookKeeper's recover flags: -q lists, -l picks ledgers, -sk leaves open ones alone.
     status, text = await shell("recover", victim.bookie_id, "-q", "--json")
     assert status == 0 and json.loads(text)["ledgers"] == [metadata.ledger_id]
