@@ -14,7 +14,8 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 
 def add_parser(commands) -> None:
     bookie = commands.add_parser("bookie", help="run one bookie")
-    bookie.add_argument("--config", help="bookie TOML file (see docs/operations.md)")
+    bookie.add_argument("--config", help="bookie config: TOML, or BookKeeper's bk_server.conf (Java properties, "
+                                         "*.conf); BK_<key> environment variables override it (docs/operations.md)")
     bookie.add_argument("--print-config-reference", action="store_true",
                         help="print every config option as a Markdown table and exit")
     bookie.set_defaults(run=cmd_bookie)
@@ -29,10 +30,12 @@ def cmd_bookie(args) -> int:
         print("bk bookie: --config FILE is required (see --print-config-reference)", file=sys.stderr)
         return 2
     try:
-        uri, config = load_bookie_config(args.config)
+        uri, config, notes = load_bookie_config(args.config)
     except ConfigError as exc:
         print(f"bk bookie: {exc}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"bk bookie: {note}", file=sys.stderr)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import trio
     try:

@@ -13,10 +13,12 @@ OPTIONS is the one table of every key: `load_bookie_config()` reads a file throu
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from dataclasses import dataclass
 from typing import Callable
 
+from bkcli.properties import parse_properties
 from bkcore.bookie.bookie import BookieConfig
 from bkcore.bookie.compaction import CompactionConfig
 from bkcore.bookie.diskmonitor import DiskUsageConfig
@@ -152,15 +154,117 @@ def bookie_config_from_mapping(values: dict, *, source: str = "config") -> tuple
     return uri, BookieServerConfig(**top, **built)
 
 
-def load_bookie_config(path: str) -> tuple[str, BookieServerConfig]:
+# Files read as Java properties (BookKeeper's bk_server.conf); anything else is TOML.
+PROPERTIES_SUFFIXES = (".conf", ".properties")
+ENVIRONMENT_PREFIX = "BK_"
+# BookKeeper's keys that name what an option here holds, in another shape (see _from_bookkeeper_conf).
+BOOKKEEPER_ALIASES = ("journalDirectories", "zkServers", "zkLedgersRootPath", "httpServerEnabled", "bookieId")
+BOOKKEEPER_HTTP_PORT = 8080
+
+
+def load_bookie_config(path: str, environ=None) -> tuple[str, BookieServerConfig, list[str]]:
+    """(metastore URI, server config, notes to print) from a TOML file, or from BookKeeper's
+    bk_server.conf (Java properties: *.conf, *.properties). BK_<key> environment variables
+    override the file's keys (BK_bookiePort=3182). The notes name the keys of a
+    bk_server.conf that this bookie does not support, which it leaves out."""
+    environ = os.environ if environ is None else environ
+    overrides = {name[len(ENVIRONMENT_PREFIX):]: value for name, value in environ.items()
+                 if name.startswith(ENVIRONMENT_PREFIX)
+                 and (name[len(ENVIRONMENT_PREFIX):] in _BY_KEY or name[len(ENVIRONMENT_PREFIX):] in BOOKKEEPER_ALIASES)}
     try:
         with open(path, "rb") as file:
-            values = tomllib.load(file)
+            raw = file.read()
     except OSError as exc:
         raise ConfigError(f"cannot read bookie config {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"bookie config {path} is not valid TOML: {exc}") from None
-    return bookie_config_from_mapping(values, source=path)
+    if path.endswith(PROPERTIES_SUFFIXES):
+        try:
+            properties = parse_properties(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"bookie config {path} is not UTF-8 text: {exc}") from None
+        values, ignored = _from_bookkeeper_conf({**properties, **overrides}, source=path)
+        notes = [f"{path}: not supported here, so left out: {', '.join(ignored)} (docs/operations.md lists what "
+                 f"is)"] if ignored else []
+    else:
+        try:
+            values = tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"bookie config {path} is not valid TOML: {exc}") from None
+        values.update(_typed(overrides, source="the environment"))
+        notes = []
+    return (*bookie_config_from_mapping(values, source=path), notes)
+
+
+def _typed(strings: dict[str, str], *, source: str) -> dict:
+    """Option values given as text (a properties file, the environment) in their options' types."""
+    values = {}
+    for key, text in strings.items():
+        kind = _BY_KEY[key].kind
+        text = text.strip()
+        try:
+            if kind is bool:
+                if text.lower() not in ("true", "false"):
+                    raise ValueError(text)
+                values[key] = text.lower() == "true"
+            else:
+                values[key] = kind(text)
+        except ValueError:
+            raise ConfigError(f"{source}: {key} must be {kind.__name__}, not {text!r}") from None
+    return values
+
+
+def _from_bookkeeper_conf(properties: dict[str, str], *, source: str) -> tuple[dict, list[str]]:
+    """A bk_server.conf's keys as this bookie's typed options, and the keys it leaves out.
+
+    BookKeeper names directories as absolute lists and the metastore as zkServers; here a
+    bookie has one journal and one ledger directory under its dataDir (which defaults to the
+    directory that holds both) and one metadataServiceUri."""
+    properties = dict(properties)
+    journal = _one_directory(properties, "journalDirectories", source) or _one_directory(
+        properties, "journalDirectory", source)
+    ledgers = _one_directory(properties, "ledgerDirectories", source)
+    servers = properties.pop("zkServers", None)
+    root = properties.pop("zkLedgersRootPath", "/ledgers")
+    if servers and "metadataServiceUri" not in properties:
+        properties["metadataServiceUri"] = f"zk://{servers}{root}"
+    http = properties.pop("httpServerEnabled", None)
+    if http is not None and http.strip().lower() == "false":
+        properties["httpServerPort"] = "0"
+    elif http is not None and "httpServerPort" not in properties:
+        properties["httpServerPort"] = str(BOOKKEEPER_HTTP_PORT)
+    bookie_id = properties.pop("bookieId", None)
+    if bookie_id and "advertisedAddress" not in properties:
+        properties["advertisedAddress"] = bookie_id
+    data_dir = properties.get("dataDir")
+    directories = {key: path for key, path in (("journalDirectory", journal), ("ledgerDirectories", ledgers)) if path}
+    if data_dir is None:            # (then relative directories are relative to where the bookie starts)
+        directories = {key: os.path.abspath(path) for key, path in directories.items()}
+    absolute = [path for path in directories.values() if os.path.isabs(path)]
+    if data_dir is None and absolute:
+        data_dir = properties["dataDir"] = os.path.commonpath(absolute) if len(absolute) > 1 else os.path.dirname(
+            absolute[0])
+        if data_dir == os.sep:
+            raise ConfigError(f"{source}: {', '.join(absolute)} share no directory but /; set dataDir (it holds the "
+                              f"journal and ledger directories)")
+    for key, path in directories.items():
+        if os.path.isabs(path):
+            relative = os.path.relpath(path, data_dir)
+            if relative.startswith(os.pardir):
+                raise ConfigError(f"{source}: {path} is not inside dataDir {data_dir}")
+            path = relative
+        properties[key] = path
+    ignored = sorted(key for key in properties if key not in _BY_KEY)
+    return _typed({key: value for key, value in properties.items() if key in _BY_KEY}, source=source), ignored
+
+
+def _one_directory(properties: dict[str, str], key: str, source: str) -> str | None:
+    value = properties.pop(key, None)
+    if value is None:
+        return None
+    paths = [path.strip() for path in value.split(",") if path.strip()]
+    if len(paths) > 1:
+        raise ConfigError(f"{source}: {key} lists {len(paths)} directories; this bookie keeps one journal and one "
+                          f"ledger directory")
+    return paths[0] if paths else None
 
 
 def config_reference() -> str:
