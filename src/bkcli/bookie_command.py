@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import signal
 import sys
@@ -36,7 +35,6 @@ def cmd_bookie(args) -> int:
         return 2
     for note in notes:
         print(f"bk bookie: {note}", file=sys.stderr)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import trio
     try:
         return trio.run(run_bookie, uri, config)

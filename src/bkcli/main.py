@@ -10,11 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bkcli.logs import add_log_level_argument, setup_logging
+
 
 def _refuse_optimized() -> None:
     # The core checks its invariants with assert; running without them is not supported.
     if not __debug__:
         sys.exit("bk: refusing to run under python -O: the invariant checks are asserts")
+
+
+# The commands that run a server (they log at INFO by default).
+SERVER_COMMANDS = frozenset({"bookie", "metastore", "stream-storage", "standalone"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
     parser.add_argument("--version", action="version", version=f"bk {installed_version()} (Python {sys.version.split()[0]})")
+    add_log_level_argument(parser)
     storage_commands.add_top_level_server_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -55,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from bkcore.extras import MissingExtra
     parser = build_parser()
     args = parser.parse_args(argv)
+    setup_logging(args.log_level, default="INFO" if args.command in SERVER_COMMANDS else "WARNING")
     try:
         return int(args.run(args) or 0)
     except MissingExtra as exc:

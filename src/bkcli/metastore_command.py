@@ -8,7 +8,6 @@ Clients use raft://127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283.
 
 from __future__ import annotations
 
-import logging
 import sys
 
 
@@ -32,7 +31,6 @@ def cmd_metastore(args) -> int:
     if args.node_id not in peers:
         print(f"bk metastore: --node-id {args.node_id} is not in --peers ({sorted(peers)})", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import trio
     return trio.run(_serve, args, peers)
 

@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 
+from bkcli.logs import LEVEL_ENV, rotate_log
 from bkcore.extras import MissingExtra, require_extra
 from bkcli.defaults import STANDALONE_BOOKIE_PORT_BASE, STANDALONE_DATA_DIR, STANDALONE_RAFT_PORTS
 
@@ -54,6 +55,8 @@ def _ask_stop(*_) -> None:
 def cmd_standalone(args) -> int:
     from bklocal.standalone import StandaloneCluster
 
+    if args.log_level:
+        os.environ[LEVEL_ENV] = args.log_level      # (the processes it starts log at it too)
     if args.stream_storage_port:
         try:
             require_extra("grpc", "stream storage")
@@ -97,11 +100,13 @@ def cmd_standalone(args) -> int:
 
 
 def _wait_while_all_run(cluster) -> None:
-    """Until a process of the cluster exits (then its log's end is shown)."""
+    """Until a process of the cluster exits (then its log's end is shown); meanwhile their log
+    files are kept under LOG_SIZE_MAX each (bkcli.logs.rotate_log)."""
     while True:
         for child in cluster.children:
             if not child.is_running():
                 print(f"bk standalone: {child.name} exited ({child.process.returncode}); its log ends:\n"
                       f"{child.log_tail()}", file=sys.stderr)
                 return
+            rotate_log(child.log_path)
         time.sleep(0.5)

@@ -16,7 +16,6 @@ naming the key and the rule, and BookKeeper's status code) and exits 1.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import sys
 import tempfile
@@ -112,7 +111,6 @@ def split_name(name: str) -> tuple[str, str]:
 
 def cmd_stream_storage(args) -> int:
     require_extra("grpc", "serving streams and tables over gRPC")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     import trio
     return trio.run(_serve, args)
 
