@@ -92,11 +92,24 @@ async def run_bookie(uri: str, config) -> int:
     return 0
 
 
+def own_client_credentials(config) -> dict:
+    """What this bookie's own clients of the cluster show the bookies: TLS when the bookies speak
+    it (trusting tlsTrustStore, else the system's CAs), and the shared secret."""
+    import ssl
+
+    from bkcli.credentials import tls_context
+    if not config.tls_cert_file:
+        return {"tls": None, "auth_secret": config.auth_secret}
+    tls = tls_context(config.tls_trust_file) if config.tls_trust_file else ssl.create_default_context()
+    return {"tls": tls, "auth_secret": config.auth_secret}
+
+
 async def run_autorecovery(uri: str, config) -> None:
     """The autorecovery daemon of this bookie: an auditor candidate and a replication worker."""
     from transports.autorecovery import Autorecovery
     from bkclient.library import connect
-    async with connect(uri, renew_session=False) as bk:       # its auditor node and locks are ephemeral
+    # (its auditor node and locks are ephemeral: no session renewal)
+    async with connect(uri, renew_session=False, **own_client_credentials(config)) as bk:
         await Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
                            audit_interval_s=config.audit_interval_s, name=f"bookie-{config.bookie_id}").run()
 
@@ -109,6 +122,7 @@ async def stream_storage_in_bookie(uri: str, config, task_status) -> None:
     async with trio.open_nursery() as nursery:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, uri, host=config.host, port=config.stream_storage_port,
-            index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes")))
+            index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes"),
+            **own_client_credentials(config)))
         print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
         task_status.started()

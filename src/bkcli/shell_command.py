@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from bkcli.credentials import add_security_arguments, client_credentials
 from bkcli.defaults import add_metastore_argument, metastore_uri, nobody_listening, positive_int
 
 
@@ -24,6 +25,7 @@ def add_parser(commands) -> None:
         parser = sub.add_parser(name, help=help_text)
         if needs_cluster:
             add_metastore_argument(parser)
+            add_security_arguments(parser)
         parser.add_argument("--json", action="store_true", help="print JSON instead of text")
         parser.set_defaults(run=cmd_shell)
         return parser
@@ -116,7 +118,7 @@ async def run_shell(args, out) -> int:
             result = handler(None, args)
         else:
             import bkclient
-            async with bkclient.connect(metastore_uri(args)) as bk:
+            async with bkclient.connect(metastore_uri(args), **client_credentials(args)) as bk:
                 result = await handler(bk, args)
     except BKException as exc:
         print(f"bk shell {args.shell_command}: {type(exc).__name__}: {exc}", file=sys.stderr)

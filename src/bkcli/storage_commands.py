@@ -21,6 +21,7 @@ import sys
 import tempfile
 
 from bkcore.extras import require_extra
+from bkcli.credentials import CredentialsError, add_security_arguments, client_credentials
 from bkcli.defaults import add_metastore_argument, metastore_uri
 
 DEFAULT_SERVER = "127.0.0.1:4181"
@@ -38,6 +39,7 @@ def add_parser(commands) -> None:
     server.add_argument("--peer-port", type=int, default=0,
                         help="where the other stream storage servers send this one the table calls for the "
                              "ranges it owns (default: a free port, announced in the metastore)")
+    add_security_arguments(server)
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
@@ -111,6 +113,11 @@ def split_name(name: str) -> tuple[str, str]:
 
 def cmd_stream_storage(args) -> int:
     require_extra("grpc", "serving streams and tables over gRPC")
+    try:
+        args.credentials = client_credentials(args)
+    except CredentialsError as exc:
+        print(f"bk stream-storage: {exc}", file=sys.stderr)
+        return 2
     import trio
     return trio.run(_serve, args)
 
@@ -127,7 +134,7 @@ async def _serve(args) -> int:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
             index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port,
-            peer_port=args.peer_port))
+            peer_port=args.peer_port, **args.credentials))
         tune_gc()      # what startup made leaves the collector's sight, as in a bookie
         shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
         print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}", flush=True)

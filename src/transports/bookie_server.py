@@ -85,6 +85,7 @@ class BookieServerConfig:
     auth_secret: bytes = b""                        # clients must present it first (b"": no check)
     tls_cert_file: str = ""                         # TLS when set: certificate chain (PEM)
     tls_key_file: str = ""                          # and its private key (PEM)
+    tls_trust_file: str = ""                        # CA(s) its own clients (autorecovery, stream storage) trust
     autorecovery: bool = False                      # autoRecoveryDaemonEnabled
     lost_bookie_recovery_delay_s: float = 0.0       # lostBookieRecoveryDelay
     audit_interval_s: float = 60.0                  # auditorPeriodicCheckInterval

@@ -70,3 +70,60 @@ async def test_secret_without_tls_refuses_an_unauthenticated_request(start_clust
         while (frame := decoder.next_frame()) is None:
             decoder.feed(await stream.receive_some(1024))
     assert isinstance(frame[0], ErrorResponse) and "authentication" in frame[0].reason
+
+
+def _ca_file(ca, tmp_path) -> str:
+    path = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
+async def test_bk_shell_reaches_a_secured_cluster_with_its_flags_and_not_without(secure_cluster, ca, tmp_path,
+                                                                                capsys, monkeypatch):
+    import io
+    import json
+
+    from bkcli.main import build_parser
+    from bkcli.shell_command import run_shell
+
+    async def shell(*argv):
+        out = io.StringIO()
+        status = await run_shell(build_parser().parse_args(["shell", *argv, "--metastore", URI]), out)
+        return status, out.getvalue()
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    status, text = await shell("simpletest", "--num-entries", "5", "--json", "--tls-ca", _ca_file(ca, tmp_path),
+                               "--auth-secret-file", str(secret))
+    assert status == 0 and json.loads(text)["entries"] == 5
+    monkeypatch.setenv("BK_AUTH_SECRET", "s3cret")         # the secret from the environment instead
+    assert (await shell("simpletest", "--num-entries", "5", "--tls-ca", _ca_file(ca, tmp_path)))[0] == 0
+    monkeypatch.delenv("BK_AUTH_SECRET")
+    capsys.readouterr()
+    with trio.fail_after(60):                               # no TLS, no secret: the bookies refuse it
+        status, text = await shell("simpletest", "--num-entries", "5")
+    assert (status, text) == (1, "") and capsys.readouterr().err.count("\n") == 1
+    status, _ = await shell("simpletest", "--tls-ca", str(tmp_path / "missing.pem"))
+    assert status == 2 and capsys.readouterr().err == f"bk shell simpletest: {tmp_path / 'missing.pem'}: no such file\n"
+
+
+async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_cluster, ca, tmp_path, nursery):
+    """The stream storage a bookie runs in its process (streamStorageEnabled) is a client of
+    the cluster: it shows the bookies the secret and trusts tlsTrustStore."""
+    pytest.importorskip("grpc")
+    from bkcli.bookie_command import stream_storage_in_bookie
+    from bkclient.storage_client import StorageClient
+    from bklocal.processes import free_port
+    from transports.bookie_server import BookieServerConfig
+    bookie = secure_cluster.bookies[0].config
+    config = BookieServerConfig(data_dir=str(tmp_path / "own"), auth_secret=b"s3cret", tls_cert_file=bookie.tls_cert_file,
+                                tls_key_file=bookie.tls_key_file, tls_trust_file=_ca_file(ca, tmp_path),
+                                stream_storage_port=free_port())
+    await nursery.start(stream_storage_in_bookie, URI, config)
+
+    def use_table() -> bytes:
+        with StorageClient(f"127.0.0.1:{config.stream_storage_port}") as storage:
+            storage.create_stream("default", "secured")
+            table = storage.table("default", "secured")
+            table.put(b"k", b"v")
+            return table.get(b"k").value
+    assert await trio.to_thread.run_sync(use_table) == b"v"

@@ -1,0 +1,71 @@
+"""What a `bk` client command, or a server's own client of the cluster, shows the bookies of a
+secured cluster: a TLS context that trusts their certificates (and may carry a certificate of
+its own), and the shared secret they ask for first.
+
+    bk shell listbookies --tls-ca ca.pem --auth-secret-file secret.txt
+    BK_AUTH_SECRET=... bk shell simpletest --tls-ca ca.pem
+
+`client_credentials(...)` gives the keyword arguments of bkclient.connect / open_client.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+
+AUTH_SECRET_ENV = "BK_AUTH_SECRET"
+
+
+class CredentialsError(ValueError):
+    """A certificate, key or secret file that cannot be used; the message names it."""
+
+
+def add_security_arguments(parser) -> None:
+    parser.add_argument("--tls-ca", metavar="PEM", help="CA certificate(s) that signed the bookies' certificates: "
+                                                        "connect to them over TLS")
+    parser.add_argument("--tls-cert", metavar="PEM", help="this client's certificate chain, if the bookies ask for one")
+    parser.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    parser.add_argument("--auth-secret-file", metavar="FILE",
+                        help=f"file holding the bookies' shared secret (or ${AUTH_SECRET_ENV} holding it)")
+
+
+def client_credentials(args, environ=None) -> dict:
+    """{"tls": ..., "auth_secret": ...} from the arguments add_security_arguments made."""
+    environ = os.environ if environ is None else environ
+    return {"tls": tls_context(getattr(args, "tls_ca", None), getattr(args, "tls_cert", None),
+                               getattr(args, "tls_key", None)),
+            "auth_secret": auth_secret(getattr(args, "auth_secret_file", None), environ)}
+
+
+def tls_context(ca_file: str | None, cert_file: str | None = None, key_file: str | None = None) -> ssl.SSLContext | None:
+    """A client context trusting `ca_file` (None: no TLS unless a certificate is given, then the
+    system's CAs), presenting `cert_file` if given."""
+    if not (ca_file or cert_file):
+        return None
+    if key_file and not cert_file:
+        raise CredentialsError("--tls-key needs --tls-cert")
+    for path in (ca_file, cert_file, key_file):
+        if path and not os.path.isfile(path):
+            raise CredentialsError(f"{path}: no such file")
+    try:
+        context = ssl.create_default_context(cafile=ca_file or None)
+        if cert_file:
+            context.load_cert_chain(cert_file, key_file or None)
+    except (ssl.SSLError, OSError) as exc:
+        which = ", ".join(path for path in (ca_file, cert_file, key_file) if path)
+        raise CredentialsError(f"cannot use the TLS files {which}: {exc}") from None
+    return context
+
+
+def auth_secret(path: str | None, environ) -> bytes:
+    """The secret in `path` (its first line), else in ${AUTH_SECRET_ENV}; b"" when neither."""
+    if path:
+        try:
+            with open(path, "rb") as file:
+                lines = file.read().splitlines()
+        except OSError as exc:
+            raise CredentialsError(f"cannot read the auth secret file {path}: {exc.strerror}") from None
+        if not lines or not lines[0]:
+            raise CredentialsError(f"the auth secret file {path} holds no secret on its first line")
+        return lines[0]
+    return environ.get(AUTH_SECRET_ENV, "").encode()
