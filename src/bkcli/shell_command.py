@@ -14,7 +14,10 @@ import sys
 import time
 
 from bkcli.credentials import add_security_arguments, client_credentials
+from bkcli import shell_cookies
 from bkcli.defaults import add_metastore_argument, metastore_uri, nobody_listening, positive_int
+from bkcli.shell_support import ShellFailure as _ShellFailure
+from bkcli.shell_support import lines as _lines
 
 
 def add_parser(commands) -> None:
@@ -84,6 +87,7 @@ def add_parser(commands) -> None:
                          help="accepted for BookKeeper's scripts: nothing here asks for confirmation")
     decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie")
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
+    shell_cookies.add_parsers(command)
     for name, help_text in (("readjournal", "print the records of a bookie's journals"),
                             ("readlog", "print the records of a bookie's entry logs (all, or --log-id)"),
                             ("lastmark", "print a bookie's LastLogMark in each ledger directory")):
@@ -132,10 +136,6 @@ async def run_shell(args, out) -> int:
     text, data = result
     out.write(json.dumps(data, indent=None, sort_keys=True) + "\n" if args.json else text)
     return 0
-
-
-def _lines(items) -> str:
-    return "".join(f"{item}\n" for item in items)
 
 
 async def _listbookies(bk, args):
@@ -408,8 +408,7 @@ _HANDLERS = {
     "readledger": _readledger, "deleteledger": _deleteledger, "fence": _fence, "simpletest": _simpletest,
     "bookiesanity": _bookiesanity, "readjournal": _readjournal, "readlog": _readlog, "lastmark": _lastmark,
     "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,
+    **dict.fromkeys(shell_cookies.COMMANDS, shell_cookies.run),
 }
 
 
-class _ShellFailure(Exception):
-    """A command that ran but did not achieve its purpose; the text says what is left."""

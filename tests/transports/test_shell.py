@@ -179,3 +179,28 @@ def test_a_metastore_nobody_listens_at_is_named_at_once_in_one_line(capsys):
         err = capsys.readouterr().err
         assert time.monotonic() - started < 5 and err.count("\n") == 1
         assert err.startswith(f"bk shell listbookies: nothing is listening at {uri}: 127.0.0.1:{first} (")
+
+
+async def test_cookie_commands_list_get_update_create_and_delete(cluster, tmp_path, capsys):
+    bookie = sorted(b.bookie_id for b in cluster.bookies)[0]
+    assert (await shell("cookie_list"))[1].split() == sorted(b.bookie_id for b in cluster.bookies)
+    status, text = await shell("cookie_get", bookie)
+    assert status == 0 and f"bookie_id" in text and bookie in text
+    saved = tmp_path / "cookie"
+    saved.write_text(text)
+    assert (await shell("cookie_delete", bookie))[0] == 1            # it is running: refused
+    assert "is registered (running)" in capsys.readouterr().err
+    assert (await shell("cookie_create", bookie, "-cf", str(saved)))[0] == 1     # exists already
+    assert (await shell("cookie_update", bookie, "-cf", str(saved))) == (0, f"replaced {bookie}'s cookie\n")
+    assert (await shell("cookie_delete", bookie, "-f")) == (0, f"deleted {bookie}'s cookie\n")
+    assert bookie not in (await shell("cookie_list"))[1].split()
+    other = sorted(b.bookie_id for b in cluster.bookies)[1]
+    capsys.readouterr()
+    assert (await shell("cookie_create", other, "-cf", str(saved)))[0] == 1      # someone else's cookie
+    assert capsys.readouterr().err == f"bk shell cookie_create: {saved} is the cookie of {bookie}, not of {other}\n"
+    torn = tmp_path / "torn"
+    torn.write_text(text.replace(bookie, "127.0.0.1:1"))                          # checksum no longer fits
+    assert (await shell("cookie_create", bookie, "-cf", str(torn)))[0] == 1
+    assert "unreadable cookie" in capsys.readouterr().err
+    assert (await shell("cookie_create", bookie, "-cf", str(saved))) == (0, f"registered {bookie}'s cookie\n")
+    assert (await shell("cookie_get", bookie))[1] == text
