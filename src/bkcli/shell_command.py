@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 from bkcli.credentials import add_security_arguments, client_credentials
-from bkcli import shell_cookies
+from bkcli import shell_cookies, shell_files
 from bkcli.defaults import add_metastore_argument, metastore_uri, nobody_listening, positive_int
 from bkcli.shell_support import ShellFailure as _ShellFailure
 from bkcli.shell_support import lines as _lines
@@ -88,13 +87,7 @@ def add_parser(commands) -> None:
     decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie")
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
     shell_cookies.add_parsers(command)
-    for name, help_text in (("readjournal", "print the records of a bookie's journals"),
-                            ("readlog", "print the records of a bookie's entry logs (all, or --log-id)"),
-                            ("lastmark", "print a bookie's LastLogMark in each ledger directory")):
-        files = command(name, help_text, needs_cluster=False)
-        files.add_argument("--data-dir", required=True, help="the bookie's dataDir")
-        if name == "readlog":
-            files.add_argument("--log-id", type=lambda v: int(v, 16), default=None, help="one log, hex id")
+    shell_files.add_parsers(lambda name, help_text: command(name, help_text, needs_cluster=False))
 
 
 def cmd_shell(args) -> int:
@@ -334,79 +327,10 @@ async def _decommission(bk, args):
     return text, {"bookie": args.bookie, "fragments": report.fragments_copied}
 
 
-def _local_journal(args):
-    from bkcore.bookie.journal_files import Journal, JournalConfig
-    from transports.filesystem import OsFileSystem
-    config = JournalConfig()
-    _check_bookie_dir(args.data_dir, config.journal_dir, *config.ledger_dirs)
-    return Journal(fs=OsFileSystem(args.data_dir), config=config)
-
-
-def _check_bookie_dir(data_dir: str, *subdirs: str) -> None:
-    """Refuse, creating nothing, a --data-dir that is not a bookie's: it must exist and hold
-    the subdirectories a bookie makes there."""
-    if not os.path.isdir(data_dir):
-        raise _ShellFailure(f"{data_dir} is not a directory; give --data-dir the bookie's dataDir\n")
-    missing = [name for name in subdirs if not os.path.isdir(os.path.join(data_dir, name))]
-    if missing:
-        raise _ShellFailure(f"{data_dir} holds no bookie data (no {', '.join(missing)} in it); give --data-dir "
-                            f"the bookie's dataDir\n")
-
-
-def _journal_rows(record) -> list[dict]:
-    """One row per entry (a batched ENTRIES record shows each of its entries) or other record."""
-    from bkcore.bookie.journal import EntriesRecord, EntryRecord
-    if type(record) is EntriesRecord:
-        return [{"record": "ENTRY", "ledger_id": record.ledger_id, "entry_id": record.first_entry_id + i,
-                 "size": len(body), "batch_of": len(record.bodies)} for i, body in enumerate(record.bodies)]
-    if type(record) is EntryRecord:
-        return [{"record": "ENTRY", "ledger_id": record.ledger_id, "entry_id": record.entry_id,
-                 "size": len(record.body)}]
-    fields = {name: getattr(record, name) for name in record.__slots__}
-    name = type(record).__name__.removesuffix("Record").upper()
-    return [{"record": name, **{k: (len(v) if isinstance(v, bytes) else v) for k, v in fields.items()}}]
-
-
-def _readjournal(_, args):
-    journal = _local_journal(args)
-    rows = []
-    for journal_id in journal.journal_ids():
-        scan = journal.scan_journal(journal_id)
-        for record in (scan.records if scan is not None else []):
-            rows.extend({"journal": f"{journal_id:x}", **row} for row in _journal_rows(record))
-        if scan is not None and scan.tail_problem:
-            rows.append({"journal": f"{journal_id:x}", "record": "TAIL", "problem": scan.tail_problem})
-    text = _lines(" ".join(f"{k}={v}" for k, v in row.items()) for row in rows)
-    return text, rows
-
-
-def _readlog(_, args):
-    from bkcore.bookie.entrylog import EntryLogger
-    from transports.filesystem import OsFileSystem
-    _check_bookie_dir(args.data_dir, "ledgers")
-    logger = EntryLogger(fs=OsFileSystem(args.data_dir), ledger_dir="ledgers", entry_log_size_max=1)
-    rows = []
-    for log_id in [args.log_id] if args.log_id is not None else logger.log_ids():
-        for offset, ledger_id, entry_id, size in logger.scan(log_id):
-            if ledger_id is None:
-                rows.append({"log": f"{log_id:x}", "offset": offset, "problem": size})
-            else:
-                rows.append({"log": f"{log_id:x}", "offset": offset, "ledger_id": ledger_id,
-                             "entry_id": entry_id, "size": size})
-    return _lines(" ".join(f"{k}={v}" for k, v in row.items()) for row in rows), rows
-
-
-def _lastmark(_, args):
-    journal = _local_journal(args)
-    marks = dict(zip(journal.config.ledger_dirs, journal.read_last_marks()))
-    data = {d: {"journal_id": f"{m.journal_id:x}", "position": m.position} for d, m in marks.items()}
-    return _lines(f"{d}\tjournal {v['journal_id']} position {v['position']}" for d, v in data.items()), data
-
-
 _HANDLERS = {
     "listbookies": _listbookies, "listledgers": _listledgers, "bookieinfo": _bookieinfo, "ledgermetadata": _ledgermetadata,
     "readledger": _readledger, "deleteledger": _deleteledger, "fence": _fence, "simpletest": _simpletest,
-    "bookiesanity": _bookiesanity, "readjournal": _readjournal, "readlog": _readlog, "lastmark": _lastmark,
+    "bookiesanity": _bookiesanity, **shell_files.HANDLERS,
     "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,
     **dict.fromkeys(shell_cookies.COMMANDS, shell_cookies.run),
 }

@@ -94,6 +94,18 @@ async def test_journal_tools_read_a_bookies_files(cluster):
     status, text = await shell("lastmark", "--data-dir", bookie.config.data_dir, "--json", uri=None)
     mark = json.loads(text)["ledgers"]
     assert mark["position"] > 0
+    log_id = logged[0]["log"]
+    status, text = await shell("readlogmetadata", "--data-dir", bookie.config.data_dir, "-l", log_id, "--json",
+                               uri=None)
+    [row] = [r for r in json.loads(text) if r.get("ledger_id") == ledger.ledger_id]
+    assert (status, row["entries"], row["bytes"]) == (0, 5, sum(r["size"] for r in logged))
+    assert (await shell("readlogmetadata", "--data-dir", bookie.config.data_dir, "-l", "ffff", uri=None))[0] == 1
+    status, text = await shell("listfilesondisc", "--data-dir", bookie.config.data_dir, "--json", uri=None)
+    files = json.loads(text)
+    assert {row["kind"] for row in files} == {"journal", "entrylog", "index"} and all(row["size"] >= 0 for row in files)
+    assert any(row["file"].endswith(f"/{log_id}.log") for row in files)
+    status, text = await shell("listfilesondisc", "--data-dir", bookie.config.data_dir, "-txn", "--json", uri=None)
+    assert {row["kind"] for row in json.loads(text)} == {"journal"}
 
 
 async def test_recover_and_decommission_commands(cluster, nursery, capsys):
@@ -142,7 +154,7 @@ async def test_bookieinfo_asks_every_bookie(cluster):
     assert all(0 < r["free_disk_space"] <= r["total_disk_space"] and r["readonly"] is False for r in rows)
 
 
-@pytest.mark.parametrize("command", ["readjournal", "readlog", "lastmark"])
+@pytest.mark.parametrize("command", ["readjournal", "readlog", "readlogmetadata", "lastmark", "listfilesondisc"])
 async def test_file_tools_refuse_a_directory_that_is_not_a_bookies_and_create_nothing(command, tmp_path, capsys):
     missing = tmp_path / "no-such-dir"
     status, text = await shell(command, "--data-dir", str(missing), uri=None)
