@@ -216,3 +216,29 @@ async def test_cookie_commands_list_get_update_create_and_delete(cluster, tmp_pa
     assert "unreadable cookie" in capsys.readouterr().err
     assert (await shell("cookie_create", bookie, "-cf", str(saved))) == (0, f"registered {bookie}'s cookie\n")
     assert (await shell("cookie_get", bookie))[1] == text
+
+
+async def test_metaformat_and_nukeexistingcluster_refuse_until_forced_and_bookies_are_down(cluster, capsys):
+    import bkclient
+    from bkcore.metaops import Children, Get, MetaCode
+    from metastore.layout_node import layout_node_path
+    assert (await shell("initnewcluster"))[0] == 0
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(password=b"pw")
+        await ledger.add(b"x")
+        root = bk.layout.root
+    capsys.readouterr()
+    assert (await shell("metaformat"))[0] == 1
+    assert "give -f to do it" in capsys.readouterr().err
+    assert (await shell("metaformat", "-f"))[0] == 1
+    assert "stop every bookie first" in capsys.readouterr().err
+    assert (await shell("listledgers"))[1].split() == [str(ledger.ledger_id)]     # nothing was deleted
+    for bookie in list(cluster.bookies):
+        await cluster.stop(bookie)
+    status, text = await shell("metaformat", "-f", "-n")
+    assert status == 0 and text.startswith("metaformat: deleted ")
+    assert (await shell("listledgers"))[1] == "" and (await shell("cookie_list"))[1] == ""
+    async with bkclient.connect(URI) as bk:
+        assert (await bk.store.execute(Get(layout_node_path(root)))).code is MetaCode.OK     # the layout stays
+        assert (await shell("nukeexistingcluster", "-f"))[0] == 0
+        assert (await bk.store.execute(Children(root))).code is MetaCode.NO_NODE
