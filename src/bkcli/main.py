@@ -20,13 +20,13 @@ def _refuse_optimized() -> None:
 
 
 # The commands that run a server (they log at INFO by default).
-SERVER_COMMANDS = frozenset({"bookie", "metastore", "stream-storage", "standalone"})
+SERVER_COMMANDS = frozenset({"bookie", "metastore", "stream-storage", "standalone", "autorecovery"})
 
 
 def build_parser() -> argparse.ArgumentParser:
     from bkcli import (
-        bench_commands, bookie_command, metastore_command, shell_command, sim_commands, standalone_command,
-        storage_commands,
+        autorecovery_command, bench_commands, bookie_command, metastore_command, shell_command, sim_commands,
+        standalone_command, storage_commands,
     )
 
     parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     standalone_command.add_parser(commands)
     bookie_command.add_parser(commands)
     metastore_command.add_parser(commands)
+    autorecovery_command.add_parser(commands)
     shell_command.add_parser(commands)
     storage_commands.add_parser(commands)
     sim_commands.add_parser(commands)

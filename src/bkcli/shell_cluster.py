@@ -7,6 +7,7 @@
                              the recorded ledger layout: the cluster starts afresh (its bookies'
                              data becomes garbage; format them too, or they refuse to start)
     nukeexistingcluster -f   delete everything under the ledger root, the layout included
+    whoisauditor             the autorecovery daemon auditing the cluster now
 
 Both deletions are refused while a bookie is registered, and without -f (nothing here asks).
 """
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 from bkcli.shell_support import ShellFailure
 
-COMMANDS = ("initnewcluster", "metaformat", "nukeexistingcluster")
+COMMANDS = ("initnewcluster", "metaformat", "nukeexistingcluster", "whoisauditor")
 
 
 def add_parsers(command) -> None:
+    command("whoisauditor", "the autorecovery daemon auditing the cluster now")
     command("initnewcluster", "make the cluster's metadata skeleton where it is missing")
     for name, what in (("metaformat", "delete all of the cluster's metadata but its ledger layout"),
                        ("nukeexistingcluster", "delete everything under the cluster's ledger root")):
@@ -32,6 +34,14 @@ async def run(bk, args):
     from bkcore.metaops import Children, Create, MetaCode
     from metastore.layout_node import layout_node_path
     root = bk.layout.root
+    if args.shell_command == "whoisauditor":
+        from bkcore.metaops import Get
+        result = await bk.store.execute(Get(bk.layout.auditor_path))
+        if result.code is not MetaCode.OK:
+            raise ShellFailure("no auditor is elected (is an autorecovery daemon running? bk autorecovery, or "
+                               "autoRecoveryDaemonEnabled on a bookie)\n")
+        auditor = result.data.decode("utf-8", "replace")
+        return f"{auditor}\n", {"auditor": auditor}
     if args.shell_command == "initnewcluster":
         made = []
         for path in (bk.layout.available_path, bk.layout.readonly_path, f"{root}/cookies", f"{root}/idgen",
