@@ -44,7 +44,12 @@ def add_parser(commands) -> None:
     ledgers.add_argument("-m", "--meta", action="store_true", help="print each ledger's metadata too")
     ledgers.add_argument("-id", "--bookieid", metavar="BOOKIE", help="only ledgers with an ensemble on this bookie")
     command("bookieinfo", "disk space, state and ledger count of every registered bookie")
-    command("ledgermetadata", "one ledger's metadata").add_argument("ledger_id", type=int)
+    metadata = command("ledgermetadata", "one ledger's metadata (or dump it to a file, or restore it from one)")
+    metadata.add_argument("ledger_id", type=int)
+    saving = metadata.add_mutually_exclusive_group()
+    saving.add_argument("-d", "--dumptofile", metavar="FILE", help="write the stored metadata, as it is, to FILE")
+    saving.add_argument("-r", "--restorefromfile", metavar="FILE",
+                        help="store FILE (a dump) as the ledger's metadata, replacing what is there")
     read = command("readledger", "print a ledger's entries up to its LAC (-r: recover it first, fencing its "
                                  "writer, as BookKeeper's readledger -r)")
     read.add_argument("ledger_id", type=int, nargs="?", help="the ledger (or -l)")
@@ -174,9 +179,44 @@ async def _listledgers(bk, args):
 
 
 async def _ledgermetadata(bk, args):
-    data = (await bk.ledger_metadata(args.ledger_id)).summary()
+    if args.restorefromfile:
+        return await _restore_metadata(bk, args.ledger_id, args.restorefromfile)
+    metadata = await bk.ledger_metadata(args.ledger_id)
+    if args.dumptofile:
+        with open(args.dumptofile, "wb") as file:
+            file.write(metadata.to_bytes())
+        return (f"ledger {args.ledger_id}'s metadata written to {args.dumptofile}\n",
+                {"ledger_id": args.ledger_id, "file": args.dumptofile})
+    data = metadata.summary()
     text = _lines(f"{key}: {value}" for key, value in data.items())
     return text, data
+
+
+async def _restore_metadata(bk, ledger_id: int, path: str):
+    """BookKeeper's ledgermetadata -restorefromfile: a dump of this ledger's metadata stored as
+    it (once it reads as this ledger's), created if the ledger has none."""
+    from bkcore.ledger.metadata import LedgerMetadata
+    from bkcore.metaops import Create, Get, MetaCode, SetData
+    try:
+        with open(path, "rb") as file:
+            data = file.read()
+        restored = LedgerMetadata.from_bytes(data, version=0)
+    except OSError as exc:
+        raise _ShellFailure(f"cannot read {path}: {exc.strerror}\n") from None
+    except Exception as exc:     # noqa: BLE001 - whatever the file holds, it is not metadata
+        raise _ShellFailure(f"{path} is not a ledger metadata dump: {exc}\n") from None
+    if restored.ledger_id != ledger_id:
+        raise _ShellFailure(f"{path} holds the metadata of ledger {restored.ledger_id}, not {ledger_id}\n")
+    ledger_path = bk.layout.ledger_path(ledger_id)
+    current = await bk.store.execute(Get(ledger_path))
+    if current.code is MetaCode.NO_NODE:
+        result = await bk.store.execute(Create(ledger_path, data))
+    else:
+        result = await bk.store.execute(SetData(ledger_path, data, current.version))
+    if result.code is not MetaCode.OK:
+        raise _ShellFailure(f"restoring ledger {ledger_id}'s metadata failed ({result.code.name}); try again\n")
+    return (f"ledger {ledger_id}'s metadata restored from {path}\n",
+            {"ledger_id": ledger_id, "file": path, "state": restored.state.name})
 
 
 def _show(payload: bytes) -> str:

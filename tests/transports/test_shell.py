@@ -242,3 +242,30 @@ async def test_metaformat_and_nukeexistingcluster_refuse_until_forced_and_bookie
         assert (await bk.store.execute(Get(layout_node_path(root)))).code is MetaCode.OK     # the layout stays
         assert (await shell("nukeexistingcluster", "-f"))[0] == 0
         assert (await bk.store.execute(Children(root))).code is MetaCode.NO_NODE
+
+
+async def test_ledgermetadata_dumps_to_a_file_and_restores_from_it(cluster, tmp_path, capsys):
+    import bkclient
+    async with bkclient.connect(URI) as bk:
+        first = await bk.create_ledger(password=b"pw")
+        await first.add_many([b"a", b"b"])
+        await first.close()
+        second = await bk.create_ledger(password=b"pw")
+    dump = tmp_path / "metadata"
+    status, _ = await shell("ledgermetadata", str(first.ledger_id), "-d", str(dump))
+    assert status == 0 and dump.stat().st_size > 0
+    before = (await shell("ledgermetadata", str(first.ledger_id), "--json"))[1]
+    assert (await shell("deleteledger", str(first.ledger_id)))[0] == 0
+    assert (await shell("ledgermetadata", str(first.ledger_id)))[0] == 1            # gone
+    status, text = await shell("ledgermetadata", str(first.ledger_id), "-r", str(dump), "--json")
+    assert status == 0 and json.loads(text)["state"] == "CLOSED"
+    restored = json.loads((await shell("ledgermetadata", str(first.ledger_id), "--json"))[1])
+    assert {k: v for k, v in restored.items() if k != "version"} == {
+        k: v for k, v in json.loads(before).items() if k != "version"}
+    capsys.readouterr()
+    assert (await shell("ledgermetadata", str(second.ledger_id), "-r", str(dump)))[0] == 1
+    assert f"holds the metadata of ledger {first.ledger_id}, not {second.ledger_id}" in capsys.readouterr().err
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"not metadata")
+    assert (await shell("ledgermetadata", str(second.ledger_id), "-r", str(junk)))[0] == 1
+    assert "is not a ledger metadata dump" in capsys.readouterr().err
