@@ -78,6 +78,7 @@ log = logging.getLogger("bk.bookie")
 @dataclass(frozen=True)
 class BookieServerConfig:
     data_dir: str                                   # journal, ledgers and index live under it
+    metadata_service_uri: str = ""                  # metadataServiceUri, as configured (shown, not dialled)
     host: str = "127.0.0.1"
     port: int = 3181                                # bookiePort
     advertised_address: str = ""                    # bookie id; default host:port
