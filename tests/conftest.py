@@ -33,6 +33,19 @@ def fs(request, tmp_path):
     filesystem.close()
 
 
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """A test that runs `bk`'s main() sets up the root logger for the process (bkcli.logs); put
+    it back afterwards, so that records of in-process bookies in later tests do not land on
+    their stderr."""
+    import logging
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
 @pytest.fixture
 async def start_cluster(nursery, tmp_path):
     """start_cluster(uri, bookie_count=3, **bookie_config) -> an InProcessCluster on a fresh

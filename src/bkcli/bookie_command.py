@@ -80,7 +80,7 @@ async def run_bookie(uri: str, config) -> int:
             sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
             print(f"bookie {config.bookie_id} listening on {config.host}:{port}", flush=True)
             if config.autorecovery:
-                nursery.start_soon(run_autorecovery, uri, config)
+                nursery.start_soon(run_autorecovery, uri, config, server)
             if config.stream_storage:
                 await nursery.start(stream_storage_in_bookie, uri, config)
 
@@ -104,14 +104,18 @@ def own_client_credentials(config) -> dict:
     return {"tls": tls, "auth_secret": config.auth_secret}
 
 
-async def run_autorecovery(uri: str, config) -> None:
-    """The autorecovery daemon of this bookie: an auditor candidate and a replication worker."""
+async def run_autorecovery(uri: str, config, server) -> None:
+    """The autorecovery daemon of this bookie: an auditor candidate and a replication worker. It
+    is named by the bookie id, which the auditor node then holds (as BookKeeper's does), and
+    handed to the server for its admin endpoint (who is the auditor, trigger an audit)."""
     from transports.autorecovery import Autorecovery
     from bkclient.library import connect
     # (its auditor node and locks are ephemeral: no session renewal)
     async with connect(uri, renew_session=False, **own_client_credentials(config)) as bk:
-        await Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
-                           audit_interval_s=config.audit_interval_s, name=f"bookie-{config.bookie_id}").run()
+        recovery = Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
+                                audit_interval_s=config.audit_interval_s, name=config.bookie_id)
+        server.autorecovery = recovery
+        await recovery.run()
 
 
 async def stream_storage_in_bookie(uri: str, config, task_status) -> None:

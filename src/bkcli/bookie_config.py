@@ -1,7 +1,8 @@
 """Bookie configuration in TOML, with BookKeeper's option names where BookKeeper has the option.
 
-OPTIONS is the one table of every key: `load_bookie_config()` reads a file through it, and
-`bk bookie --print-config-reference` (docs/operations.md) prints it, so code and docs agree.
+transports.bookie_options.OPTIONS is the one table of every key: `load_bookie_config()` reads a
+file through it, `bk bookie --print-config-reference` (docs/operations.md) prints it, and the
+bookie's HTTP admin endpoint shows its values with it, so code, docs and the endpoint agree.
 
     # bookie.toml
     metadataServiceUri = "raft://127.0.0.1:2281"
@@ -15,8 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-from dataclasses import dataclass
-from typing import Callable
 
 from bkcli.properties import parse_properties
 from bkcore.bookie.bookie import BookieConfig
@@ -24,103 +23,14 @@ from bkcore.bookie.compaction import CompactionConfig
 from bkcore.bookie.diskmonitor import DiskUsageConfig
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.journal_files import JournalConfig
+from transports.bookie_options import OPTIONS
 from transports.bookie_server import BookieServerConfig
-
-MS = 1_000_000
-MIB = 1024 * 1024
 
 
 class ConfigError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Option:
-    key: str            # TOML key (BookKeeper's name where it has one)
-    section: str        # "" (BookieServerConfig), bookie, journal, storage, disk_usage, compaction
-    field: str          # dataclass field it sets
-    kind: type          # int, float, bool, str
-    to_field: Callable = lambda value: value
-    help: str = ""
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("metadataServiceUri", "", "", str, help="metastore URI (raft://, zk://, memory://); required"),
-    Option("dataDir", "", "data_dir", str, help="directory holding journal, ledgers and index; required"),
-    Option("bookiePort", "", "port", int, help="TCP port the bookie listens on (3181)"),
-    Option("listeningInterface", "", "host", str, help="address to listen on (127.0.0.1)"),
-    Option("advertisedAddress", "", "advertised_address", str,
-           help="bookie id host:port that clients dial (default: listen address:port)"),
-    Option("httpServerPort", "", "http_port", int, help="HTTP admin port, 0 = off (0)"),
-    Option("bookieAuthSecret", "", "auth_secret", str, to_field=lambda v: v.encode(),
-           help="shared secret every client connection must present first (empty: none)"),
-    Option("tlsCertificatePath", "", "tls_cert_file", str, help="TLS certificate chain, PEM (empty: no TLS)"),
-    Option("tlsKeyPath", "", "tls_key_file", str, help="private key of the TLS certificate, PEM"),
-    Option("tlsTrustStore", "", "tls_trust_file", str,
-           help="CA certificate(s), PEM, that this bookie's own clients of the cluster (autorecovery, stream "
-                "storage) trust to reach TLS bookies (empty: the system's)"),
-    Option("autoRecoveryDaemonEnabled", "", "autorecovery", bool,
-           help="run an autorecovery auditor candidate and replication worker in this bookie (false)"),
-    Option("lostBookieRecoveryDelay", "", "lost_bookie_recovery_delay_s", int,
-           help="seconds a bookie must be gone before its ledgers are re-replicated (0)"),
-    Option("auditorPeriodicCheckInterval", "", "audit_interval_s", int,
-           help="seconds between full audits, besides audits on registration changes (60)"),
-    Option("streamStorageEnabled", "", "stream_storage", bool,
-           help="also serve streams and tables (the gRPC endpoint) from this bookie's process (false)"),
-    Option("streamStoragePort", "", "stream_storage_port", int, help="gRPC port of that stream storage (4181)"),
-    Option("journalDirectory", "journal", "journal_dir", str, help="journal directory, under dataDir (journal)"),
-    Option("ledgerDirectories", "journal", "ledger_dirs", str, to_field=lambda v: (v,),
-           help="ledger directory, under dataDir (ledgers)"),
-    Option("journalMaxSizeMB", "journal", "journal_max_size", int, to_field=lambda v: v * MIB,
-           help="roll the journal at this size (2048)"),
-    Option("journalMaxBackups", "journal", "journal_max_backups", int,
-           help="old journals kept after the LastLogMark passed them (5)"),
-    Option("journalPreAllocSizeMB", "journal", "journal_prealloc_size", int, to_field=lambda v: v * MIB,
-           help="grow journal files ahead of their records in chunks of this size, so a group's "
-                "fdatasync need not persist a new file size; 0 = off (16)"),
-    Option("journalMaxGroupWaitMSec", "bookie", "journal_max_group_wait_ns", float,
-           to_field=lambda v: int(v * MS), help="longest wait of a record for its group commit (2)"),
-    Option("journalBufferedWritesThreshold", "bookie", "journal_buffered_writes_threshold_size", int,
-           help="bytes that make a group commit at once (524288)"),
-    Option("journalFlushWhenQueueEmpty", "bookie", "journal_flush_when_queue_empty", bool,
-           help="commit a group as soon as no request is waiting (true here; BookKeeper: false)"),
-    Option("journalWritesInFlightMax", "bookie", "journal_writes_in_flight_max", int,
-           help="journal groups written and not yet synced, at most: with 2 the journal thread writes "
-                "the next group as soon as the last is synced, while its answers go out (2; 1: one at a time)"),
-    Option("journalSyncInlineMaxBytes", "", "journal_sync_inline_size_max", int,
-           help="journal groups up to this size are written and fdatasynced on the event loop, "
-                "sparing a thread handoff at light load; larger ones in a worker thread (16384)"),
-    Option("maxAddsInProgressLimit", "bookie", "pending_adds_count_max", int,
-           help="adds waiting for the journal before TOO_MANY_REQUESTS (10000)"),
-    Option("nettyMaxFrameSizeBytes", "", "frame_size_max", int, help="largest frame accepted (8388608)"),
-    Option("logSizeLimit", "storage", "entry_log_size_max", int, help="roll entry logs at this size (1073741824)"),
-    Option("flushEntrylogBytes", "storage", "entry_log_flush_size", int,
-           help="a checkpoint syncs the entry log every this many bytes it writes, so journal syncs "
-                "meanwhile wait behind a slice, not the whole checkpoint (1048576; 0: once, at its end)"),
-    Option("readCacheMaxEntries", "storage", "read_cache_count_max", int, help="entries kept after reads (4096)"),
-    Option("dbStorage_readAheadCacheMaxSizeMb", "storage", "read_cache_size_max", int, to_field=lambda v: v * MIB,
-           help="bytes of the entries kept after reads, at most (64)"),
-    Option("dbStorage_readAheadCacheBatchSize", "storage", "read_ahead_count_max", int,
-           help="entries read ahead after a read from an entry log (100; 0 turns it off)"),
-    Option("flushInterval", "", "flush_interval_s", int, to_field=lambda v: v / 1000,
-           help="checkpoint period in ms (1000)"),
-    Option("dbStorage_writeCacheMaxSizeMb", "", "write_cache_size_max", int, to_field=lambda v: v * MIB,
-           help="a checkpoint starts early when the write cache holds half of this; if it fills while the "
-                "other half is being flushed, the bookie stops reading requests until it is done (256)"),
-    Option("gcWaitTime", "", "gc_wait_time_s", int, to_field=lambda v: v / 1000, help="GC period in ms (60000)"),
-    Option("majorCompactionInterval", "", "major_compaction_interval_s", int,
-           help="seconds between major compactions (3600)"),
-    Option("minorCompactionThreshold", "compaction", "minor_compaction_threshold", float,
-           help="compact logs whose live fraction is below this every GC round (0.2)"),
-    Option("majorCompactionThreshold", "compaction", "major_compaction_threshold", float,
-           help="... and below this at major compactions (0.8)"),
-    Option("diskUsageThreshold", "disk_usage", "disk_usage_threshold", float,
-           help="usage at which the bookie turns readonly (0.95)"),
-    Option("diskUsageLwmThreshold", "disk_usage", "disk_usage_lwm_threshold", float,
-           help="usage below which it becomes writable again (0.90)"),
-    Option("diskCheckInterval", "", "disk_check_interval_s", int, to_field=lambda v: v / 1000,
-           help="disk usage check period in ms (10000)"),
-)
 _BY_KEY = {option.key: option for option in OPTIONS}
 _SECTION_TYPES = {"bookie": BookieConfig, "journal": JournalConfig, "storage": StorageConfig,
                   "disk_usage": DiskUsageConfig, "compaction": CompactionConfig}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 
 LEVEL_ENV = "BK_LOG_LEVEL"
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -26,16 +27,32 @@ def add_log_level_argument(parser) -> None:
                              f"the rest)")
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record comes (not the one there when it was made:
+    `bk`'s main() may run more than once in a process that swaps sys.stderr, as tests do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _) -> None:
+        pass
+
+
 def setup_logging(level: str | None, *, default: str) -> str:
-    """Configure the root logger once, for the whole process; returns the level chosen. An
-    unknown ${LEVEL_ENV} is named and the default used."""
+    """Configure the root logger, for the whole process; returns the level chosen. An unknown
+    ${LEVEL_ENV} is named and the default used."""
     chosen = level or os.environ.get(LEVEL_ENV, "").upper() or default
-    if chosen not in LEVELS:
-        logging.basicConfig(level=default, format=FORMAT, force=True)
+    is_known = chosen in LEVELS
+    logging.basicConfig(level=chosen if is_known else default, format=FORMAT, handlers=[_StderrHandler()], force=True)
+    if not is_known:
         logging.getLogger("bk").warning("%s=%s is not one of %s; logging at %s", LEVEL_ENV,
                                         os.environ.get(LEVEL_ENV), ", ".join(LEVELS), default)
         return default
-    logging.basicConfig(level=chosen, format=FORMAT, force=True)
     return chosen
 
 

@@ -298,7 +298,7 @@ async def _bookiesanity(bk, args):
 
 async def _listunderreplicated(bk, args):
     from transports.autorecovery import list_underreplicated
-    marks = await list_underreplicated(bk)
+    marks = await list_underreplicated(bk.store, bk.layout)
     return _lines(f"{ledger_id}\t{','.join(lost)}" for ledger_id, lost in sorted(marks.items())), \
         {str(k): v for k, v in sorted(marks.items())}
 

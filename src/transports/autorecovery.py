@@ -108,14 +108,15 @@ async def _is_open(bk, ledger_id: int) -> bool:
         return False
 
 
-async def list_underreplicated(bk) -> dict[int, list[str]]:
-    """Marked ledgers and the lost bookies each mark names."""
-    result = await bk.store.execute(Children(bk.layout.underreplicated_path))
+async def list_underreplicated(store, layout) -> dict[int, list[str]]:
+    """Marked ledgers and the lost bookies each mark names (a metastore session and its layout:
+    a client's bk.store and bk.layout, or a bookie's)."""
+    result = await store.execute(Children(layout.underreplicated_path))
     marks = {}
     for name in result.children if result.code is MetaCode.OK else ():
         if name.startswith("urL") and name[3:].isdigit():
             ledger_id = int(name[3:])
-            data = await bk.store.execute(Get(bk.layout.underreplicated_ledger_path(ledger_id)))
+            data = await store.execute(Get(layout.underreplicated_ledger_path(ledger_id)))
             if data.code is MetaCode.OK:
                 marks[ledger_id] = sorted(filter(None, data.data.decode().split("\n")))
     return marks
@@ -167,8 +168,10 @@ class Autorecovery:
             with trio.move_on_after(next_round_in):
                 await watch.wait()
 
-    async def audit(self) -> list[int]:
-        """One audit round; returns the ledgers it marked."""
+    async def audit(self, *, delay_s: float | None = None) -> list[int]:
+        """One audit round; returns the ledgers it marked. delay_s replaces the lost bookie
+        recovery delay for this round (0: a triggered audit marks what is missing now)."""
+        delay_s = self.delay_s if delay_s is None else delay_s
         self.counts["audits"] += 1
         _, alive = await live_bookies(self.bk)
         now = trio.current_time()
@@ -185,7 +188,7 @@ class Autorecovery:
                 if bookie in alive:
                     continue
                 since = self._missing_since.setdefault(bookie, now)
-                if now - since >= self.delay_s and fragments_on(metadata, bookie):
+                if now - since >= delay_s and fragments_on(metadata, bookie):
                     lost_by_ledger.setdefault(ledger_id, set()).add(bookie)
         for bookie in list(self._missing_since):
             if bookie in alive or bookie not in named:

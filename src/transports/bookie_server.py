@@ -20,6 +20,7 @@ The thin driver around bkcore's BookieStack. What runs where:
   (a ReceiveGate) until that checkpoint is done, so memory stays bounded and the clients are
   slowed by TCP (BookKeeper's DbLedgerStorage throttles its adding threads the same way);
 - GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
+  a round runs every gc_wait_time_s, and at once when request_gc asks (the admin endpoint);
 - the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
   metastore session; a lost session opens a new one (reopen_store) and registers again.
@@ -66,6 +67,7 @@ from transports.timer import CoreTimer, now_ns
 from transports.worker_thread import WorkerThread
 from transports.filesystem import OsFileSystem
 from transports.http_admin import AdminHttpServer
+from transports.http_admin_api import admin_routes
 from transports.lmdb_index import LmdbIndexStore
 from transports.metadata_walk import blocking_children_lister
 from transports.metrics import Histogram, render_prometheus
@@ -78,6 +80,7 @@ log = logging.getLogger("bk.bookie")
 @dataclass(frozen=True)
 class BookieServerConfig:
     data_dir: str                                   # journal, ledgers and index live under it
+    metadata_service_uri: str = ""                  # metadataServiceUri, as configured (shown, not dialled)
     host: str = "127.0.0.1"
     port: int = 3181                                # bookiePort
     advertised_address: str = ""                    # bookie id; default host:port
@@ -110,6 +113,19 @@ class BookieServerConfig:
     @property
     def bookie_id(self) -> str:
         return self.advertised_address or f"{self.host}:{self.port}"
+
+
+@dataclass
+class GcStatus:
+    """What the GC loop is doing and has done, for the admin endpoint (/api/v1/bookie/gc, gc_details)."""
+    is_force_wanted: bool = False       # a round asked for (request_gc) has not finished yet
+    is_force_major: bool = False        # ... and is to be a major one
+    running: str = ""                   # "major" or "minor" while a round (GC, then compaction) runs
+    is_running_forced: bool = False     # the running round is one asked for
+    last_major_ms: int = 0              # when the last round of each kind ended (epoch ms; 0: none yet)
+    last_minor_ms: int = 0
+    major_count: int = 0                # rounds of each kind completed
+    minor_count: int = 0
 
 
 class BookieServer:
@@ -151,6 +167,12 @@ class BookieServer:
         self.read_latency = Histogram()              # (long polls excluded)
         self._request_started: dict[str, dict] = {}  # connection -> (kind, request id) -> time
         self.http_port: int | None = None
+        self.is_shutting_down = False
+        self.gc_status = GcStatus()
+        self._gc_wanted = trio.Event()          # a GC round is asked for now (request_gc)
+        # The autorecovery daemon of this process, if it runs one (`bk bookie` with
+        # autoRecoveryDaemonEnabled sets it): the admin endpoint asks it about audits.
+        self.autorecovery = None
 
     @property
     def core(self):
@@ -213,8 +235,8 @@ class BookieServer:
                 await self._register()
                 nursery.start_soon(self._registration_loop)
                 if self.config.http_port:
-                    self.http_port = await nursery.start(AdminHttpServer(self).serve, self.config.http_port,
-                                                         self.config.host)
+                    admin = AdminHttpServer(admin_routes(self))
+                    self.http_port = await nursery.start(admin.serve, self.config.http_port, self.config.host)
                 self._listen_scope = trio.CancelScope()
 
                 async def listen(task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -245,6 +267,7 @@ class BookieServer:
     async def shutdown(self, *, timeout_s: float = 10.0) -> None:
         """Stop accepting connections, finish what is in flight (journal groups, answers still
         queued), then checkpoint so the next start replays little."""
+        self.is_shutting_down = True
         self._listen_scope.cancel()
         with trio.move_on_after(timeout_s):
             while self.core.journal_waiter_count or any(c.send_queue_size for c in self.connections.values()):
@@ -314,8 +337,8 @@ class BookieServer:
         self._pump()
 
     def _bookie_info(self, request_id: int) -> BookieInfoResponse:
-        used, total = self.fs.usage()
-        return BookieInfoResponse(request_id, int(Code.OK), free_disk_space=max(0, total - used),
+        free, total = self.fs.disk_space()
+        return BookieInfoResponse(request_id, int(Code.OK), free_disk_space=free,
                                   total_disk_space=total, is_readonly=self.is_readonly,
                                   ledger_count=len(self.stack.storage.ledger_ids()))
 
@@ -510,10 +533,11 @@ class BookieServer:
     # -- numbers for the admin endpoint -----------------------------------------------------
 
     def state(self) -> dict:
-        return {"bookie_id": self.config.bookie_id, "running": self.stack is not None,
-                "readonly": self.is_readonly, "registered_readonly": self.is_registered_readonly,
-                "journal_waiters": self.core.journal_waiter_count, "connections": len(self.connections),
-                "disk_usage": round(self.monitor.usage, 4)}
+        """BookKeeper's bookie state. Recovery adds are taken in readonly mode too (the core refuses
+        only normal adds), so high-priority writes are available as long as the bookie runs."""
+        is_running = self.stack is not None and not self.is_shutting_down
+        return {"running": is_running, "readOnly": self.is_readonly, "shuttingDown": self.is_shutting_down,
+                "availableForHighPriorityWrites": is_running}
 
     def metrics_text(self) -> str:
         statistics = self.core.statistics()
@@ -541,6 +565,13 @@ class BookieServer:
 
     async def collect_garbage(self, *, is_major: bool = False) -> None:
         """One GC round (deleted ledgers), then compaction of sparse entry logs."""
+        self.gc_status.running = "major" if is_major else "minor"
+        try:
+            await self._collect_garbage(is_major)
+        finally:
+            self.gc_status.running = ""
+
+    async def _collect_garbage(self, is_major: bool) -> None:
         storage = self.stack.storage
         list_children = blocking_children_lister(self.store)
         held = storage.ledger_ids()
@@ -561,18 +592,42 @@ class BookieServer:
                 await self._on_ledger_disk_full()
                 return
         self.counts["bytes_compacted"] += compaction.bytes_reclaimed
+        status, now_ms = self.gc_status, int(time.time() * 1000)
+        if is_major:
+            status.major_count, status.last_major_ms = status.major_count + 1, now_ms
+        else:
+            status.minor_count, status.last_minor_ms = status.minor_count + 1, now_ms
+
+    def request_gc(self, *, is_major: bool = False) -> None:
+        """Run a GC round now, or right after the one running; a major one if asked."""
+        self.gc_status.is_force_wanted = True
+        self.gc_status.is_force_major |= is_major
+        self._gc_wanted.set()
 
     async def _gc_loop(self) -> None:
+        """A round every gc_wait_time_s (major once major_compaction_interval_s has passed), and
+        one whenever request_gc asks."""
         last_major = trio.current_time()
+        status = self.gc_status
         while True:
-            await trio.sleep(self.config.gc_wait_time_s)
-            is_major = trio.current_time() - last_major >= self.config.major_compaction_interval_s
+            with trio.move_on_after(self.config.gc_wait_time_s):
+                await self._gc_wanted.wait()
+            is_forced, self._gc_wanted = self._gc_wanted.is_set(), trio.Event()
+            if is_forced:
+                is_major, status.is_force_major = status.is_force_major, False
+            else:
+                is_major = trio.current_time() - last_major >= self.config.major_compaction_interval_s
             if is_major:
                 last_major = trio.current_time()
+            status.is_running_forced = is_forced
             try:
                 await self.collect_garbage(is_major=is_major)
             except ConnectionError as exc:
                 log.warning("bookie %s: %s; GC tries again next round", self.config.bookie_id, exc)
+            finally:
+                status.is_running_forced = False
+                if is_forced:
+                    status.is_force_wanted = self._gc_wanted.is_set()     # (asked again meanwhile)
 
     async def _on_ledger_disk_full(self) -> None:
         if self.monitor.on_disk_full():

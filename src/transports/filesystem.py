@@ -162,6 +162,12 @@ class OsFileSystem:
         total, used, _ = shutil.disk_usage(self.root)
         return used, total
 
+    def disk_space(self) -> tuple[int, int]:
+        """(free, total) bytes of the device, free as this process may use it: blocks reserved
+        for root are not free (total - used would count them)."""
+        total, _, free = shutil.disk_usage(self.root)
+        return free, total
+
     def close(self) -> None:
         for path in [*self._handles, *self._positional_handles]:
             self._close(path)

@@ -38,7 +38,7 @@ async def test_auditor_and_worker_rereplicate_a_stopped_bookie(cluster):
                 while True:
                     metadata = [await bk.ledger_metadata(i) for i in affected]
                     if all(victim.bookie_id not in m.all_bookies() for m in metadata) \
-                            and not await list_underreplicated(bk):
+                            and not await list_underreplicated(bk.store, bk.layout):
                         break
                     await trio.sleep(0.1)
             nursery.cancel_scope.cancel()

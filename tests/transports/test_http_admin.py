@@ -1,56 +1,369 @@
-"""The bookie's HTTP admin endpoint over real TCP."""
+"""The bookie's HTTP admin endpoint over real TCP: BookKeeper's paths and JSON fields against
+what an in-process cluster holds, and the HTTP/1.1 behaviour (keep-alive, limits, errors)."""
 
+import http.client
 import json
+import shutil
 
 import pytest
 import trio
 
 import bkclient
 from inprocess_cluster import free_port
+from transports import http_admin
+from transports.autorecovery import Autorecovery
 
 URI = "memory://http"
 
 
-async def http_get(port: int, path: str, *, method: str = "GET") -> tuple[int, str]:
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    await stream.send_all(f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    data = b""
-    while chunk := await stream.receive_some(65536):
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    return int(head.split(b" ")[1]), body.decode()
+class HttpConnection:
+    """One client connection that sends requests as bytes and reads Content-Length answers."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    @classmethod
+    async def open(cls, port: int) -> "HttpConnection":
+        return cls(await trio.open_tcp_stream("127.0.0.1", port))
+
+    async def send(self, method: str, path: str, body: bytes = b"", *, headers: str = "") -> None:
+        length = f"Content-Length: {len(body)}\r\n" if body else ""
+        await self.stream.send_all(f"{method} {path} HTTP/1.1\r\nHost: bookie\r\n{length}{headers}\r\n".encode() + body)
+
+    async def response(self) -> tuple[int, dict[str, str], str]:
+        while b"\r\n\r\n" not in self.buffer:
+            await self._receive()
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode().split("\r\n")
+        headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        length = int(headers["content-length"])
+        while len(self.buffer) < length:
+            await self._receive()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(status_line.split(" ")[1]), headers, body.decode()
+
+    async def is_closed_by_server(self) -> bool:
+        with trio.fail_after(5):
+            return await self.stream.receive_some(1) == b""
+
+    async def _receive(self) -> None:
+        with trio.fail_after(10):
+            chunk = await self.stream.receive_some(65536)
+        assert chunk, f"connection closed with {self.buffer!r} unanswered"
+        self.buffer += chunk
+
+
+async def call(port: int, method: str, path: str, body: object = None) -> tuple[int, object]:
+    """One request on a connection of its own: (status, JSON answer, or the text of any other)."""
+    connection = await HttpConnection.open(port)
+    try:
+        data = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
+        await connection.send(method, path, data)
+        status, headers, text = await connection.response()
+    finally:
+        await connection.stream.aclose()
+    if headers["content-type"] == "application/json":
+        return status, json.loads(text)
+    return status, text
+
+
+async def wait_until(check, *, timeout_s: float = 20.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not await check():
+            await trio.sleep(0.05)
 
 
 @pytest.fixture
-async def bookies(start_cluster):
+async def cluster(start_cluster):
+    """Three bookies with HTTP ports; GC and audits only when asked."""
     cluster = await start_cluster(URI, 0)
     for _ in range(3):
-        await cluster.add_bookie(http_port=free_port())
-    return cluster.bookies
+        await cluster.add_bookie(http_port=free_port(), gc_wait_time_s=3600.0, lost_bookie_recovery_delay_s=3600.0)
+    return cluster
 
 
-async def test_endpoints(bookies, monkeypatch):
-    server = bookies[0].server
-    assert server.http_port
+async def closed_ledger(bk, entries: int = 20):
+    ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3, password=b"pw")
+    await ledger.add_many([b"x" * 100] * entries)
+    return await ledger.close()
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+async def test_keep_alive_serves_requests_one_after_another_and_pipelined(cluster):
+    port = cluster.bookies[0].server.http_port
+    connection = await HttpConnection.open(port)
+    await connection.send("GET", "/heartbeat")
+    assert (await connection.response())[::2] == (200, "OK\n")
+    await connection.send("GET", "/api/v1/bookie/state/readonly")
+    status, headers, body = await connection.response()
+    assert (status, headers["content-type"], json.loads(body)) == (200, "application/json", {"readOnly": False})
+    # Two requests in one write: both answered, in order, on the same connection.
+    await connection.stream.send_all(b"GET /heartbeat HTTP/1.1\r\nHost: b\r\n\r\n"
+                                     b"GET /api/v1/bookie/info HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+    assert (await connection.response())[::2] == (200, "OK\n")
+    status, _, body = await connection.response()
+    assert status == 200 and set(json.loads(body)) == {"freeSpace", "totalSpace"}
+    assert await connection.is_closed_by_server()         # as the last request asked
+
+    def with_the_standard_client() -> list:
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        answers = []
+        for _ in range(2):
+            client.request("GET", "/heartbeat")
+            response = client.getresponse()
+            answers.append((response.status, response.read(), client.sock is not None))
+        client.close()
+        return answers
+
+    assert await trio.to_thread.run_sync(with_the_standard_client) == [(200, b"OK\n", True)] * 2
+
+
+async def test_unknown_paths_and_methods_are_named_in_one_line(cluster):
+    port = cluster.bookies[0].server.http_port
+    status, text = await call(port, "GET", "/api/v1/nothing")
+    assert status == 404 and text.count("\n") == 1 and text.startswith("no endpoint /api/v1/nothing; ")
+    assert "/api/v1/bookie/list_bookies" in text and "/heartbeat" in text
+    connection = await HttpConnection.open(port)
+    await connection.send("POST", "/api/v1/bookie/gc")
+    status, headers, text = await connection.response()
+    assert (status, headers["allow"]) == (405, "GET, PUT")
+    assert text == "POST is not allowed on /api/v1/bookie/gc; use GET, PUT\n"
+    await connection.send("GET", "/heartbeat/")            # (a trailing / as BookKeeper's docs write it)
+    assert (await connection.response())[::2] == (200, "OK\n")    # and the connection lives on
+
+
+async def test_bad_requests_are_refused_in_one_line_and_the_bookie_serves_on(cluster, monkeypatch):
+    port = cluster.bookies[0].server.http_port
+    for request, status, line in [
+            (b"GARBAGE\r\n\r\n", 400, "malformed request: "),
+            (b"GET /heartbeat HTTP/1.1\r\nHost: b\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", 431,
+             "request head over 8192 bytes"),
+            (b"PUT /api/v1/bookie/gc HTTP/1.1\r\nHost: b\r\nContent-Length: 10000000\r\n\r\n", 413,
+             "request body of 10000000 bytes; at most 65536 are taken")]:
+        connection = await HttpConnection.open(port)
+        await connection.stream.send_all(request)
+        answer_status, headers, text = await connection.response()
+        assert (answer_status, headers["connection"]) == (status, "close") and text.startswith(line)
+        assert text.count("\n") == 1 and "Traceback" not in text
+        assert await connection.is_closed_by_server()
+    monkeypatch.setattr(http_admin, "REQUEST_TIMEOUT_S", 0.3)
+    connection = await HttpConnection.open(port)
+    await connection.stream.send_all(b"GET /heart")                    # and nothing more
+    assert (await connection.response())[::2] == (408, "the request did not arrive whole within 0.3 s\n")
+    monkeypatch.setattr(http_admin, "IDLE_TIMEOUT_S", 0.3)
+    connection = await HttpConnection.open(port)
+    await connection.send("GET", "/heartbeat")
+    assert (await connection.response())[::2] == (200, "OK\n")
+    assert await connection.is_closed_by_server()          # idle after it: closed without a word
+    assert await call(port, "GET", "/heartbeat") == (200, "OK\n")
+
+
+async def test_bad_arguments_are_400_saying_what_was_wrong(cluster):
+    port = cluster.bookies[0].server.http_port
+    readonly = "/api/v1/bookie/state/readonly"
+    for method, path, body, line in [
+            ("PUT", readonly, None, "readOnly is required: true or false\n"),
+            ("PUT", readonly, b"{not json", "the body is not JSON: "),
+            ("PUT", readonly, [True], "the body must be a JSON object, not list\n"),
+            ("PUT", readonly, {"readOnly": "maybe"}, 'readOnly must be true or false, not "maybe"\n'),
+            ("GET", "/api/v1/bookie/list_bookies", None, "type is required: one of rw, ro\n"),
+            ("GET", "/api/v1/bookie/list_bookies?type=all", None, 'type must be one of rw, ro, not "all"\n'),
+            ("GET", "/api/v1/ledger/metadata?ledger_id=abc", None,
+             'ledger_id must be a number from 0 to 9999999999, not "abc"\n'),
+            ("GET", "/api/v1/ledger/metadata?ledger_id=99999999999", None,
+             "ledger_id must be a number from 0 to 9999999999, not 99999999999\n"),
+            ("GET", "/api/v1/ledger/metadata?ledger_id=1&ledger_id=2", None,
+             "ledger_id is given 2 times; give it once\n"),
+            ("DELETE", "/api/v1/ledger/delete", None, "ledger_id is required: a number from 0 to 9999999999\n")]:
+        status, text = await call(port, method, path, body)
+        assert status == 400 and text.startswith(line) and text.count("\n") == 1, (path, body, text)
+    assert cluster.bookies[0].server.is_readonly is False
+
+
+# -- this bookie --------------------------------------------------------------------------------
+
+async def test_config_info_state_and_readonly(cluster):
+    bookie = cluster.bookies[0]
+    server = bookie.server
+    port = server.http_port
+    status, config = await call(port, "GET", "/api/v1/config/server_config")
+    assert status == 200 and all(type(value) is str for value in config.values())
+    assert config["httpServerPort"] == str(bookie.config.http_port) and config["dataDir"] == bookie.config.data_dir
+    assert (config["journalMaxSizeMB"], config["gcWaitTime"], config["flushInterval"]) == ("4", "3600000", "1000")
+    assert config["lostBookieRecoveryDelay"] == "3600" and config["bookieAuthSecret"] == ""
+    status, info = await call(port, "GET", "/api/v1/bookie/info")
+    disk = shutil.disk_usage(bookie.config.data_dir)
+    assert status == 200 and info["totalSpace"] == disk.total and abs(info["freeSpace"] - disk.free) < 2**30
+    assert await call(port, "GET", "/api/v1/bookie/state") == (200, {
+        "running": True, "readOnly": False, "shuttingDown": False, "availableForHighPriorityWrites": True})
+    assert await call(port, "GET", "/api/v1/bookie/is_ready") == (200, "OK\n")
+    # PUT with a JSON body turns it readonly: registered under readonly/, refusing adds.
+    assert await call(port, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": True}) == (200, {"readOnly": True})
+    assert server.is_readonly and server.is_registered_readonly
+    assert (await call(port, "GET", "/api/v1/bookie/state"))[1]["readOnly"] is True
+    assert await call(port, "GET", "/api/v1/bookie/list_bookies?type=ro") == (200, {bookie.bookie_id: None})
+    rw = (await call(port, "GET", "/api/v1/bookie/list_bookies?type=rw"))[1]
+    assert rw == {other.bookie_id: None for other in cluster.bookies[1:]}
+    status, named = await call(port, "GET", "/api/v1/bookie/list_bookies?type=rw&print_hostnames=true")
+    assert set(named) == set(rw) and all(type(name) is str and name for name in named.values())
+    assert await call(port, "GET", "/api/v1/bookie/is_ready") == (200, "OK\n")        # readonly is ready too
+    # ... and back, the flag as a query parameter this time.
+    assert await call(port, "PUT", "/api/v1/bookie/state/readonly?readOnly=false") == (200, {"readOnly": False})
+    assert not server.is_readonly and len((await call(port, "GET", "/api/v1/bookie/list_bookies?type=rw"))[1]) == 3
+    await server.shutdown()
+    assert await call(port, "GET", "/api/v1/bookie/is_ready") == (
+        503, f"bookie {bookie.bookie_id} is not ready: it is shutting down\n")
+    assert (await call(port, "GET", "/api/v1/bookie/state"))[1]["shuttingDown"] is True
+
+
+async def test_metrics_and_last_log_mark_follow_the_writes(cluster):
+    server = cluster.bookies[0].server
+    port = server.http_port
     async with bkclient.connect(URI) as bk:
-        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=3, password=b"pw")
-        await ledger.add_many([b"x"] * 20)
+        await closed_ledger(bk, 20)
     await server.checkpoint()
-    assert await http_get(server.http_port, "/heartbeat") == (200, "OK\n")
-    status, text = await http_get(server.http_port, "/metrics")
-    assert status == 200
+    status, text = await call(port, "GET", "/metrics")
     lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
-    assert int(lines["bookie_adds_ok_count"]) == 20
-    assert int(lines['bookie_journal_write_seconds_bucket{le="+Inf"}']) >= 1
-    assert int(lines["bookie_add_request_seconds_count"]) >= 1      # 20 adds, coalesced in batches
+    assert status == 200 and int(lines["bookie_adds_ok_count"]) == 20
     assert int(lines["bookie_server_checkpoints"]) >= 1
-    assert int(lines["bookie_read_ahead_entries_count"]) == 0          # nothing read from a log yet
-    status, text = await http_get(server.http_port, "/api/v1/bookie/state")
-    state = json.loads(text)
-    assert status == 200 and state["bookie_id"] == bookies[0].bookie_id and state["readonly"] is False
-    status, text = await http_get(server.http_port, f"/api/v1/ledger/metadata?ledger_id={ledger.ledger_id}")
-    assert status == 200 and json.loads(text)["last_entry_id"] == -1   # open: not closed yet
-    assert (await http_get(server.http_port, "/api/v1/ledger/metadata?ledger_id=999999"))[0] == 404
-    assert (await http_get(server.http_port, "/api/v1/ledger/metadata?ledger_id=abc"))[0] == 400
-    assert (await http_get(server.http_port, "/nothing"))[0] == 404
-    assert (await http_get(server.http_port, "/heartbeat", method="POST"))[0] == 405
+    status, marks = await call(port, "GET", "/api/v1/bookie/last_log_mark")
+    ledger_dir = f"{server.config.data_dir}/{server.config.journal.ledger_dirs[0]}"
+    assert status == 200 and list(marks) == [ledger_dir]
+    journal_part, offset_part = marks[ledger_dir].removeprefix("LogMark: ").split(" , ")
+    journal_id = int(journal_part.removeprefix("logFileId - "))
+    offset = int(offset_part.removeprefix("logFileOffset - "))
+    assert journal_id in server.stack.journal.journal_ids() and offset > 0
+    async with bkclient.connect(URI) as bk:
+        await closed_ledger(bk, 5)
+    await server.checkpoint()
+    later = (await call(port, "GET", "/api/v1/bookie/last_log_mark"))[1][ledger_dir]
+    assert later != marks[ledger_dir]                              # the mark moved on with the journal
+
+
+async def test_gc_is_triggered_and_its_rounds_are_counted(cluster):
+    server = cluster.bookies[0].server
+    port = server.http_port
+    async with bkclient.connect(URI) as bk:
+        ledger = await closed_ledger(bk)
+    await server.checkpoint()
+    assert ledger.ledger_id in server.stack.storage.ledger_ids()
+    assert await call(port, "GET", "/api/v1/bookie/gc") == (200, {"is_in_force_gc": "false"})
+    details = (await call(port, "GET", "/api/v1/bookie/gc_details"))[1]
+    assert details == [{"forceCompacting": False, "majorCompacting": False, "minorCompacting": False,
+                        "lastMajorCompactionTime": 0, "lastMinorCompactionTime": 0, "majorCompactionCounter": 0,
+                        "minorCompactionCounter": 0}]
+    assert await call(port, "DELETE", f"/api/v1/ledger/delete?ledger_id={ledger.ledger_id}") == (
+        200, f"ledger {ledger.ledger_id} deleted\n")
+    assert (await call(port, "DELETE", f"/api/v1/ledger/delete?ledger_id={ledger.ledger_id}"))[0] == 404
+    assert (await call(port, "GET", f"/api/v1/ledger/metadata?ledger_id={ledger.ledger_id}"))[0] == 404
+    assert await call(port, "PUT", "/api/v1/bookie/gc", {"forceMajor": True}) == (200, {"is_in_force_gc": "true"})
+
+    async def gc_done() -> bool:
+        return (await call(port, "GET", "/api/v1/bookie/gc"))[1] == {"is_in_force_gc": "false"}
+
+    await wait_until(gc_done)
+    assert ledger.ledger_id not in server.stack.storage.ledger_ids()     # the round collected it
+    details = (await call(port, "GET", "/api/v1/bookie/gc_details"))[1][0]
+    assert (details["majorCompactionCounter"], details["minorCompactionCounter"]) == (1, 0)
+    assert details["lastMajorCompactionTime"] > 0 and details["lastMinorCompactionTime"] == 0
+    assert (await call(port, "PUT", "/api/v1/bookie/gc"))[0] == 200      # no body: a minor round
+    await wait_until(gc_done)
+    details = (await call(port, "GET", "/api/v1/bookie/gc_details"))[1][0]
+    assert (details["majorCompactionCounter"], details["minorCompactionCounter"]) == (1, 1)
+    assert server.counts["gc_rounds"] == 2 and server.counts["ledgers_collected"] == 1
+
+
+# -- the cluster --------------------------------------------------------------------------------
+
+async def test_ledgers_and_bookies_of_the_cluster(cluster):
+    port = cluster.bookies[1].server.http_port
+    async with bkclient.connect(URI) as bk:
+        closed = await closed_ledger(bk)
+        open_ledger = await bk.create_ledger(ensemble=2, write_quorum=2, ack_quorum=2, password=b"pw")
+        ids = sorted([closed.ledger_id, open_ledger.ledger_id])
+        assert await call(port, "GET", "/api/v1/ledger/list") == (200, {str(i): None for i in ids})
+        status, listed = await call(port, "GET", "/api/v1/ledger/list/?print_metadata=true")
+        assert status == 200 and list(listed) == [str(i) for i in ids]
+        closed_metadata = listed[str(closed.ledger_id)]
+        assert closed_metadata["state"] == "CLOSED" and closed_metadata["last_entry_id"] == 19
+        status, metadata = await call(port, "GET", f"/api/v1/ledger/metadata?ledger_id={open_ledger.ledger_id}")
+        assert status == 200 and list(metadata) == [str(open_ledger.ledger_id)]
+        assert metadata[str(open_ledger.ledger_id)]["state"] == "OPEN"
+        assert metadata[str(open_ledger.ledger_id)]["ensemble_size"] == 2
+    assert await call(port, "GET", "/api/v1/ledger/metadata?ledger_id=999999") == (
+        404, "ledger 999999 does not exist\n")
+    status, info = await call(port, "GET", "/api/v1/bookie/list_bookie_info")
+    bookie_ids = sorted(bookie.bookie_id for bookie in cluster.bookies)
+    assert status == 200 and sorted(info) == sorted([*bookie_ids, "clusterInfo"])
+    for bookie in cluster.bookies:
+        disk = shutil.disk_usage(bookie.config.data_dir)
+        free, total = disk.free, disk.total
+        assert info[bookie.bookie_id]["total"] == total and abs(info[bookie.bookie_id]["free"] - free) < 2**30
+    assert info["clusterInfo"] == {"total_free": sum(info[b]["free"] for b in bookie_ids),
+                                   "total": sum(info[b]["total"] for b in bookie_ids)}
+    status, cluster_info = await call(port, "GET", "/api/v1/bookie/cluster_info")
+    assert cluster_info == {"auditorElected": False, "auditorId": "", "clusterUnderReplicated": False,
+                            "ledgerReplicationEnabled": True, "totalBookiesCount": 3, "writableBookiesCount": 3,
+                            "readonlyBookiesCount": 0, "unavailableBookiesCount": 0}
+
+
+async def test_autorecovery_endpoints(cluster):
+    auditor_bookie, other, victim = cluster.bookies
+    port = auditor_bookie.server.http_port
+    assert await call(port, "GET", "/api/v1/autorecovery/who_is_auditor") == (
+        404, "no auditor is elected: no bookie or process of this cluster runs autorecovery\n")
+    status, text = await call(port, "PUT", "/api/v1/autorecovery/trigger_audit")
+    assert status == 501 and text.startswith("this bookie runs no autorecovery")
+    assert await call(port, "GET", "/api/v1/autorecovery/lost_bookie_recovery_delay") == (
+        200, {"lostBookieRecoveryDelay": 3600})
+    async with bkclient.connect(URI) as bk, trio.open_nursery() as nursery:
+        ledger = await closed_ledger(bk)
+        # As `bk bookie` with autoRecoveryDaemonEnabled does: the daemon, named by its bookie's id.
+        # The first one started is elected; the second waits as a candidate.
+        for bookie in (auditor_bookie, other):
+            recovery = Autorecovery(bk, lost_bookie_recovery_delay_s=3600, name=bookie.bookie_id)
+            bookie.server.autorecovery = recovery
+            nursery.start_soon(recovery.run)
+
+            async def elected() -> bool:
+                return auditor_bookie.server.autorecovery.is_auditor
+
+            await wait_until(elected)
+        assert await call(port, "GET", "/api/v1/autorecovery/who_is_auditor") == (
+            200, {"Auditor": auditor_bookie.bookie_id})
+        await cluster.stop(victim)
+        status, cluster_info = await call(port, "GET", "/api/v1/bookie/cluster_info")
+        assert (cluster_info["auditorElected"], cluster_info["auditorId"]) == (True, auditor_bookie.bookie_id)
+        assert (cluster_info["totalBookiesCount"], cluster_info["writableBookiesCount"],
+                cluster_info["unavailableBookiesCount"], cluster_info["clusterUnderReplicated"]) == (3, 2, 1, False)
+        listing = "/api/v1/autorecovery/list_under_replicated_ledger"
+        assert await call(port, "GET", listing) == (200, [])           # the delay (an hour) has not passed
+        status, text = await call(other.server.http_port, "PUT", "/api/v1/autorecovery/trigger_audit")
+        assert (status, text) == (409, f"this bookie is not the auditor ({auditor_bookie.bookie_id}); trigger the "
+                                       f"audit on the auditor's bookie\n")
+        assert await call(port, "PUT", "/api/v1/autorecovery/trigger_audit") == (
+            200, {"auditTriggered": True, "ledgersMarked": [ledger.ledger_id]})
+        # (No bookie outside the ensemble is left to copy to, so the mark stays.)
+        assert await call(port, "GET", listing) == (200, [ledger.ledger_id])
+        assert await call(port, "GET", f"{listing}?missingreplica={victim.bookie_id}") == (200, [ledger.ledger_id])
+        assert await call(port, "GET", f"{listing}?excludingmissingreplica={victim.bookie_id}") == (200, [])
+        assert await call(port, "GET", f"{listing}?missingreplica={other.bookie_id}") == (200, [])
+        assert await call(port, "GET", f"{listing}?printmissingreplica=true") == (
+            200, {str(ledger.ledger_id): [victim.bookie_id]})
+        assert (await call(port, "GET", "/api/v1/bookie/cluster_info"))[1]["clusterUnderReplicated"] is True
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_secret_is_never_shown_and_other_bookies_are_asked_with_it(start_cluster):
+    cluster = await start_cluster(URI, 0)
+    bookie = await cluster.add_bookie(http_port=free_port(), auth_secret=b"hush-hush")
+    port = bookie.server.http_port
+    connection = await HttpConnection.open(port)
+    await connection.send("GET", "/api/v1/config/server_config")
+    status, _, text = await connection.response()
+    assert status == 200 and json.loads(text)["bookieAuthSecret"] == "******" and "hush" not in text
+    status, info = await call(port, "GET", "/api/v1/bookie/list_bookie_info")
+    assert status == 200 and list(info) == [bookie.bookie_id, "clusterInfo"]
+    assert bookie.server.counts["auth_failures"] == 0

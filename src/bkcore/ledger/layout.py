@@ -34,9 +34,14 @@ class LedgerLayout:
     def idgen_prefix(self) -> str:
         return f"{self.root}/idgen/ID-"
 
+    @property
+    def cookies_path(self) -> str:
+        """Where every bookie that ever joined the cluster left its cookie."""
+        return f"{self.root}/cookies"
+
     def cookie_path(self, bookie_id: str) -> str:
         """The metastore copy of a bookie's cookie (BookKeeper's <root>/cookies/<bookie>)."""
-        return f"{self.root}/cookies/{bookie_id}"
+        return f"{self.cookies_path}/{bookie_id}"
 
     def bookie_path(self, bookie_id: str, *, is_readonly: bool = False) -> str:
         return f"{self.readonly_path if is_readonly else self.available_path}/{bookie_id}"

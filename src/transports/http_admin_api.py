@@ -1,0 +1,325 @@
+"""The endpoints of the bookie's HTTP admin API: BookKeeper's paths and JSON field names, over
+what one bookie process has (docs/operations.md, "HTTP admin", lists them and what is left out).
+
+A bookie holds a metastore session (ledgers, registrations, cookies, the auditor and the
+under-replication marks are read there), its own storage and journal, its GC loop, and maybe
+the autorecovery daemon of its process (BookieServer.autorecovery). What needs the other bookies
+(their disk space) or a client operation (deleting a ledger) goes through a ClientDriver on the
+bookie's own metastore session, opened for that request and closed after it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+
+import outcome
+import trio
+
+from bkcore.errors import NoSuchLedger
+from bkcore.ledger.metadata import LedgerMetadata
+from bkcore.metaops import Children, Get, MetaCode
+from transports.autorecovery import list_underreplicated
+from transports.bookie_options import option_values
+from transports.client_driver import ClientDriver, parse_address
+from transports.http_admin import HttpError, Request, Response, Routes, json_response, text_response
+from transports.metadata_walk import ledger_ids_in_metadata
+
+log = logging.getLogger("bk.http")
+
+LEDGER_ID_MAX = 10**10 - 1              # ledger paths hold 10 digits (bkcore.ledger.layout)
+BOOKIE_INFO_TIMEOUT_S = 5.0             # a bookie that has not answered by then is left out
+HOSTNAME_LOOKUP_TIMEOUT_S = 2.0
+PROMETHEUS_TEXT = "text/plain; version=0.0.4"
+
+
+def admin_routes(bookie) -> Routes:
+    """Path -> {method: handler} for a BookieServer."""
+    return AdminApi(bookie).routes()
+
+
+class AdminApi:
+    def __init__(self, bookie) -> None:
+        self.bookie = bookie
+
+    def routes(self) -> Routes:
+        return {
+            "/heartbeat": {"GET": self.heartbeat},
+            "/metrics": {"GET": self.metrics},
+            "/api/v1/config/server_config": {"GET": self.server_config},
+            "/api/v1/bookie/info": {"GET": self.bookie_info},
+            "/api/v1/bookie/is_ready": {"GET": self.is_ready},
+            "/api/v1/bookie/state": {"GET": self.state},
+            "/api/v1/bookie/state/readonly": {"GET": self.readonly, "PUT": self.set_readonly},
+            "/api/v1/bookie/list_bookies": {"GET": self.list_bookies},
+            "/api/v1/bookie/list_bookie_info": {"GET": self.list_bookie_info},
+            "/api/v1/bookie/cluster_info": {"GET": self.cluster_info},
+            "/api/v1/bookie/last_log_mark": {"GET": self.last_log_mark},
+            "/api/v1/bookie/gc": {"GET": self.gc, "PUT": self.trigger_gc},
+            "/api/v1/bookie/gc_details": {"GET": self.gc_details},
+            "/api/v1/ledger/list": {"GET": self.list_ledgers},
+            "/api/v1/ledger/metadata": {"GET": self.ledger_metadata},
+            "/api/v1/ledger/delete": {"DELETE": self.delete_ledger},
+            "/api/v1/autorecovery/who_is_auditor": {"GET": self.who_is_auditor},
+            "/api/v1/autorecovery/list_under_replicated_ledger": {"GET": self.list_under_replicated},
+            "/api/v1/autorecovery/lost_bookie_recovery_delay": {"GET": self.lost_bookie_recovery_delay},
+            "/api/v1/autorecovery/trigger_audit": {"PUT": self.trigger_audit},
+        }
+
+    # -- this bookie ------------------------------------------------------------------------
+
+    async def heartbeat(self, request: Request) -> Response:
+        return text_response("OK\n")
+
+    async def metrics(self, request: Request) -> Response:
+        return text_response(self.bookie.metrics_text(), content_type=PROMETHEUS_TEXT)
+
+    async def server_config(self, request: Request) -> Response:
+        return json_response(option_values(self.bookie.config))
+
+    async def bookie_info(self, request: Request) -> Response:
+        free, total = self.bookie.fs.disk_space()
+        return json_response({"freeSpace": free, "totalSpace": total})
+
+    async def is_ready(self, request: Request) -> Response:
+        """200 while the bookie runs and its registration is in the metastore, else 503."""
+        bookie = self.bookie
+        bookie_id = bookie.config.bookie_id
+        if not bookie.state()["running"]:
+            raise HttpError(503, f"bookie {bookie_id} is not ready: it is shutting down")
+        if bookie.is_registered_readonly is None:
+            raise HttpError(503, f"bookie {bookie_id} is not ready: it has not registered yet")
+        path = bookie.layout.bookie_path(bookie_id, is_readonly=bookie.is_registered_readonly)
+        result = await bookie.store.execute(Get(path))
+        if result.code is not MetaCode.OK:
+            raise HttpError(503, f"bookie {bookie_id} is not ready: not registered at {path} ({result.code.name})")
+        return text_response("OK\n")
+
+    async def state(self, request: Request) -> Response:
+        return json_response(self.bookie.state())
+
+    async def readonly(self, request: Request) -> Response:
+        return json_response({"readOnly": self.bookie.is_readonly})
+
+    async def set_readonly(self, request: Request) -> Response:
+        is_readonly = request.boolean("readOnly")
+        if is_readonly != self.bookie.is_readonly:
+            await self.bookie.set_readonly(is_readonly)
+        return json_response({"readOnly": self.bookie.is_readonly})
+
+    async def last_log_mark(self, request: Request) -> Response:
+        """The LastLogMark as persisted in each ledger directory: the journal position before
+        which every record has reached the ledger storage."""
+        journal = self.bookie.stack.journal
+        marks = await trio.to_thread.run_sync(journal.read_last_marks)
+        return json_response({
+            os.path.join(self.bookie.fs.root, ledger_dir):
+                f"LogMark: logFileId - {mark.journal_id} , logFileOffset - {mark.position}"
+            for ledger_dir, mark in zip(journal.config.ledger_dirs, marks)})
+
+    async def gc(self, request: Request) -> Response:
+        return json_response({"is_in_force_gc": _text(self.bookie.gc_status.is_force_wanted)})
+
+    async def trigger_gc(self, request: Request) -> Response:
+        """A GC round now (after the running one), major with forceMajor; forceMinor is taken
+        too, a round being minor unless forceMajor says otherwise."""
+        is_major = request.boolean("forceMajor", default=False)
+        request.boolean("forceMinor", default=False)
+        self.bookie.request_gc(is_major=is_major)
+        return json_response({"is_in_force_gc": _text(self.bookie.gc_status.is_force_wanted)})
+
+    async def gc_details(self, request: Request) -> Response:
+        status = self.bookie.gc_status
+        return json_response([{
+            "forceCompacting": status.is_running_forced, "majorCompacting": status.running == "major",
+            "minorCompacting": status.running == "minor", "lastMajorCompactionTime": status.last_major_ms,
+            "lastMinorCompactionTime": status.last_minor_ms, "majorCompactionCounter": status.major_count,
+            "minorCompactionCounter": status.minor_count}])
+
+    # -- the cluster, from the metastore ----------------------------------------------------
+
+    async def list_bookies(self, request: Request) -> Response:
+        is_readonly = request.text("type", choices=("rw", "ro"), required=True) == "ro"
+        print_hostnames = request.boolean("print_hostnames", default=False)
+        writable, readonly = await self._registered_bookies()
+        bookie_ids = readonly if is_readonly else writable
+        return json_response({bookie_id: await _hostname(bookie_id) if print_hostnames else None
+                              for bookie_id in bookie_ids})
+
+    async def list_bookie_info(self, request: Request) -> Response:
+        """Each registered bookie's disk space, asked over its own connection (BookieInfoRequest)."""
+        if self.bookie.config.tls_cert_file:
+            raise HttpError(501, "the bookies speak TLS and this bookie holds no CA to verify them by, so it "
+                                 "cannot ask them; use `bk shell bookieinfo` with a client's TLS settings")
+        writable, readonly = await self._registered_bookies()
+        answers = await self._with_client(lambda driver: _ask_bookies(driver, writable + readonly))
+        body: dict = {bookie_id: {"free": info.free_disk_space, "total": info.total_disk_space}
+                      for bookie_id, info in sorted(answers.items())}
+        body["clusterInfo"] = {"total_free": sum(each["free"] for each in body.values()),
+                               "total": sum(each["total"] for each in body.values())}
+        return json_response(body)
+
+    async def cluster_info(self, request: Request) -> Response:
+        layout = self.bookie.layout
+        writable, readonly = await self._registered_bookies()
+        known = set(await self._children(layout.cookies_path)) | set(writable) | set(readonly)
+        marks = [name for name in await self._children(layout.underreplicated_path) if name.startswith("urL")]
+        auditor = await self._auditor()
+        return json_response({
+            "auditorElected": auditor is not None, "auditorId": auditor or "",
+            "clusterUnderReplicated": bool(marks),
+            "ledgerReplicationEnabled": True,       # (there is no switch to turn it off here)
+            "totalBookiesCount": len(known), "writableBookiesCount": len(writable),
+            "readonlyBookiesCount": len(readonly),
+            "unavailableBookiesCount": len(known - set(writable) - set(readonly))})
+
+    async def list_ledgers(self, request: Request) -> Response:
+        print_metadata = request.boolean("print_metadata", default=False)
+        ledger_ids = await ledger_ids_in_metadata(self.bookie.store, self.bookie.layout)
+        if not print_metadata:
+            return json_response({str(ledger_id): None for ledger_id in ledger_ids})
+        listed = {}
+        for ledger_id in ledger_ids:
+            metadata = await self._metadata(ledger_id)
+            if metadata is not None:                # (unless deleted meanwhile)
+                listed[str(ledger_id)] = metadata.summary()
+        return json_response(listed)
+
+    async def ledger_metadata(self, request: Request) -> Response:
+        ledger_id = request.integer("ledger_id", minimum=0, maximum=LEDGER_ID_MAX)
+        metadata = await self._metadata(ledger_id)
+        if metadata is None:
+            raise HttpError(404, f"ledger {ledger_id} does not exist")
+        return json_response({str(ledger_id): metadata.summary()})
+
+    async def delete_ledger(self, request: Request) -> Response:
+        """The client's delete (its metadata goes; every bookie's GC reclaims the entries)."""
+        ledger_id = request.integer("ledger_id", minimum=0, maximum=LEDGER_ID_MAX)
+        try:
+            await self._with_client(lambda driver: driver.call(
+                lambda op_id, now_ns: driver.client.delete_ledger(op_id, ledger_id, now_ns=now_ns)))
+        except NoSuchLedger:
+            raise HttpError(404, f"ledger {ledger_id} does not exist") from None
+        return text_response(f"ledger {ledger_id} deleted\n")
+
+    # -- autorecovery -----------------------------------------------------------------------
+
+    async def who_is_auditor(self, request: Request) -> Response:
+        auditor = await self._auditor()
+        if auditor is None:
+            raise HttpError(404, "no auditor is elected: no bookie or process of this cluster runs autorecovery")
+        return json_response({"Auditor": auditor})
+
+    async def list_under_replicated(self, request: Request) -> Response:
+        """Marked ledgers, those whose lost bookies include missingreplica and not
+        excludingmissingreplica; printmissingreplica=true maps each to its lost bookies."""
+        missing = request.text("missingreplica")
+        excluding = request.text("excludingmissingreplica")
+        print_missing = request.boolean("printmissingreplica", default=False)
+        marks = await list_underreplicated(self.bookie.store, self.bookie.layout)
+        chosen = {ledger_id: lost for ledger_id, lost in sorted(marks.items())
+                  if (missing is None or missing in lost) and (excluding is None or excluding not in lost)}
+        if print_missing:
+            return json_response({str(ledger_id): lost for ledger_id, lost in chosen.items()})
+        return json_response(list(chosen))
+
+    async def lost_bookie_recovery_delay(self, request: Request) -> Response:
+        return json_response({"lostBookieRecoveryDelay": round(self.bookie.config.lost_bookie_recovery_delay_s)})
+
+    async def trigger_audit(self, request: Request) -> Response:
+        """An audit now by this bookie's autorecovery, if it is the auditor: ledgers on bookies
+        missing now are marked at once, without waiting out lostBookieRecoveryDelay."""
+        recovery = self.bookie.autorecovery
+        if recovery is None:
+            raise HttpError(501, "this bookie runs no autorecovery (autoRecoveryDaemonEnabled=false); "
+                                 "trigger the audit on the auditor's bookie (who_is_auditor names it)")
+        if not recovery.is_auditor:
+            auditor = await self._auditor()
+            raise HttpError(409, f"this bookie is not the auditor ({auditor or 'none is elected yet'}); "
+                                 f"trigger the audit on the auditor's bookie")
+        marked = await recovery.audit(delay_s=0)
+        return json_response({"auditTriggered": True, "ledgersMarked": marked})
+
+    # -- reading the metastore --------------------------------------------------------------
+
+    async def _children(self, path: str) -> list[str]:
+        result = await self.bookie.store.execute(Children(path))
+        if result.code is MetaCode.NO_NODE:
+            return []
+        if result.code is not MetaCode.OK:
+            raise HttpError(503, f"the metastore cannot list {path}: {result.code.name}")
+        return sorted(result.children)
+
+    async def _registered_bookies(self) -> tuple[list[str], list[str]]:
+        """(writable, readonly) bookie ids, as registered in the metastore."""
+        layout = self.bookie.layout
+        writable = [name for name in await self._children(layout.available_path) if name != "readonly"]
+        return writable, await self._children(layout.readonly_path)
+
+    async def _auditor(self) -> str | None:
+        result = await self.bookie.store.execute(Get(self.bookie.layout.auditor_path))
+        if result.code is MetaCode.NO_NODE:
+            return None
+        if result.code is not MetaCode.OK:
+            raise HttpError(503, f"the metastore cannot read the auditor: {result.code.name}")
+        return result.data.decode("utf-8", "replace")
+
+    async def _metadata(self, ledger_id: int) -> LedgerMetadata | None:
+        result = await self.bookie.store.execute(Get(self.bookie.layout.ledger_path(ledger_id)))
+        if result.code is MetaCode.NO_NODE:
+            return None
+        if result.code is not MetaCode.OK:
+            raise HttpError(503, f"the metastore cannot read ledger {ledger_id}: {result.code.name}")
+        return LedgerMetadata.from_bytes(result.data, version=result.version)
+
+    async def _with_client(self, work):
+        """`await work(driver)` with a client of the cluster on this bookie's metastore session,
+        opened for the call and closed after it; work's exception comes out as itself."""
+        config = self.bookie.config
+        driver = ClientDriver(store=self.bookie.store, layout=self.bookie.layout, auth_secret=config.auth_secret,
+                              client_id=f"http-admin-{config.bookie_id}")
+        async with trio.open_nursery() as nursery:
+            await nursery.start(driver.run)
+            try:
+                result = await outcome.acapture(work, driver)
+            finally:
+                driver.close()
+        return result.unwrap()
+
+
+async def _ask_bookies(driver: ClientDriver, bookie_ids: list[str]) -> dict:
+    """Bookie id -> its BookieInfoResponse, for those that answer within BOOKIE_INFO_TIMEOUT_S."""
+    answers = {}
+
+    async def ask(bookie_id: str) -> None:
+        try:
+            answers[bookie_id] = await driver.bookie_info(bookie_id, timeout_s=BOOKIE_INFO_TIMEOUT_S)
+        except trio.TooSlowError:
+            log.info("HTTP admin: bookie %s did not answer a bookie info request", bookie_id)
+
+    async with trio.open_nursery() as nursery:
+        for bookie_id in bookie_ids:
+            nursery.start_soon(ask, bookie_id)
+    return answers
+
+
+async def _hostname(bookie_id: str) -> str:
+    """The host name of a bookie id's address (a reverse lookup of an IP address; the host
+    itself when it is a name or the lookup fails)."""
+    try:
+        host, port = parse_address(bookie_id)
+        ipaddress.ip_address(host)
+    except ValueError:
+        return bookie_id.rpartition(":")[0] or bookie_id
+    with trio.move_on_after(HOSTNAME_LOOKUP_TIMEOUT_S):
+        try:
+            name, _ = await trio.socket.getnameinfo((host, port), 0)
+            return name
+        except OSError:
+            pass
+    return host
+
+
+def _text(flag: bool) -> str:
+    return "true" if flag else "false"
