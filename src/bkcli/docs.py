@@ -21,9 +21,15 @@ CODES_END = "<!-- codes-end -->"
 
 
 def _subparsers(parser: argparse.ArgumentParser):
+    """Each subcommand once, by its name (an alias, such as `bk table delete` for `del`, names
+    a parser already listed)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            yield from action.choices.items()
+            seen = set()
+            for name, child in action.choices.items():
+                if id(child) not in seen:
+                    seen.add(id(child))
+                    yield name, child
 
 
 def render_cli_reference() -> str:

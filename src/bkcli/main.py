@@ -1,5 +1,5 @@
 """`bk`: the command line for everything (standalone, bookie, metastore, shell, stream storage,
-stream, table, sim, bench).
+namespace, stream, table, sim, bench).
 
 Subcommand modules are imported lazily so `bk sim ...` never loads trio and the real runtime
 never loads the simulator.
@@ -25,14 +25,14 @@ SERVER_COMMANDS = frozenset({"bookie", "metastore", "stream-storage", "standalon
 
 def build_parser() -> argparse.ArgumentParser:
     from bkcli import (
-        autorecovery_command, bench_commands, bookie_command, metastore_command, shell_command, sim_commands,
-        standalone_command, storage_commands,
+        autorecovery_command, bench_commands, bookie_command, catalog_commands, metastore_command, shell_command,
+        sim_commands, standalone_command, storage_cli, storage_commands, table_commands,
     )
 
     parser = argparse.ArgumentParser(prog="bk", description="BookKeeper in Python")
     parser.add_argument("--version", action="version", version=f"bk {installed_version()} (Python {sys.version.split()[0]})")
     add_log_level_argument(parser)
-    storage_commands.add_top_level_server_argument(parser)
+    storage_cli.add_top_level_server_argument(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
     standalone_command.add_parser(commands)
@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     autorecovery_command.add_parser(commands)
     shell_command.add_parser(commands)
     storage_commands.add_parser(commands)
+    catalog_commands.add_parser(commands)
+    table_commands.add_parser(commands)
     sim_commands.add_parser(commands)
     bench_commands.add_parser(commands)
     return parser

@@ -2,7 +2,8 @@
 use): any server answers anything, so it needs only an address.
 
     client = StorageClient("127.0.0.1:4181")
-    client.create_stream("default", "counters")
+    client.create_namespace("apps")                       # and get/delete/list_namespaces
+    client.create_stream("default", "counters")           # and get/delete_stream, list_streams
     table = client.table("default", "counters")
     table.increment(b"visits", 1)
     for event in table.watch(b"visits"):      # blocks; yields dicts of changes
@@ -23,20 +24,29 @@ import grpc
 import msgpack
 from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2, storage_pb2_grpc, stream_pb2
 
+from bkclient.table_txn import TxnCompare, TxnOp, txn_request
 from bkcore.stream.segments import stream_id_of
+from bkcore.table.commands import prefix_end
 from bkcore.table.watch_resume import WatchResume
 from bkcore.table.ownership import NotOwner
-from bkcore.table.watch_rpc import ERROR_MESSAGE_HEADER, OWNER_HEADER, OWNER_ONLY_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD
+from bkcore.table.watch_rpc import (
+    ERROR_MESSAGE_HEADER, LIST_NAMESPACES_METHOD, LIST_STREAMS_METHOD, OWNER_HEADER, OWNER_ONLY_HEADER, PREFIX_HEADER,
+    PUT_TTL_MS_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD,
+)
 
 DEFAULT_SERVER = "127.0.0.1:4181"
 CALL_TIMEOUT_S = 30.0
 
 
+def status_name(status: int) -> str:
+    """BookKeeper's name of a status code (the number itself if it has none)."""
+    return storage_pb2.StatusCode.Name(status) if status in storage_pb2.StatusCode.values() else str(status)
+
+
 class StorageError(Exception):
     def __init__(self, status: int, what: str, reason: str = "") -> None:
         self.status = status
-        self.status_name = storage_pb2.StatusCode.Name(status) if status in storage_pb2.StatusCode.values() \
-            else str(status)
+        self.status_name = status_name(status)
         self.reason = reason
         super().__init__(f"{what}: {reason} ({self.status_name})" if reason else f"{what}: {self.status_name}")
 
@@ -84,10 +94,35 @@ class StorageClient:
             raise ConnectionError(f"stream storage at {self.server} did not answer ({exc.code().name}); "
                                   f"is it running (bk standalone, or bk stream-storage)?") from None
 
-    def create_namespace(self, namespace: str) -> None:
+    def create_namespace(self, namespace: str) -> stream_pb2.NamespaceProperties:
         answer, reason = self._call(self._root.CreateNamespace, storage_pb2.CreateNamespaceRequest(
             name=namespace, ns_conf=stream_pb2.NamespaceConfiguration()))
         _check(answer.code, f"creating namespace {namespace}", reason)
+        return answer.ns_props
+
+    def get_namespace(self, namespace: str) -> stream_pb2.NamespaceProperties:
+        answer, reason = self._call(self._root.GetNamespace, storage_pb2.GetNamespaceRequest(name=namespace))
+        _check(answer.code, f"getting namespace {namespace}", reason)
+        return answer.ns_props
+
+    def delete_namespace(self, namespace: str) -> None:
+        answer, reason = self._call(self._root.DeleteNamespace, storage_pb2.DeleteNamespaceRequest(name=namespace))
+        _check(answer.code, f"deleting namespace {namespace}", reason)
+
+    def list_namespaces(self) -> list[str]:
+        return self._list(LIST_NAMESPACES_METHOD, {}, "listing namespaces")
+
+    def list_streams(self, namespace: str) -> list[str]:
+        return self._list(LIST_STREAMS_METHOD, {"namespace": namespace}, f"listing the streams of {namespace}")
+
+    def _list(self, method: str, request: dict, what: str) -> list[str]:
+        """One of our catalog listings (BookKeeper's protos have none): the names, sorted."""
+        call = self._channel.unary_unary(method, request_serializer=msgpack.packb,
+                                         response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+        answer, _ = self._call_with_trailing(call, request)
+        if "error" in answer:
+            raise StorageError(answer["code"], what, answer["error"])
+        return answer["names"]
 
     def create_stream(self, namespace: str, stream: str) -> stream_pb2.StreamProperties:
         answer, reason = self._call(self._root.CreateStream, storage_pb2.CreateStreamRequest(
@@ -134,37 +169,65 @@ class TableClient:
         _check(answer.header.code, what, trailing.get(ERROR_MESSAGE_HEADER, ""))
         return answer
 
-    def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None):
+    def put(self, key: bytes, value: bytes, *, pkey: bytes | None = None, ttl_ms: int = 0):
+        """The previous kv (None if there was none). With ttl_ms the key expires that long
+        after the put (our addition: PUT_TTL_MS_HEADER)."""
         request = kv_rpc_pb2.PutRequest(key=key, value=value, prev_kv=True, header=self._header(key, pkey))
-        answer = self._send(self._stub.Put, request, "put")
+        metadata = ((PUT_TTL_MS_HEADER, str(ttl_ms)),) if ttl_ms else ()
+        answer = self._send(self._stub.Put, request, "put", metadata)
         return answer.prev_kv if answer.HasField("prev_kv") else None
 
     def get(self, key: bytes, *, pkey: bytes | None = None):
         answer = self._send(self._stub.Range, kv_rpc_pb2.RangeRequest(key=key, header=self._header(key, pkey)), "get")
         return answer.kvs[0] if answer.kvs else None
 
-    def range(self, key: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0) -> list:
-        """Keys of `pkey` from `key` up to and including `end` (b"": to the end of the pkey)."""
+    def range(self, key: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0, prefix: bool = False) -> list:
+        """Keys of `pkey` from `key` up to and including `end` (b"": to the end of the pkey),
+        or, with `prefix`, every key of `pkey` starting with `key`."""
+        return list(self.range_response(key, end, pkey=pkey, limit=limit, prefix=prefix).kvs)
+
+    def range_response(self, key: bytes, end: bytes = b"", *, pkey: bytes, limit: int = 0,
+                       prefix: bool = False) -> kv_rpc_pb2.RangeResponse:
+        """range's whole answer: kvs, count and `more` (keys past the limit)."""
         request = kv_rpc_pb2.RangeRequest(key=key, range_end=end, limit=limit, header=self._header(key, pkey))
-        metadata = () if end else ((TO_PKEY_END_HEADER, "1"),)
-        return list(self._send(self._stub.Range, request, "range", metadata).kvs)
+        metadata = ((PREFIX_HEADER, "1"),) if prefix else () if end else ((TO_PKEY_END_HEADER, "1"),)
+        return self._send(self._stub.Range, request, "range", metadata)
 
     def increment(self, key: bytes, amount: int, *, pkey: bytes | None = None) -> int:
         request = kv_rpc_pb2.IncrementRequest(key=key, amount=amount, get_total=True, header=self._header(key, pkey))
         return self._send(self._stub.Increment, request, "increment").total_amount
 
-    def delete(self, key: bytes, *, pkey: bytes | None = None) -> int:
-        """How many keys it deleted (asking for the previous kvs: BookKeeper counts no others)."""
+    def delete(self, key: bytes, *, pkey: bytes | None = None, prefix: bool = False) -> int:
+        """How many keys it deleted (asking for the previous kvs: BookKeeper counts no others);
+        with `prefix`, every key of the pkey starting with `key`."""
         request = kv_rpc_pb2.DeleteRangeRequest(key=key, prev_kv=True, header=self._header(key, pkey))
-        return self._send(self._stub.Delete, request, "delete").deleted
+        metadata = ((PREFIX_HEADER, "1"),) if prefix else ()
+        return self._send(self._stub.Delete, request, "delete", metadata).deleted
 
-    def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0) -> WatchStream:
-        """Every change of the key from `start_revision` (0: from now on), as they happen; the
-        watch resumes by itself where it left off when its stream breaks (see WatchStream)."""
+    def txn(self, compares: list[TxnCompare], success: list[TxnOp], failure: list[TxnOp], *,
+            pkey: bytes) -> kv_rpc_pb2.TxnResponse:
+        """One txn within `pkey` (every key named is a key of it): BookKeeper's answer, with
+        `succeeded` and one response per operation that ran (see bkclient.table_txn)."""
+        request = txn_request(compares, success, failure, self._header(pkey, pkey))
+        return self._send(self._stub.Txn, request, "txn")
+
+    def watch(self, key: bytes, *, pkey: bytes | None = None, start_revision: int = 0,
+              prefix: bool = False) -> WatchStream:
+        """Every change of the key (with `prefix`: of every key of the pkey starting with it)
+        from `start_revision` (0: from now on), as they happen; the watch resumes by itself
+        where it left off when its stream breaks (see WatchStream)."""
         call = self._client._channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
                                                   response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
         request = {"stream_id": self._stream_id, "pkey": pkey or key, "key": key}
+        if prefix:
+            request["range_end"] = _lkey_prefix_end(key)
         return WatchStream(lambda revision: call({**request, "start_revision": revision}), key, start_revision)
+
+
+def _lkey_prefix_end(prefix: bytes) -> bytes:
+    """The exclusive end of the lkeys starting with `prefix`, as a watch takes it (b"": to the
+    end of the pkey, where a prefix of nothing or of 0xff bytes only reaches)."""
+    return prefix_end(prefix) if prefix.rstrip(b"\xff") else b""
 
 
 # Watch errors that another attempt cannot cure: they end the watch.

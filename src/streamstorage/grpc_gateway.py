@@ -8,6 +8,8 @@ services so the stock `apache-bookkeeper-client` package works against it, and `
     TableService             range (get), put, delete, txn, increment on a table
     bk.table.Watch/Watch     ours (BookKeeper's protos have no watch): a server stream of changes,
                              msgpack-encoded, from a revision
+    bk.storage.Catalog       ours (BookKeeper's protos cannot list): the namespaces, and the
+                             streams of one, msgpack-encoded (CatalogLister)
 
 The gRPC server is transports.grpc_trio's, in the trio loop where the Tables and Streams objects
 live: a call never leaves the loop, and nothing needs a lock. The table calls take no task of
@@ -39,13 +41,14 @@ from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
 from bkcore.table.range import WatchTooSlow
 from bkcore.table.watch_rpc import (
-    ERROR_MESSAGE_HEADER, OWNER_HEADER, OWNER_ONLY_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD,
+    ERROR_MESSAGE_HEADER, LIST_NAMESPACES_METHOD, LIST_STREAMS_METHOD, OWNER_HEADER, OWNER_ONLY_HEADER,
+    PREFIX_HEADER, PUT_TTL_MS_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD,
 )
 from bkcore.table.service import Tables, range_of
 from streamstorage.lmdb_kv import LmdbRangeIndexes
 from streamstorage.peer_calls import PeerClient, PeerServer
 from streamstorage.table_protocol import (
-    compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
+    RangeOptions, compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
     range_read_of, response_op, txn_op_of,
 )
 from transports.grpc_trio import GrpcServer, ServerStream, Unary
@@ -322,18 +325,18 @@ class TableServicer:
         return await _here_or_at_owner(self._tables.read, self._peers.read, namespace, stream, pkey, read, forward)
 
     def Range(self, request, call, answer) -> None:
-        to_pkey_end = TO_PKEY_END_HEADER in call.metadata
-        response = self._range_now(request, to_pkey_end)
+        options = _range_options(call)
+        response = self._range_now(request, options)
         if response is not None:
             answer(response, None)
             return
 
         async def operate(namespace, stream, pkey, forward):
-            read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
+            read = range_read_of(pkey, request, options)
             return range_fields(await self._read(namespace, stream, pkey, read, forward))
         self._later(answer, self._run, request, kv_rpc_pb2.RangeResponse, operate, call)
 
-    def _range_now(self, request, to_pkey_end: bool) -> kv_rpc_pb2.RangeResponse | None:
+    def _range_now(self, request, options: RangeOptions) -> kv_rpc_pb2.RangeResponse | None:
         """A read answered at once, without a task, when the table's range is served here
         (Tables.read_in_thread); None leaves it to a task."""
         header = request.header
@@ -342,7 +345,7 @@ class TableServicer:
             return None
         pkey = header.r_key or request.key
         try:
-            read = range_read_of(pkey, request, to_pkey_end=to_pkey_end)
+            read = range_read_of(pkey, request, options)
         except TableError:
             return None             # the task's path answers it
         result = self._tables.read_in_thread(*name, pkey, read)
@@ -351,12 +354,12 @@ class TableServicer:
         return kv_rpc_pb2.RangeResponse(header=_response_header(header, storage_pb2.SUCCESS), **range_fields(result))
 
     def Put(self, request, call, answer) -> None:
-        self._command(request, call, answer, kv_rpc_pb2.PutResponse, lambda pkey: put_of(pkey, request),
-                      lambda put, result: put_fields(result))
+        self._command(request, call, answer, kv_rpc_pb2.PutResponse,
+                      lambda pkey: put_of(pkey, request, _ttl_ms(call)), lambda put, result: put_fields(result))
 
     def Delete(self, request, call, answer) -> None:
-        self._command(request, call, answer, kv_rpc_pb2.DeleteRangeResponse, lambda pkey: delete_of(pkey, request),
-                      delete_fields)
+        self._command(request, call, answer, kv_rpc_pb2.DeleteRangeResponse,
+                      lambda pkey: delete_of(pkey, request, _range_options(call)), delete_fields)
 
     def Increment(self, request, call, answer) -> None:
         self._command(request, call, answer, kv_rpc_pb2.IncrementResponse, lambda pkey: increment_of(pkey, request),
@@ -379,6 +382,20 @@ class TableServicer:
 _REFUSED_TABLE_ERRORS = (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError)
 
 
+def _range_options(call) -> RangeOptions:
+    return RangeOptions(to_pkey_end=TO_PKEY_END_HEADER in call.metadata, prefix=PREFIX_HEADER in call.metadata)
+
+
+def _ttl_ms(call) -> int:
+    """A put's TTL (PUT_TTL_MS_HEADER; 0: none). A value that is not a whole number refuses the
+    put (ValueError: BAD_REQUEST)."""
+    text = call.metadata.get(PUT_TTL_MS_HEADER, "0")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"the TTL of a put is a whole number of milliseconds, not {text!r}") from None
+
+
 def _forwards(call) -> bool:
     """Whether a call for a range owned elsewhere is served through its owner: not for a thick
     client's (OWNER_ONLY_HEADER), which NotOwner answers."""
@@ -399,6 +416,28 @@ async def _here_or_at_owner(here, at_owner, namespace: str, stream: str, pkey: b
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
     """The request's routing header (stream id, range id, routing key) echoed, with the code."""
     return kv_rpc_pb2.ResponseHeader(code=code, routing_header=header)
+
+
+class CatalogLister:
+    """bk.storage.Catalog (LIST_NAMESPACES_METHOD, LIST_STREAMS_METHOD): the names the catalog
+    holds, sorted; a namespace that does not exist answers {"error", "code"}
+    (NAMESPACE_NOT_FOUND)."""
+
+    def __init__(self, streams) -> None:
+        self._streams = streams
+
+    async def _answer(self, names) -> dict:
+        try:
+            return {"names": await names}
+        except (StreamException, BKException, OSError) as exc:
+            return {"error": str(exc), "code": status_of(exc)}
+
+    async def list_namespaces(self, request: dict, call) -> dict:
+        return await self._answer(self._streams.catalog.list_namespaces())
+
+    async def list_streams(self, request: dict, call) -> dict:
+        namespace = request.get("namespace") or DEFAULT_NAMESPACE
+        return await self._answer(self._streams.catalog.list_streams(namespace))
 
 
 class _WatchHandler:
@@ -594,14 +633,24 @@ class GrpcGateway:
                     methods[f"/{service.full_name}/{method.name}"] = (
                         Unary(decode, _serialized, start=handler) if method.name in callbacks
                         else Unary(decode, _serialized, handle=handler))
-        methods[WATCH_METHOD] = ServerStream(lambda data: msgpack.unpackb(data, raw=False),
-                                             lambda item: msgpack.packb(item, use_bin_type=True),
+        methods[WATCH_METHOD] = ServerStream(_unpacked, _packed,
                                              handle=_WatchHandler(streams, self.tables, self.peers).watch)
+        lister = CatalogLister(streams)
+        methods[LIST_NAMESPACES_METHOD] = Unary(_unpacked, _packed, handle=lister.list_namespaces)
+        methods[LIST_STREAMS_METHOD] = Unary(_unpacked, _packed, handle=lister.list_streams)
         return methods
 
 
 def _serialized(message) -> bytes:
     return message.SerializeToString()
+
+
+def _unpacked(data: bytes):
+    return msgpack.unpackb(data, raw=False)
+
+
+def _packed(item) -> bytes:
+    return msgpack.packb(item, use_bin_type=True)
 
 
 __all__ = ["GrpcGateway", "DEFAULT_PORT", "WATCH_METHOD", "range_of"]

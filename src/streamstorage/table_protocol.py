@@ -15,18 +15,23 @@ is translated here, each with the Java it follows:
   `result.count(kvs.size())`), and count_only / keys_only are not read (TableStoreImpl.buildRangeOp
   passes neither); neither are a put's expected_version, lease or ignore_* fields (buildPutOp).
 
-One addition, outside the protobuf fields so that no BookKeeper request means anything else
-here: a Range call with the metadata TO_PKEY_END_HEADER (bkcore.table.watch_rpc) reads from its
-key to the end of the pkey (BookKeeper has no such end; `bk table range` uses it to list a pkey).
+Additions, outside the protobuf fields so that no BookKeeper request means anything else here
+(request metadata, bkcore.table.watch_rpc): a Range call with TO_PKEY_END_HEADER reads from its
+key to the end of the pkey (BookKeeper has no such end; `bk table range` uses it to list a
+pkey); a Range or Delete call with PREFIX_HEADER covers the keys of its pkey starting with its
+key (`--prefix`); a Put with PUT_TTL_MS_HEADER expires its key after that many milliseconds
+(`bk table put --ttl`). RangeOptions says which a call asked for.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from bookkeeper.proto import kv_pb2, kv_rpc_pb2, storage_pb2
 
 from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, DeleteResult, IllegalOp, Increment, KeyValue, OpRefused, Put,
-    PutResult, RangeRead, RangeResult, TableError, fold_key, pkey_end, unfold_key,
+    PutResult, RangeRead, RangeResult, TableError, fold_key, pkey_end, prefix_end, unfold_key,
 )
 
 
@@ -37,16 +42,27 @@ def kv_to_proto(kv: KeyValue) -> kv_pb2.KeyValue:
                            number_value=kv.number or 0, expire_time=kv.expire_at_ms)
 
 
-def folded_end(pkey: bytes, range_end: bytes, *, to_pkey_end: bool = False) -> bytes | None:
+@dataclass(frozen=True, slots=True)
+class RangeOptions:
+    """What a Range or Delete call's metadata asks of its range: to the end of the pkey
+    (TO_PKEY_END_HEADER), or every key starting with the call's key (PREFIX_HEADER)."""
+
+    to_pkey_end: bool = False
+    prefix: bool = False
+
+
+def folded_end(pkey: bytes, key: bytes, range_end: bytes, options: RangeOptions = RangeOptions()) -> bytes | None:
     """Our exclusive end of a request's inclusive `range_end` (none: one key)."""
-    if to_pkey_end:
+    if options.prefix:
+        return prefix_end(fold_key(pkey, key))
+    if options.to_pkey_end:
         return pkey_end(fold_key(pkey))
     return fold_key(pkey, range_end + b"\0") if range_end else None
 
 
-def range_read_of(pkey: bytes, request: kv_rpc_pb2.RangeRequest, *, to_pkey_end: bool = False) -> RangeRead:
+def range_read_of(pkey: bytes, request: kv_rpc_pb2.RangeRequest, options: RangeOptions = RangeOptions()) -> RangeRead:
     """TableStoreImpl.buildRangeOp: key, end, limit and the revision bounds (each > 0 or none)."""
-    return RangeRead(fold_key(pkey, request.key), folded_end(pkey, request.range_end, to_pkey_end=to_pkey_end),
+    return RangeRead(fold_key(pkey, request.key), folded_end(pkey, request.key, request.range_end, options),
                      limit=max(request.limit, 0),
                      min_mod_revision=max(request.min_mod_revision, 0),
                      max_mod_revision=max(request.max_mod_revision, 0),
@@ -54,14 +70,15 @@ def range_read_of(pkey: bytes, request: kv_rpc_pb2.RangeRequest, *, to_pkey_end:
                      max_create_revision=max(request.max_create_revision, 0))
 
 
-def put_of(pkey: bytes, request: kv_rpc_pb2.PutRequest) -> Put:
-    """TableStoreImpl.buildPutOp: key, value and prev_kv."""
-    return Put(fold_key(pkey, request.key), request.value, request.prev_kv)
+def put_of(pkey: bytes, request: kv_rpc_pb2.PutRequest, ttl_ms: int = 0) -> Put:
+    """TableStoreImpl.buildPutOp: key, value and prev_kv (and our per-put TTL)."""
+    return Put(fold_key(pkey, request.key), request.value, request.prev_kv, ttl_ms)
 
 
-def delete_of(pkey: bytes, request: kv_rpc_pb2.DeleteRangeRequest) -> DeleteRange:
+def delete_of(pkey: bytes, request: kv_rpc_pb2.DeleteRangeRequest, options: RangeOptions = RangeOptions()) -> DeleteRange:
     """TableStoreImpl.buildDeleteOp: key, end and prev_kv."""
-    return DeleteRange(fold_key(pkey, request.key), folded_end(pkey, request.range_end), request.prev_kv)
+    return DeleteRange(fold_key(pkey, request.key), folded_end(pkey, request.key, request.range_end, options),
+                       request.prev_kv)
 
 
 def increment_of(pkey: bytes, request: kv_rpc_pb2.IncrementRequest) -> Increment:

@@ -232,11 +232,12 @@ def unfold_key(key: bytes) -> tuple[bytes, bytes]:
 def pkey_end(key: bytes) -> bytes:
     """The first folded key after every key of `key`'s pkey."""
     pkey, _ = unfold_key(key)
-    return _after_prefix(fold_key(pkey))
+    return prefix_end(fold_key(pkey))
 
 
-def _after_prefix(prefix: bytes) -> bytes:
-    """The smallest byte string greater than every string starting with `prefix`."""
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string starting with `prefix` (for a
+    folded pkey and lkey prefix: the end of the keys of that pkey starting with that lkey)."""
     stripped = prefix.rstrip(b"\xff")
     if not stripped:
         return b"\xff" * (len(prefix) + 1)
