@@ -79,6 +79,12 @@ def status_of(error: BaseException) -> int:
     return storage_pb2.INTERNAL_SERVER_ERROR
 
 
+def _pkey_of(request) -> bytes:
+    """The routing key of a table call: its header's, else its key (a TxnRequest has none: an
+    empty routing key routes it by b"")."""
+    return request.header.r_key or getattr(request, "key", b"")
+
+
 def refused(response, error: BaseException, call):
     """`response` (which carries the status code), with the reason in the trailing metadata
     (and, for NotOwner, the owner: OWNER_HEADER)."""
@@ -268,7 +274,7 @@ class TableServicer:
         header = request.header
         try:
             namespace, stream = await self._stream_of(header.stream_id)
-            fields = await operate(namespace, stream, header.r_key or request.key, _forwards(call))
+            fields = await operate(namespace, stream, _pkey_of(request), _forwards(call))
             return response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields)
         except _REFUSED_TABLE_ERRORS as exc:
             # (NotOwner here: the owner the call was sent to no longer owns the range.)
@@ -294,7 +300,7 @@ class TableServicer:
                 answer(None, error)
 
         name = self._names.get(header.stream_id)
-        pkey = header.r_key or request.key
+        pkey = _pkey_of(request)
         try:
             command = command_of(pkey)
             if name is not None and self._tables.submit_here(*name, pkey, command, on_done):
@@ -343,7 +349,7 @@ class TableServicer:
         name = self._names.get(header.stream_id)
         if name is None:
             return None
-        pkey = header.r_key or request.key
+        pkey = _pkey_of(request)
         try:
             read = range_read_of(pkey, request, options)
         except TableError:

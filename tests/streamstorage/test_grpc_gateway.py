@@ -92,6 +92,10 @@ async def test_txn_and_watch_through_stubs(gateway):
             assert answer.header.code == storage_pb2.SUCCESS and answer.succeeded
             answer = tables.Txn(kv_rpc_pb2.TxnRequest(compare=[compare], success=[put], header=header))
             assert not answer.succeeded
+            # A txn without a routing key (TxnRequest has no key of its own) is answered, not a crash.
+            unrouted = kv_rpc_pb2.RoutingHeader(stream_id=stream_id)
+            answer = tables.Txn(kv_rpc_pb2.TxnRequest(success=[put], header=unrouted))
+            assert answer.header.code == storage_pb2.SUCCESS and answer.succeeded
             got = tables.Range(kv_rpc_pb2.RangeRequest(key=b"name", header=header))
             assert got.kvs[0].value == b"lovelace" and got.kvs[0].version == 1      # BookKeeper's: from 0
             return got.kvs[0].mod_revision
