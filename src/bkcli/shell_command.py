@@ -13,7 +13,7 @@ import sys
 import time
 
 from bkcli.credentials import add_security_arguments, client_credentials
-from bkcli import shell_cluster, shell_cookies, shell_files
+from bkcli import shell_autorecovery, shell_cluster, shell_cookies, shell_files
 from bkcli.defaults import add_metastore_argument, metastore_uri, nobody_listening, positive_int
 from bkcli.shell_support import ShellFailure as _ShellFailure
 from bkcli.shell_support import lines as _lines
@@ -93,6 +93,7 @@ def add_parser(commands) -> None:
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
     shell_cookies.add_parsers(command)
     shell_cluster.add_parsers(command)
+    shell_autorecovery.add_parsers(command)
     shell_files.add_parsers(lambda name, help_text: command(name, help_text, needs_cluster=False))
 
 
@@ -375,6 +376,7 @@ _HANDLERS = {
     "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,
     **dict.fromkeys(shell_cookies.COMMANDS, shell_cookies.run),
     **dict.fromkeys(shell_cluster.COMMANDS, shell_cluster.run),
+    **dict.fromkeys(shell_autorecovery.COMMANDS, shell_autorecovery.run),
 }
 
 

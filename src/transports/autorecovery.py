@@ -12,6 +12,12 @@ a lost bookie to a live writable bookie outside that ensemble (bkcore.client.rer
 and remove the mark once nothing is left on lost bookies. A worker that dies drops its lock
 with its session; another worker takes the ledger over.
 
+Cluster-wide controls in the metastore, BookKeeper's: <root>/underreplication/disable switches
+replication off (workers copy nothing, audits mark nothing); .../lostBookieRecoveryDelay holds
+the cluster's delay, which wins over each daemon's own; rewriting .../auditRequest asks the
+auditor for an audit now, marking what is missing at once (`bk shell autorecovery`,
+`lostbookierecoverydelay`, `triggeraudit`).
+
 recover_bookie() is the same copy for one bookie over every ledger, for `bk shell recover`.
 """
 
@@ -122,6 +128,77 @@ async def list_underreplicated(store, layout) -> dict[int, list[str]]:
     return marks
 
 
+# -- cluster-wide controls ----------------------------------------------------------------
+
+async def is_replication_enabled(store, layout) -> bool:
+    result = await store.execute(Get(layout.replication_disabled_path))
+    if result.code not in (MetaCode.OK, MetaCode.NO_NODE):
+        raise ConnectionError(f"reading {layout.replication_disabled_path} failed: {result.code.name}")
+    return result.code is MetaCode.NO_NODE
+
+
+async def set_replication_enabled(store, layout, enabled: bool) -> None:
+    path = layout.replication_disabled_path
+    result = await store.execute(Delete(path) if enabled else Create(path, b""))
+    if result.code not in (MetaCode.OK, MetaCode.NO_NODE, MetaCode.NODE_EXISTS):
+        raise ConnectionError(f"{'deleting' if enabled else 'creating'} {path} failed: {result.code.name}")
+
+
+async def cluster_recovery_delay(store, layout) -> float | None:
+    """The cluster's lostBookieRecoveryDelay in seconds; None when none is set (each daemon's
+    own applies), or when what is stored is no number."""
+    result = await store.execute(Get(layout.recovery_delay_path))
+    if result.code is MetaCode.NO_NODE:
+        return None
+    if result.code is not MetaCode.OK:
+        raise ConnectionError(f"reading {layout.recovery_delay_path} failed: {result.code.name}")
+    try:
+        return max(0.0, float(result.data.decode()))
+    except ValueError:
+        return None
+
+
+async def set_cluster_recovery_delay(store, layout, seconds: float) -> None:
+    await _write(store, layout.recovery_delay_path, f"{seconds:g}".encode())
+
+
+async def request_audit(store, layout) -> None:
+    """Ask the auditor (whichever daemon it is) for an audit now."""
+    current = await store.execute(Get(layout.audit_request_path))
+    count = int(current.data or b"0") + 1 if current.code is MetaCode.OK and current.data.isdigit() else 1
+    await _write(store, layout.audit_request_path, str(count).encode())
+
+
+async def _write(store, path: str, data: bytes) -> None:
+    for _ in range(10):
+        current = await store.execute(Get(path))
+        if current.code is MetaCode.NO_NODE:
+            result = await store.execute(Create(path, data))
+        elif current.code is MetaCode.OK:
+            result = await store.execute(SetData(path, data, current.version))
+        else:
+            result = current
+        if result.code is MetaCode.OK:
+            return
+        if result.code not in (MetaCode.NODE_EXISTS, MetaCode.BAD_VERSION, MetaCode.NO_NODE):
+            break
+    raise ConnectionError(f"writing {path} failed: {result.code.name}")
+
+
+async def _first_to_fire(watches, timeout_s: float):
+    """Wait for the first of `watches` to fire (returned), or timeout_s (None)."""
+    fired = []
+    with trio.move_on_after(timeout_s):
+        async with trio.open_nursery() as nursery:
+            for watch in watches:
+                async def wait(watch=watch) -> None:
+                    await watch.wait()
+                    fired.append(watch)
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(wait)
+    return fired[0] if fired else None
+
+
 class Autorecovery:
     def __init__(self, bk, *, lost_bookie_recovery_delay_s: float = 0.0,
                  audit_interval_s: float = 60.0, worker_interval_s: float = 1.0, name: str = "") -> None:
@@ -134,7 +211,9 @@ class Autorecovery:
         self.name = name or f"autorecovery-{random.getrandbits(32):08x}"
         self.is_auditor = False
         self._missing_since: dict[str, float] = {}
-        self.counts = {"audits": 0, "ledgers_marked": 0, "ledgers_replicated": 0, "replication_failures": 0}
+        self._delay_in_force = lost_bookie_recovery_delay_s
+        self.counts = {"audits": 0, "audits_skipped": 0, "ledgers_marked": 0, "ledgers_replicated": 0,
+                       "replication_failures": 0}
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -159,19 +238,31 @@ class Autorecovery:
                 self.is_auditor = False
 
     async def _audit_forever(self) -> None:
+        delay_s = None
         while True:
-            _, watch = await self.store.execute_watch(Children(self.layout.available_path))
-            await self.audit()
+            _, registrations = await self.store.execute_watch(Children(self.layout.available_path))
+            _, requested = await self.store.execute_watch(Get(self.layout.audit_request_path))
+            _, switched = await self.store.execute_watch(Get(self.layout.replication_disabled_path))
+            _, delay_set = await self.store.execute_watch(Get(self.layout.recovery_delay_path))
+            await self.audit(delay_s=delay_s)
             next_round_in = self.audit_interval_s
             if self._missing_since:                    # come back when a delay runs out
-                next_round_in = min(next_round_in, max(0.05, self.delay_s / 2))
-            with trio.move_on_after(next_round_in):
-                await watch.wait()
+                next_round_in = min(next_round_in, max(0.05, self._delay_in_force / 2))
+            fired = await _first_to_fire((registrations, requested, switched, delay_set), next_round_in)
+            delay_s = 0.0 if fired is requested else None     # (an audit asked for marks at once)
 
     async def audit(self, *, delay_s: float | None = None) -> list[int]:
         """One audit round; returns the ledgers it marked. delay_s replaces the lost bookie
-        recovery delay for this round (0: a triggered audit marks what is missing now)."""
-        delay_s = self.delay_s if delay_s is None else delay_s
+        recovery delay for this round (0: a triggered audit marks what is missing now); else
+        the cluster's delay applies if one is set, else this daemon's. With replication
+        switched off, nothing is marked."""
+        if not await is_replication_enabled(self.store, self.layout):
+            self.counts["audits_skipped"] += 1
+            return []
+        if delay_s is None:
+            cluster_delay = await cluster_recovery_delay(self.store, self.layout)
+            delay_s = self.delay_s if cluster_delay is None else cluster_delay
+            self._delay_in_force = delay_s
         self.counts["audits"] += 1
         _, alive = await live_bookies(self.bk)
         now = trio.current_time()
@@ -222,11 +313,12 @@ class Autorecovery:
     async def _worker_loop(self) -> None:
         while True:
             result, watch = await self.store.execute_watch(Children(self.layout.underreplicated_path))
-            for name in sorted(result.children) if result.code is MetaCode.OK else ():
-                if name.startswith("urL") and name[3:].isdigit():
-                    await self.work_on(int(name[3:]))
-            with trio.move_on_after(self.worker_interval_s):
-                await watch.wait()
+            _, switched = await self.store.execute_watch(Get(self.layout.replication_disabled_path))
+            if await is_replication_enabled(self.store, self.layout):
+                for name in sorted(result.children) if result.code is MetaCode.OK else ():
+                    if name.startswith("urL") and name[3:].isdigit():
+                        await self.work_on(int(name[3:]))
+            await _first_to_fire((watch, switched), self.worker_interval_s)
 
     async def work_on(self, ledger_id: int) -> bool:
         """Lock, re-replicate and unmark one ledger; False if locked elsewhere or unfinished."""

@@ -20,7 +20,10 @@ import trio
 from bkcore.errors import NoSuchLedger
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.metaops import Children, Get, MetaCode
-from transports.autorecovery import list_underreplicated
+from transports.autorecovery import (
+    cluster_recovery_delay, is_replication_enabled, list_underreplicated, request_audit, set_cluster_recovery_delay,
+    set_replication_enabled,
+)
 from transports.bookie_options import option_values
 from transports.client_driver import ClientDriver, parse_address
 from transports.http_admin import HttpError, Request, Response, Routes, json_response, text_response
@@ -63,7 +66,9 @@ class AdminApi:
             "/api/v1/ledger/delete": {"DELETE": self.delete_ledger},
             "/api/v1/autorecovery/who_is_auditor": {"GET": self.who_is_auditor},
             "/api/v1/autorecovery/list_under_replicated_ledger": {"GET": self.list_under_replicated},
-            "/api/v1/autorecovery/lost_bookie_recovery_delay": {"GET": self.lost_bookie_recovery_delay},
+            "/api/v1/autorecovery/lost_bookie_recovery_delay": {"GET": self.lost_bookie_recovery_delay,
+                                                                 "PUT": self.set_lost_bookie_recovery_delay},
+            "/api/v1/autorecovery/status": {"GET": self.autorecovery_status, "PUT": self.set_autorecovery_status},
             "/api/v1/autorecovery/trigger_audit": {"PUT": self.trigger_audit},
         }
 
@@ -169,7 +174,7 @@ class AdminApi:
         return json_response({
             "auditorElected": auditor is not None, "auditorId": auditor or "",
             "clusterUnderReplicated": bool(marks),
-            "ledgerReplicationEnabled": True,       # (there is no switch to turn it off here)
+            "ledgerReplicationEnabled": await self._controlled(is_replication_enabled),
             "totalBookiesCount": len(known), "writableBookiesCount": len(writable),
             "readonlyBookiesCount": len(readonly),
             "unavailableBookiesCount": len(known - set(writable) - set(readonly))})
@@ -225,21 +230,37 @@ class AdminApi:
         return json_response(list(chosen))
 
     async def lost_bookie_recovery_delay(self, request: Request) -> Response:
-        return json_response({"lostBookieRecoveryDelay": round(self.bookie.config.lost_bookie_recovery_delay_s)})
+        """The cluster's delay if one is set (bk shell lostbookierecoverydelay -set), else this
+        bookie's configured one."""
+        delay = await self._controlled(cluster_recovery_delay)
+        seconds = self.bookie.config.lost_bookie_recovery_delay_s if delay is None else delay
+        return json_response({"lostBookieRecoveryDelay": round(seconds)})
+
+    async def set_lost_bookie_recovery_delay(self, request: Request) -> Response:
+        seconds = request.integer("delay_seconds", minimum=0, maximum=10**9)
+        await self._controlled(set_cluster_recovery_delay, seconds)
+        return json_response({"lostBookieRecoveryDelay": seconds})
+
+    async def autorecovery_status(self, request: Request) -> Response:
+        return json_response({"enabled": await self._controlled(is_replication_enabled)})
+
+    async def set_autorecovery_status(self, request: Request) -> Response:
+        enabled = request.boolean("enabled")
+        await self._controlled(set_replication_enabled, enabled)
+        return json_response({"enabled": enabled})
 
     async def trigger_audit(self, request: Request) -> Response:
-        """An audit now by this bookie's autorecovery, if it is the auditor: ledgers on bookies
-        missing now are marked at once, without waiting out lostBookieRecoveryDelay."""
-        recovery = self.bookie.autorecovery
-        if recovery is None:
-            raise HttpError(501, "this bookie runs no autorecovery (autoRecoveryDaemonEnabled=false); "
-                                 "trigger the audit on the auditor's bookie (who_is_auditor names it)")
-        if not recovery.is_auditor:
-            auditor = await self._auditor()
-            raise HttpError(409, f"this bookie is not the auditor ({auditor or 'none is elected yet'}); "
-                                 f"trigger the audit on the auditor's bookie")
-        marked = await recovery.audit(delay_s=0)
-        return json_response({"auditTriggered": True, "ledgersMarked": marked})
+        """Ask the auditor, whichever bookie or daemon it is, for an audit now: it marks the
+        ledgers of bookies missing now at once, without waiting out lostBookieRecoveryDelay."""
+        await self._controlled(request_audit)
+        return json_response({"auditTriggered": True, "auditor": await self._auditor()})
+
+    async def _controlled(self, control, *args):
+        """One of transports.autorecovery's cluster-wide controls, on this bookie's session."""
+        try:
+            return await control(self.bookie.store, self.bookie.layout, *args)
+        except ConnectionError as exc:
+            raise HttpError(503, f"the metastore cannot answer: {exc}") from None
 
     # -- reading the metastore --------------------------------------------------------------
 

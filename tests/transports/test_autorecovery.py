@@ -62,3 +62,50 @@ async def test_recover_on_demand_with_dry_run_first(cluster):
         assert seen[-1] == (3, 3)
         for metadata in ledgers:
             assert victim.bookie_id not in (await bk.ledger_metadata(metadata.ledger_id)).all_bookies()
+
+
+async def test_the_cluster_switch_the_cluster_delay_and_a_triggered_audit(cluster):
+    """bk shell autorecovery -disable holds replication back; a triggered audit marks a gone
+    bookie's ledgers at once, whatever the daemon's own delay; the cluster's delay wins over
+    the daemon's."""
+    import io
+    import json
+
+    from bkcli.main import build_parser
+    from bkcli.shell_command import run_shell
+
+    async def shell(*argv):
+        out = io.StringIO()
+        status = await run_shell(build_parser().parse_args(["shell", *argv, "--metastore", URI, "--json"]), out)
+        return status, json.loads(out.getvalue())
+    async with bkclient.connect(URI) as bk:
+        ledgers = await closed_ledgers(bk, 3)
+        victim = next(b for b in cluster.bookies if b.bookie_id in ledgers[0].all_bookies())
+        affected = sorted(m.ledger_id for m in ledgers if victim.bookie_id in m.all_bookies())
+        assert await shell("autorecovery", "-status") == (0, {"enabled": True})
+        assert await shell("autorecovery", "-disable") == (0, {"enabled": False})
+        assert await shell("lostbookierecoverydelay", "-get") == (0, {"lostBookieRecoveryDelay": None})
+        async with trio.open_nursery() as nursery:
+            recovery = Autorecovery(bk, lost_bookie_recovery_delay_s=3600, audit_interval_s=3600,
+                                    worker_interval_s=0.2)
+            nursery.start_soon(recovery.run)
+            with trio.fail_after(30):
+                while not recovery.is_auditor:
+                    await trio.sleep(0.05)
+            await cluster.stop(victim)
+            assert await shell("triggeraudit") == (0, {"requested": True})
+            with trio.fail_after(30):
+                while recovery.counts["audits_skipped"] < 2:       # (the first audit, and the one asked for)
+                    await trio.sleep(0.05)
+            assert await list_underreplicated(bk.store, bk.layout) == {}          # switched off: nothing marked
+            assert await shell("autorecovery", "-enable") == (0, {"enabled": True})
+            assert await shell("triggeraudit") == (0, {"requested": True})
+            with trio.fail_after(60):                     # marked at once, then copied and unmarked
+                while any([victim.bookie_id in (await bk.ledger_metadata(i)).all_bookies() for i in affected]):
+                    await trio.sleep(0.1)
+            assert recovery.counts["ledgers_marked"] >= len(affected)
+            assert (await shell("queryautorecoverystatus"))[0] == 0
+            assert await shell("lostbookierecoverydelay", "-set", "7") == (0, {"lostBookieRecoveryDelay": 7.0})
+            await recovery.audit()
+            assert recovery._delay_in_force == 7.0                    # the cluster's delay wins
+            nursery.cancel_scope.cancel()

@@ -8,6 +8,9 @@ Same paths as BookKeeper under a root (default /ledgers):
   <root>/underreplication/ledgers/urL%010d   a ledger with fragments on lost bookies
   <root>/underreplication/locks/urL%010d     ephemeral: a worker is re-replicating it
   <root>/underreplication/auditor            ephemeral: the elected auditor
+  <root>/underreplication/disable            present: ledger replication is switched off
+  <root>/underreplication/lostBookieRecoveryDelay   the cluster's delay, seconds (text)
+  <root>/underreplication/auditRequest       rewritten to ask the auditor for an audit now
   flat layout:          <root>/L%010d
   hierarchical layout:  <root>/00/0000/L0001   (id as 10 digits split 2/4/4)
 """
@@ -59,6 +62,19 @@ class LedgerLayout:
     @property
     def auditor_path(self) -> str:
         return f"{self.root}/underreplication/auditor"
+
+    @property
+    def replication_disabled_path(self) -> str:
+        """BookKeeper's switch: while this node exists, workers copy nothing and audits mark nothing."""
+        return f"{self.root}/underreplication/disable"
+
+    @property
+    def recovery_delay_path(self) -> str:
+        return f"{self.root}/underreplication/lostBookieRecoveryDelay"
+
+    @property
+    def audit_request_path(self) -> str:
+        return f"{self.root}/underreplication/auditRequest"
 
     def ledger_path(self, ledger_id: int) -> str:
         assert 0 <= ledger_id < 10**10
