@@ -34,6 +34,20 @@ def fs(request, tmp_path):
 
 
 
+
+@pytest.fixture(scope="module")
+def stream_storage_cluster(tmp_path_factory):
+    """A real cluster for a test module: one raft-lite node, three bookies and a stream storage
+    server, each its own process."""
+    from bklocal.standalone import StandaloneCluster
+    cluster = StandaloneCluster.on_free_ports(str(tmp_path_factory.mktemp("cluster")), bookie_count=3,
+                                              metastore_count=1, with_stream_storage=True)
+    try:
+        cluster.start(log=lambda line: None)
+        yield cluster
+    finally:
+        cluster.stop()
+
 @pytest.fixture(autouse=True)
 def root_logging_restored():
     """A test that runs `bk`'s main() sets up the root logger for the process (bkcli.logs); put

@@ -76,17 +76,11 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    cluster = StandaloneCluster.on_free_ports(str(tmp_path_factory.mktemp("cluster")), bookie_count=3,
-                                              metastore_count=1, with_stream_storage=True)
-    try:
-        cluster.start(log=lambda line: None)
-        with grpc.insecure_channel(f"127.0.0.1:{cluster.stream_storage_port}") as channel:
-            served = Server(cluster, channel)
-            served.admin().namespaces().create(NAMESPACE)
-            yield served
-    finally:
-        cluster.stop()
+def server(stream_storage_cluster):
+    with grpc.insecure_channel(f"127.0.0.1:{stream_storage_cluster.stream_storage_port}") as channel:
+        served = Server(stream_storage_cluster, channel)
+        served.admin().namespaces().create(NAMESPACE)
+        yield served
 
 
 @dataclass

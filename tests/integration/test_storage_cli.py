@@ -22,20 +22,13 @@ import pytest
 pytest.importorskip("bookkeeper", reason="the grpc extra (apache-bookkeeper-client) is not installed")
 
 from bkcli.main import main as bk_main  # noqa: E402
-from bklocal.standalone import StandaloneCluster  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 
 
 @pytest.fixture(scope="module")
-def address(tmp_path_factory):
-    cluster = StandaloneCluster.on_free_ports(str(tmp_path_factory.mktemp("cluster")), bookie_count=3,
-                                              metastore_count=1, with_stream_storage=True)
-    try:
-        cluster.start(log=lambda line: None)
-        yield f"127.0.0.1:{cluster.stream_storage_port}"
-    finally:
-        cluster.stop()
+def address(stream_storage_cluster):
+    return f"127.0.0.1:{stream_storage_cluster.stream_storage_port}"
 
 
 class Bk:
