@@ -8,6 +8,7 @@
                              data becomes garbage; format them too, or they refuse to start)
     nukeexistingcluster -f   delete everything under the ledger root, the layout included
     whoisauditor             the autorecovery daemon auditing the cluster now
+    clusterinfo              BookKeeper's cluster info: bookies by state, auditor, under-replication
 
 Both deletions are refused while a bookie is registered, and without -f (nothing here asks).
 """
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 from bkcli.shell_support import ShellFailure
 
-COMMANDS = ("initnewcluster", "metaformat", "nukeexistingcluster", "whoisauditor")
+COMMANDS = ("initnewcluster", "metaformat", "nukeexistingcluster", "whoisauditor", "clusterinfo")
 
 
 def add_parsers(command) -> None:
     command("whoisauditor", "the autorecovery daemon auditing the cluster now")
+    command("clusterinfo", "the cluster at a glance: bookies by state, the auditor, under-replication")
     command("initnewcluster", "make the cluster's metadata skeleton where it is missing")
     for name, what in (("metaformat", "delete all of the cluster's metadata but its ledger layout"),
                        ("nukeexistingcluster", "delete everything under the cluster's ledger root")):
@@ -34,6 +36,11 @@ async def run(bk, args):
     from bkcore.metaops import Children, Create, MetaCode
     from metastore.layout_node import layout_node_path
     root = bk.layout.root
+    if args.shell_command == "clusterinfo":
+        from transports.cluster_state import cluster_info
+        info = await cluster_info(bk.store, bk.layout)
+        return "".join(f"{key}: {str(value).lower() if type(value) is bool else value}\n"
+                       for key, value in info.items()), info
     if args.shell_command == "whoisauditor":
         from bkcore.metaops import Get
         result = await bk.store.execute(Get(bk.layout.auditor_path))

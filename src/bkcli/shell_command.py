@@ -74,7 +74,12 @@ def add_parser(commands) -> None:
     simple.add_argument("--num-entries", type=positive_int, default=100)
     sanity = command("bookiesanity", "write and read a ledger on every writable bookie, one at a time")
     sanity.add_argument("--num-entries", type=positive_int, default=10)
-    command("listunderreplicated", "ledgers marked under-replicated and their lost bookies")
+    marked = command("listunderreplicated", "ledgers marked under-replicated and their lost bookies")
+    marked.add_argument("-mr", "--missingreplica", metavar="BOOKIE", help="only those whose lost bookies include it")
+    marked.add_argument("-emr", "--excludingmissingreplica", metavar="BOOKIE",
+                        help="only those whose lost bookies do not include it")
+    marked.add_argument("-prw", "--printreplicationworkerid", action="store_true",
+                        help="also the worker re-replicating each now, if one is")
     recover = command("recover", "copy a lost bookie's ledger fragments to other bookies")
     recover.add_argument("bookie", help="host:port of the lost bookie")
     recover.add_argument("-dr", "--dryrun", "--dry-run", action="store_true", dest="dry_run",
@@ -298,10 +303,20 @@ async def _bookiesanity(bk, args):
 
 
 async def _listunderreplicated(bk, args):
-    from transports.autorecovery import list_underreplicated
-    marks = await list_underreplicated(bk.store, bk.layout)
-    return _lines(f"{ledger_id}\t{','.join(lost)}" for ledger_id, lost in sorted(marks.items())), \
-        {str(k): v for k, v in sorted(marks.items())}
+    from bkcore.metaops import Get, MetaCode
+    from transports.cluster_state import chosen_underreplicated
+    marks = await chosen_underreplicated(bk.store, bk.layout, missing=args.missingreplica,
+                                         excluding=args.excludingmissingreplica)
+    workers = {}
+    if args.printreplicationworkerid:
+        for ledger_id in marks:
+            lock = await bk.store.execute(Get(bk.layout.replication_lock_path(ledger_id)))
+            workers[ledger_id] = lock.data.decode("utf-8", "replace") if lock.code is MetaCode.OK else None
+    text = _lines(f"{ledger_id}\t{','.join(lost)}" + (f"\t{workers[ledger_id] or '-'}" if workers else "")
+                  for ledger_id, lost in marks.items())
+    if workers:
+        return text, {str(k): {"lost": v, "worker": workers[k]} for k, v in marks.items()}
+    return text, {str(k): v for k, v in marks.items()}
 
 
 def _progress_bar(done: int, total: int) -> None:

@@ -19,11 +19,12 @@ import trio
 
 from bkcore.errors import NoSuchLedger
 from bkcore.ledger.metadata import LedgerMetadata
-from bkcore.metaops import Children, Get, MetaCode
+from bkcore.metaops import Get, MetaCode
 from transports.autorecovery import (
-    cluster_recovery_delay, is_replication_enabled, list_underreplicated, request_audit, set_cluster_recovery_delay,
+    cluster_recovery_delay, is_replication_enabled, request_audit, set_cluster_recovery_delay,
     set_replication_enabled,
 )
+from transports import cluster_state
 from transports.bookie_options import option_values
 from transports.client_driver import ClientDriver, parse_address
 from transports.http_admin import HttpError, Request, Response, Routes, json_response, text_response
@@ -166,18 +167,7 @@ class AdminApi:
         return json_response(body)
 
     async def cluster_info(self, request: Request) -> Response:
-        layout = self.bookie.layout
-        writable, readonly = await self._registered_bookies()
-        known = set(await self._children(layout.cookies_path)) | set(writable) | set(readonly)
-        marks = [name for name in await self._children(layout.underreplicated_path) if name.startswith("urL")]
-        auditor = await self._auditor()
-        return json_response({
-            "auditorElected": auditor is not None, "auditorId": auditor or "",
-            "clusterUnderReplicated": bool(marks),
-            "ledgerReplicationEnabled": await self._controlled(is_replication_enabled),
-            "totalBookiesCount": len(known), "writableBookiesCount": len(writable),
-            "readonlyBookiesCount": len(readonly),
-            "unavailableBookiesCount": len(known - set(writable) - set(readonly))})
+        return json_response(await self._controlled(cluster_state.cluster_info))
 
     async def list_ledgers(self, request: Request) -> Response:
         print_metadata = request.boolean("print_metadata", default=False)
@@ -222,9 +212,7 @@ class AdminApi:
         missing = request.text("missingreplica")
         excluding = request.text("excludingmissingreplica")
         print_missing = request.boolean("printmissingreplica", default=False)
-        marks = await list_underreplicated(self.bookie.store, self.bookie.layout)
-        chosen = {ledger_id: lost for ledger_id, lost in sorted(marks.items())
-                  if (missing is None or missing in lost) and (excluding is None or excluding not in lost)}
+        chosen = await self._controlled(cluster_state.chosen_underreplicated, missing=missing, excluding=excluding)
         if print_missing:
             return json_response({str(ledger_id): lost for ledger_id, lost in chosen.items()})
         return json_response(list(chosen))
@@ -255,36 +243,22 @@ class AdminApi:
         await self._controlled(request_audit)
         return json_response({"auditTriggered": True, "auditor": await self._auditor()})
 
-    async def _controlled(self, control, *args):
-        """One of transports.autorecovery's cluster-wide controls, on this bookie's session."""
+    async def _controlled(self, control, *args, **options):
+        """A reading or control of the whole cluster (transports.cluster_state, the autorecovery
+        controls), on this bookie's session; 503 when the metastore cannot answer."""
         try:
-            return await control(self.bookie.store, self.bookie.layout, *args)
+            return await control(self.bookie.store, self.bookie.layout, *args, **options)
         except ConnectionError as exc:
             raise HttpError(503, f"the metastore cannot answer: {exc}") from None
 
     # -- reading the metastore --------------------------------------------------------------
 
-    async def _children(self, path: str) -> list[str]:
-        result = await self.bookie.store.execute(Children(path))
-        if result.code is MetaCode.NO_NODE:
-            return []
-        if result.code is not MetaCode.OK:
-            raise HttpError(503, f"the metastore cannot list {path}: {result.code.name}")
-        return sorted(result.children)
-
     async def _registered_bookies(self) -> tuple[list[str], list[str]]:
         """(writable, readonly) bookie ids, as registered in the metastore."""
-        layout = self.bookie.layout
-        writable = [name for name in await self._children(layout.available_path) if name != "readonly"]
-        return writable, await self._children(layout.readonly_path)
+        return await self._controlled(cluster_state.registered_bookies)
 
     async def _auditor(self) -> str | None:
-        result = await self.bookie.store.execute(Get(self.bookie.layout.auditor_path))
-        if result.code is MetaCode.NO_NODE:
-            return None
-        if result.code is not MetaCode.OK:
-            raise HttpError(503, f"the metastore cannot read the auditor: {result.code.name}")
-        return result.data.decode("utf-8", "replace")
+        return await self._controlled(cluster_state.auditor)
 
     async def _metadata(self, ledger_id: int) -> LedgerMetadata | None:
         result = await self.bookie.store.execute(Get(self.bookie.layout.ledger_path(ledger_id)))

@@ -269,3 +269,27 @@ async def test_ledgermetadata_dumps_to_a_file_and_restores_from_it(cluster, tmp_
     junk.write_bytes(b"not metadata")
     assert (await shell("ledgermetadata", str(second.ledger_id), "-r", str(junk)))[0] == 1
     assert "is not a ledger metadata dump" in capsys.readouterr().err
+
+
+async def test_clusterinfo_and_listunderreplicated_with_its_filters(cluster):
+    import bkclient
+    from bkcore.metaops import Create
+    victim = sorted(cluster.bookies, key=lambda b: b.bookie_id)[0]
+    await cluster.stop(victim)
+    status, text = await shell("clusterinfo", "--json")
+    info = json.loads(text)
+    assert status == 0 and (info["totalBookiesCount"], info["writableBookiesCount"],
+                            info["unavailableBookiesCount"]) == (3, 2, 1)
+    assert (info["auditorElected"], info["clusterUnderReplicated"], info["ledgerReplicationEnabled"]) == (
+        False, False, True)
+    async with bkclient.connect(URI) as bk:          # marks as an auditor leaves them, one being worked on
+        await bk.store.execute(Create(bk.layout.underreplicated_ledger_path(7), b"127.0.0.1:1\n127.0.0.1:2"))
+        await bk.store.execute(Create(bk.layout.underreplicated_ledger_path(9), b"127.0.0.1:2"))
+        await bk.store.execute(Create(bk.layout.replication_lock_path(9), b"worker-a"))
+    assert (await shell("listunderreplicated"))[1] == "7\t127.0.0.1:1,127.0.0.1:2\n9\t127.0.0.1:2\n"
+    assert (await shell("listunderreplicated", "-mr", "127.0.0.1:1"))[1] == "7\t127.0.0.1:1,127.0.0.1:2\n"
+    assert (await shell("listunderreplicated", "-emr", "127.0.0.1:1"))[1] == "9\t127.0.0.1:2\n"
+    status, text = await shell("listunderreplicated", "-prw", "--json")
+    assert json.loads(text) == {"7": {"lost": ["127.0.0.1:1", "127.0.0.1:2"], "worker": None},
+                                "9": {"lost": ["127.0.0.1:2"], "worker": "worker-a"}}
+    assert json.loads((await shell("clusterinfo", "--json"))[1])["clusterUnderReplicated"] is True
