@@ -9,6 +9,9 @@
     nukeexistingcluster -f   delete everything under the ledger root, the layout included
     whoisauditor             the autorecovery daemon auditing the cluster now
     clusterinfo              BookKeeper's cluster info: bookies by state, auditor, under-replication
+    updatebookieinledger -bs OLD -bd NEW
+                             name NEW wherever ledger metadata names OLD (a bookie that moved to a
+                             new address with its data): OLD must be down and NEW registered
 
 Both deletions are refused while a bookie is registered, and without -f (nothing here asks).
 """
@@ -17,12 +20,16 @@ from __future__ import annotations
 
 from bkcli.shell_support import ShellFailure
 
-COMMANDS = ("initnewcluster", "metaformat", "nukeexistingcluster", "whoisauditor", "clusterinfo")
+COMMANDS = ("initnewcluster", "metaformat", "nukeexistingcluster", "whoisauditor", "clusterinfo",
+            "updatebookieinledger")
 
 
 def add_parsers(command) -> None:
     command("whoisauditor", "the autorecovery daemon auditing the cluster now")
     command("clusterinfo", "the cluster at a glance: bookies by state, the auditor, under-replication")
+    update = command("updatebookieinledger", "name a bookie's new address wherever ledger metadata names its old one")
+    update.add_argument("-bs", "--bookieSrc", "--bookie-src", dest="source", required=True, metavar="OLD")
+    update.add_argument("-bd", "--bookieDest", "--bookie-dest", dest="destination", required=True, metavar="NEW")
     command("initnewcluster", "make the cluster's metadata skeleton where it is missing")
     for name, what in (("metaformat", "delete all of the cluster's metadata but its ledger layout"),
                        ("nukeexistingcluster", "delete everything under the cluster's ledger root")):
@@ -36,6 +43,8 @@ async def run(bk, args):
     from bkcore.metaops import Children, Create, MetaCode
     from metastore.layout_node import layout_node_path
     root = bk.layout.root
+    if args.shell_command == "updatebookieinledger":
+        return await _update_bookie_in_ledgers(bk, args.source, args.destination)
     if args.shell_command == "clusterinfo":
         from transports.cluster_state import cluster_info
         info = await cluster_info(bk.store, bk.layout)
@@ -89,3 +98,44 @@ async def delete_tree(store, path: str) -> int:
     if gone.code not in (MetaCode.OK, MetaCode.NO_NODE):
         raise ShellFailure(f"deleting {path} failed ({gone.code.name}); {deleted} nodes under it were deleted\n")
     return deleted + (gone.code is MetaCode.OK)
+
+
+async def _update_bookie_in_ledgers(bk, source: str, destination: str):
+    """Rewrite every ledger's metadata that names `source` to name `destination` instead, each
+    with its version (a concurrent change is read again and retried)."""
+    import dataclasses
+
+    from bkcore.errors import NoSuchLedger
+    from bkcore.metaops import MetaCode, SetData
+    if source == destination:
+        raise ShellFailure("the two addresses are the same; nothing to do\n")
+    writable, readonly = await bk.list_bookies(), await bk.list_bookies(readonly=True)
+    if source in writable or source in readonly:
+        raise ShellFailure(f"{source} is registered (running): stop it first; its data now serves as {destination}\n")
+    if destination not in writable and destination not in readonly:
+        raise ShellFailure(f"{destination} is not a registered bookie: start the moved bookie there first\n")
+    updated = []
+    for ledger_id in await bk.list_ledgers():
+        for _ in range(10):
+            try:
+                metadata = await bk.ledger_metadata(ledger_id)
+            except NoSuchLedger:
+                break
+            if source not in metadata.all_bookies():
+                break
+            if destination in metadata.all_bookies():
+                raise ShellFailure(f"ledger {ledger_id} names both {source} and {destination}; renaming one to the "
+                                   f"other would put two copies on one bookie (updated so far: {updated})\n")
+            renamed = dataclasses.replace(metadata, ensembles=tuple(
+                (first, tuple(destination if bookie == source else bookie for bookie in ensemble))
+                for first, ensemble in metadata.ensembles))
+            result = await bk.store.execute(SetData(bk.layout.ledger_path(ledger_id), renamed.to_bytes(),
+                                                    metadata.version))
+            if result.code is MetaCode.OK:
+                updated.append(ledger_id)
+                break
+            if result.code is not MetaCode.BAD_VERSION:
+                raise ShellFailure(f"ledger {ledger_id}: the metastore answered {result.code.name} (updated so far: "
+                                   f"{updated})\n")
+    return (f"{source} -> {destination} in {len(updated)} ledgers\n",
+            {"source": source, "destination": destination, "ledgers": updated})

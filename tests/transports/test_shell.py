@@ -293,3 +293,29 @@ async def test_clusterinfo_and_listunderreplicated_with_its_filters(cluster):
     assert json.loads(text) == {"7": {"lost": ["127.0.0.1:1", "127.0.0.1:2"], "worker": None},
                                 "9": {"lost": ["127.0.0.1:2"], "worker": "worker-a"}}
     assert json.loads((await shell("clusterinfo", "--json"))[1])["clusterUnderReplicated"] is True
+
+
+async def test_updatebookieinledger_renames_a_moved_bookie_in_every_ledger(cluster, capsys):
+    import bkclient
+    await cluster.add_bookie()
+    first, second, third, spare = sorted(b.bookie_id for b in cluster.bookies)
+    async with bkclient.connect(URI) as bk:
+        placed = []
+        for bookies in ((first, second, third), (first, second, third), (second, third, spare)):
+            ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw", bookies=bookies)
+            await ledger.add(b"x")
+            placed.append((await ledger.close()).ledger_id)
+    assert (await shell("updatebookieinledger", "-bs", first, "-bd", spare))[0] == 1    # it still runs
+    assert "stop it first" in capsys.readouterr().err
+    await cluster.stop(next(b for b in cluster.bookies if b.bookie_id == first))
+    assert (await shell("updatebookieinledger", "-bs", first, "-bd", "127.0.0.1:1"))[0] == 1
+    assert "is not a registered bookie" in capsys.readouterr().err
+    status, text = await shell("updatebookieinledger", "-bs", first, "-bd", spare, "--json")
+    assert status == 0 and json.loads(text)["ledgers"] == placed[:2]
+    for ledger_id, expected in zip(placed, ([spare, second, third], [spare, second, third], [second, third, spare])):
+        after = json.loads((await shell("ledgermetadata", str(ledger_id), "--json"))[1])
+        assert after["ensembles"] == {"0": expected}
+    # A ledger on both addresses would end with two copies on one bookie: refused.
+    await cluster.stop(next(b for b in cluster.bookies if b.bookie_id == third))
+    assert (await shell("updatebookieinledger", "-bs", third, "-bd", spare))[0] == 1
+    assert f"names both {third} and {spare}" in capsys.readouterr().err
