@@ -69,3 +69,19 @@ def auth_secret(path: str | None, environ) -> bytes:
             raise CredentialsError(f"the auth secret file {path} holds no secret on its first line")
         return lines[0]
     return environ.get(AUTH_SECRET_ENV, "").encode()
+
+
+def server_tls_context(cert_file: str | None, key_file: str | None = None) -> ssl.SSLContext | None:
+    """A context to serve gRPC over TLS with (None without a certificate)."""
+    if not cert_file:
+        if key_file:
+            raise CredentialsError("--grpc-tls-key needs --grpc-tls-cert")
+        return None
+    for path in (cert_file, key_file):
+        if path and not os.path.isfile(path):
+            raise CredentialsError(f"{path}: no such file")
+    from transports.grpc_trio import server_tls_context as make
+    try:
+        return make(cert_file, key_file)
+    except (ssl.SSLError, OSError) as exc:
+        raise CredentialsError(f"cannot use the TLS files {cert_file}, {key_file}: {exc}") from None

@@ -68,11 +68,17 @@ def _add_common_arguments(parser, level: str) -> None:
                              "one a line)")
     parser.add_argument("--json", dest=f"{level}write_out", action="store_const", const="json",
                         help="the same as -w json")
+    parser.add_argument("--tls-ca", dest=f"{level}tls_ca", default=None, metavar="PEM",
+                        help="the CA that signed the stream storage servers' certificates: talk TLS to them")
 
 
 def server(args) -> str:
     return (getattr(args, f"{COMMAND}server", None) or getattr(args, f"{GROUP}server", None)
             or getattr(args, "top_server", None) or DEFAULT_SERVER)
+
+
+def tls_ca(args) -> str | None:
+    return getattr(args, f"{COMMAND}tls_ca", None) or getattr(args, f"{GROUP}tls_ca", None)
 
 
 def wants_json(args) -> bool:
@@ -102,7 +108,7 @@ def run_command(run, args) -> int:
     require_extra("grpc", "talking to stream storage over gRPC")
     from bkclient.storage_client import StorageClient, StorageError
     try:
-        with StorageClient(server(args)) as client:
+        with StorageClient(server(args), tls_ca=tls_ca(args)) as client:
             return int(run(client, args) or EXIT_DONE)
     except UsageError as exc:
         print(f"{args.command_name}: {exc}", file=sys.stderr)

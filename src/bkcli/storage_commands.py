@@ -13,7 +13,7 @@ import os
 import tempfile
 
 from bkcore.extras import require_extra
-from bkcli.credentials import CredentialsError, add_security_arguments, client_credentials
+from bkcli.credentials import CredentialsError, add_security_arguments, client_credentials, server_tls_context
 from bkcli.defaults import add_metastore_argument, metastore_uri
 
 
@@ -30,6 +30,8 @@ def add_parser(commands) -> None:
                         help="where the other stream storage servers send this one the table calls for the "
                              "ranges it owns (default: a free port, announced in the metastore)")
     add_security_arguments(server)
+    server.add_argument("--grpc-tls-cert", metavar="PEM", help="serve gRPC over TLS with this certificate chain")
+    server.add_argument("--grpc-tls-key", metavar="PEM", help="the private key of --grpc-tls-cert")
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
@@ -40,6 +42,7 @@ def cmd_stream_storage(args) -> int:
     require_extra("grpc", "serving streams and tables over gRPC")
     try:
         args.credentials = client_credentials(args)
+        args.credentials["serve_tls"] = server_tls_context(args.grpc_tls_cert, args.grpc_tls_key)
     except CredentialsError as exc:
         print(f"bk stream-storage: {exc}", file=sys.stderr)
         return 2

@@ -64,11 +64,21 @@ def _trailing(call) -> dict[str, str]:
 
 
 class StorageClient:
-    def __init__(self, server: str = DEFAULT_SERVER) -> None:
+    def __init__(self, server: str = DEFAULT_SERVER, *, tls_ca: str | None = None) -> None:
+        """tls_ca: a PEM file of the CA that signed the servers' certificates: talk TLS to them."""
         self.server = server
         # A connection of its own (gRPC otherwise shares one per address in a process): clients
         # of an address several servers listen on (SO_REUSEPORT) are then spread over them.
-        self._channel = grpc.insecure_channel(server, options=[("grpc.use_local_subchannel_pool", 1)])
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        if tls_ca:
+            try:
+                with open(tls_ca, "rb") as file:
+                    credentials = grpc.ssl_channel_credentials(root_certificates=file.read())
+            except OSError as exc:
+                raise ValueError(f"cannot read the CA file {tls_ca}: {exc.strerror}") from None
+            self._channel = grpc.secure_channel(server, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(server, options=options)
         self._root = storage_pb2_grpc.RootRangeServiceStub(self._channel)
 
     def close(self) -> None:

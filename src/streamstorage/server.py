@@ -25,18 +25,20 @@ SESSION_CHECK_INTERVAL_S = 0.5
 
 async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str | None,
                              shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"",
-                             task_status=trio.TASK_STATUS_IGNORED) -> None:
+                             serve_tls=None, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `task_status.started(gateway)` once it first listens (the
     gateway knows the port it got, which later sessions keep). peer_port: where other servers
     send table calls (0: a free port, kept by later sessions). tls, auth_secret: what its client
-    shows the bookies of a secured cluster (bkclient.connect's)."""
+    shows the bookies of a secured cluster (bkclient.connect's). serve_tls: serve gRPC over TLS
+    with this context (transports.grpc_trio.server_tls_context)."""
     is_first = True
     while True:
         async with open_client(uri, tls=tls, auth_secret=auth_secret) as driver:
             bk = BookKeeperClient(driver)
             async with trio.open_nursery() as nursery:
                 gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
-                                                          shared_port=shared_port, peer_port=peer_port).run)
+                                                          shared_port=shared_port, peer_port=peer_port,
+                                                          tls=serve_tls).run)
                 port, peer_port = gateway.port, gateway.peer_port
                 if is_first:
                     is_first = False

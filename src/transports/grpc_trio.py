@@ -28,7 +28,9 @@ names ending in "-bin", which travel base64-encoded as gRPC has it), and so are 
 A server stream's handler is a coroutine `handle(request, call, send)` that calls send(message)
 for each message; call.is_backed_up says when the client has fallen far behind.
 
-What it does not do: compressed messages (refused with UNIMPLEMENTED), client streaming, TLS.
+With `tls` (server_tls_context(cert, key)) it serves over TLS, with ALPN "h2" as gRPC clients
+require. What it does not do: compressed messages (refused with UNIMPLEMENTED), client
+streaming, client certificates.
 A deadline (grpc-timeout) cancels a task handler's work when it passes; the client gives up at
 its deadline anyway, so callback handlers are not told. Outgoing data respects HTTP/2 flow
 control: a stream whose window is spent waits for the client's WINDOW_UPDATE.
@@ -38,8 +40,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
 import math
 import os
+import ssl
 import struct
 from dataclasses import dataclass
 from typing import Awaitable, Callable
@@ -48,6 +52,8 @@ from urllib.parse import quote
 import trio
 
 from transports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
+
+log = logging.getLogger("bk.grpc")
 
 # gRPC status codes (grpc.StatusCode's numbers).
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED = 0, 1, 2, 3, 4
@@ -161,10 +167,12 @@ class _Stream:
 
 
 class _Connection:
-    def __init__(self, server: GrpcServer, stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+    def __init__(self, server: GrpcServer, stream: trio.abc.Stream, nursery: trio.Nursery) -> None:
         self._server = server
         self._socket_stream = stream
-        self._fd = stream.socket.fileno()
+        # A plain TCP stream is written straight to its socket when the writer task is idle; a
+        # TLS one always through the stream (-1).
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
         self._nursery = nursery
         self.http2 = Http2Server(self, initial_window=INITIAL_WINDOW_SIZE, connection_window=CONNECTION_WINDOW_SIZE,
                                  max_concurrent_streams=MAX_CONCURRENT_STREAMS)
@@ -414,7 +422,7 @@ class _Connection:
         data = self.http2.take_output()
         if not data:
             return
-        if self._is_writing or self._unsent or self.is_closed:
+        if self._is_writing or self._unsent or self.is_closed or self._fd < 0:
             self._unsent += data
             self._send_wakeup.set()
             return
@@ -452,9 +460,23 @@ class _Connection:
                 call._scope.cancel()
 
 
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
+def server_tls_context(cert_file: str, key_file: str | None = None) -> ssl.SSLContext:
+    """A server context for gRPC over TLS: the certificate chain and key, and ALPN "h2", which
+    gRPC clients require."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file or None)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
 class GrpcServer:
-    def __init__(self, methods: dict[str, Unary | ServerStream]) -> None:
+    def __init__(self, methods: dict[str, Unary | ServerStream], *, tls: ssl.SSLContext | None = None) -> None:
+        """tls: serve over TLS with this context (server_tls_context makes one)."""
         self.methods = methods
+        self._tls = tls
         self.is_stopping = False
         self._connections: set[_Connection] = set()
         self._nursery: trio.Nursery | None = None
@@ -493,7 +515,16 @@ class GrpcServer:
                 stream = await listener.accept()
                 nursery.start_soon(self._serve_connection, stream)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
+        if self._tls is not None:
+            stream = trio.SSLStream(stream, self._tls, server_side=True)
+            try:
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                    await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+                log.info("gRPC: a TLS handshake failed: %r", exc)
+                await trio.aclose_forcefully(stream)
+                return
         async with stream, trio.open_nursery() as calls:
             connection = _Connection(self, stream, calls)
             self._connections.add(connection)

@@ -1,5 +1,6 @@
 """TLS and the shared secret between clients and bookies, over real TCP."""
 
+import json
 import ssl
 
 import pytest
@@ -108,7 +109,8 @@ async def test_bk_shell_reaches_a_secured_cluster_with_its_flags_and_not_without
 
 async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_cluster, ca, tmp_path, nursery):
     """The stream storage a bookie runs in its process (streamStorageEnabled) is a client of
-    the cluster: it shows the bookies the secret and trusts tlsTrustStore."""
+    the cluster: it shows the bookies the secret and trusts tlsTrustStore. It serves gRPC over
+    TLS with the bookie's certificate."""
     pytest.importorskip("grpc")
     from bkcli.bookie_command import stream_storage_in_bookie
     from bkclient.storage_client import StorageClient
@@ -121,9 +123,41 @@ async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_clust
     await nursery.start(stream_storage_in_bookie, URI, config)
 
     def use_table() -> bytes:
-        with StorageClient(f"127.0.0.1:{config.stream_storage_port}") as storage:
+        with StorageClient(f"127.0.0.1:{config.stream_storage_port}", tls_ca=_ca_file(ca, tmp_path)) as storage:
             storage.create_stream("default", "secured")
             table = storage.table("default", "secured")
             table.put(b"k", b"v")
             return table.get(b"k").value
     assert await trio.to_thread.run_sync(use_table) == b"v"
+
+
+async def test_stream_storage_serves_grpc_over_tls(secure_cluster, ca, tmp_path, nursery, capsys):
+    """The gRPC endpoint over TLS (ALPN h2): StorageClient and `bk table --tls-ca` reach it; a
+    client in the clear does not."""
+    pytest.importorskip("grpc")
+    from bkcli.credentials import server_tls_context
+    from bkcli.main import main
+    from bkclient.storage_client import StorageClient
+    from streamstorage.grpc_gateway import GrpcGateway
+    bookie = secure_cluster.bookies[0].config
+    trust = ssl.create_default_context()
+    ca.configure_trust(trust)
+    async with bkclient.connect(URI, tls=trust, auth_secret=b"s3cret", renew_session=False) as bk:
+        gateway = await nursery.start(GrpcGateway(bk, port=0, tls=server_tls_context(
+            bookie.tls_cert_file, bookie.tls_key_file)).run)
+        address, ca_file = f"127.0.0.1:{gateway.port}", _ca_file(ca, tmp_path)
+
+        def over_tls() -> bytes:
+            with StorageClient(address, tls_ca=ca_file) as storage:
+                storage.create_stream("default", "tls")
+                storage.table("default", "tls").put(b"k", b"v")
+                return storage.table("default", "tls").get(b"k").value
+        assert await trio.to_thread.run_sync(over_tls) == b"v"
+        status = await trio.to_thread.run_sync(main, ["table", "get", "-s", address, "--tls-ca", ca_file, "-t", "tls",
+                                                      "-k", "k", "--json"])
+        assert status == 0 and json.loads(capsys.readouterr().out)["value"] == "v"
+
+        def in_the_clear() -> int:
+            return main(["table", "get", "-s", address, "-t", "tls", "-k", "k"])
+        assert await trio.to_thread.run_sync(in_the_clear) == 1
+        nursery.cancel_scope.cancel()
