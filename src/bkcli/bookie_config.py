@@ -64,7 +64,11 @@ def bookie_config_from_mapping(values: dict, *, source: str = "config") -> tuple
             built[name] = dataclasses.replace(base, **sections[name])
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
-    return uri, BookieServerConfig(**top, **built)
+    config = BookieServerConfig(**top, **built)
+    if config.http_tls and not config.tls_cert_file:
+        raise ConfigError(f"{source}: httpServerTlsEnable serves HTTPS with the bookie's certificate: set "
+                          f"tlsCertificatePath and tlsKeyPath too")
+    return uri, config
 
 
 # Files read as Java properties (BookKeeper's bk_server.conf); anything else is TOML.

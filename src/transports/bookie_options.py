@@ -59,6 +59,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("advertisedAddress", "", "advertised_address", str,
            help="bookie id host:port that clients dial (default: listen address:port)"),
     Option("httpServerPort", "", "http_port", int, help="HTTP admin port, 0 = off (0)"),
+    Option("httpServerTlsEnable", "", "http_tls", bool,
+           help="serve the HTTP admin port as HTTPS, with tlsCertificatePath and tlsKeyPath (false)"),
     Option("bookieAuthSecret", "", "auth_secret", str, to_field=str.encode, from_field=bytes.decode, is_secret=True,
            help="shared secret every client connection must present first (empty: none)"),
     Option("tlsCertificatePath", "", "tls_cert_file", str, help="TLS certificate chain, PEM (empty: no TLS)"),

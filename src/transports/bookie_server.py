@@ -85,6 +85,7 @@ class BookieServerConfig:
     port: int = 3181                                # bookiePort
     advertised_address: str = ""                    # bookie id; default host:port
     http_port: int = 0                              # httpServerPort: HTTP admin, 0 = off
+    http_tls: bool = False                          # httpServerTlsEnable: HTTPS with the bookie's certificate
     auth_secret: bytes = b""                        # clients must present it first (b"": no check)
     tls_cert_file: str = ""                         # TLS when set: certificate chain (PEM)
     tls_key_file: str = ""                          # and its private key (PEM)
@@ -235,7 +236,7 @@ class BookieServer:
                 await self._register()
                 nursery.start_soon(self._registration_loop)
                 if self.config.http_port:
-                    admin = AdminHttpServer(admin_routes(self))
+                    admin = AdminHttpServer(admin_routes(self), tls=self._http_tls_context())
                     self.http_port = await nursery.start(admin.serve, self.config.http_port, self.config.host)
                 self._listen_scope = trio.CancelScope()
 
@@ -276,6 +277,17 @@ class BookieServer:
             connection.close("bookie shutting down")
         await self.checkpoint()
         log.info("bookie %s shut down: %d requests unanswered", self.config.bookie_id, self.core.journal_waiter_count)
+
+    def _http_tls_context(self) -> ssl.SSLContext | None:
+        """HTTPS for the admin port (httpServerTlsEnable), with the bookie's own certificate."""
+        if not self.config.http_tls:
+            return None
+        if not self.config.tls_cert_file:
+            raise ValueError(f"bookie {self.config.bookie_id}: httpServerTlsEnable needs tlsCertificatePath and "
+                             f"tlsKeyPath")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.config.tls_cert_file, self.config.tls_key_file or None)
+        return context
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if not self.config.tls_cert_file:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import http
 import json
 import logging
+import ssl
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -142,16 +143,34 @@ Handler = Callable[[Request], Awaitable[Response]]
 Routes = dict[str, dict[str, Handler]]
 
 
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
 class AdminHttpServer:
-    def __init__(self, routes: Routes) -> None:
+    def __init__(self, routes: Routes, *, tls: ssl.SSLContext | None = None) -> None:
+        """tls: serve HTTPS with this server context (BookKeeper's httpServerTlsEnable)."""
         self.routes = routes
+        self._tls = tls
 
     async def serve(self, port: int, host: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(port, host=host)
-        task_status.started(listeners[0].socket.getsockname()[1])
+        if self._tls is not None:
+            listeners = [trio.SSLListener(listener, self._tls, https_compatible=True) for listener in listeners]
+        task_status.started(listeners[0].transport_listener.socket.getsockname()[1] if self._tls is not None
+                            else listeners[0].socket.getsockname()[1])
         await trio.serve_listeners(self._serve_connection, listeners)
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+    async def _serve_connection(self, stream: trio.abc.Stream) -> None:
+        if isinstance(stream, trio.SSLStream):
+            try:
+                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
+                    await stream.do_handshake()
+            except (trio.BrokenResourceError, trio.TooSlowError):
+                await trio.aclose_forcefully(stream)
+                return
+        await self._serve_http(stream)
+
+    async def _serve_http(self, stream: trio.abc.Stream) -> None:
         connection = h11.Connection(h11.SERVER, max_incomplete_event_size=REQUEST_HEAD_SIZE_MAX)
         try:
             while True:

@@ -8,6 +8,7 @@ from transports.bookie_options import OPTIONS, REDACTED, option_values
 NOT_DEFAULTS = {
     "metadataServiceUri": "zk://zk1:2181/ledgers", "dataDir": "/var/lib/bk", "bookiePort": 3190,
     "listeningInterface": "0.0.0.0", "advertisedAddress": "10.0.0.5:3190", "httpServerPort": 8080,
+    "httpServerTlsEnable": True,
     "bookieAuthSecret": "hush", "tlsCertificatePath": "/etc/bk/cert.pem", "tlsKeyPath": "/etc/bk/key.pem",
     "tlsTrustStore": "/etc/bk/ca.pem",
     "autoRecoveryDaemonEnabled": True, "lostBookieRecoveryDelay": 30, "auditorPeriodicCheckInterval": 120,

@@ -161,3 +161,33 @@ async def test_stream_storage_serves_grpc_over_tls(secure_cluster, ca, tmp_path,
             return main(["table", "get", "-s", address, "-t", "tls", "-k", "k"])
         assert await trio.to_thread.run_sync(in_the_clear) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_the_admin_port_serves_https_with_the_bookies_certificate(start_cluster, ca, tmp_path):
+    """httpServerTlsEnable: the HTTP admin endpoint over TLS; plain HTTP gets no answer."""
+    from bklocal.processes import free_port
+    cert = ca.issue_cert("127.0.0.1")
+    cert_path, key_path = tmp_path / "bookie.pem", tmp_path / "bookie.key"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    cluster = await start_cluster(URI, 1, http_port=free_port(), http_tls=True, tls_cert_file=str(cert_path),
+                                  tls_key_file=str(key_path))
+    port = cluster.bookies[0].server.http_port
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    stream = await trio.open_ssl_over_tcp_stream("127.0.0.1", port, ssl_context=context, https_compatible=True)
+    await stream.send_all(b"GET /heartbeat HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = b""
+    with trio.fail_after(10):
+        while chunk := await stream.receive_some(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"OK\n")
+    plain = await trio.open_tcp_stream("127.0.0.1", port)
+    await plain.send_all(b"GET /heartbeat HTTP/1.1\r\nHost: x\r\n\r\n")
+    with trio.fail_after(15):
+        try:
+            reply = await plain.receive_some(4096)
+        except trio.BrokenResourceError:
+            reply = b""
+    assert not reply.startswith(b"HTTP/1.1 200")
+    await plain.aclose()
