@@ -5,6 +5,8 @@
     cookie_create BOOKIE -cf FILE   register a cookie (a bookie's dataDir holds its own copy)
     cookie_update BOOKIE -cf FILE   replace the registered one
     cookie_delete BOOKIE [-f]       forget it (refused while the bookie is registered, unless -f)
+    bookieformat --data-dir D -f [-d]   empty a stopped bookie's directories (-d: and forget its
+                                    registered cookie, so that it joins again as a new bookie)
 
 A cookie ties a bookie's id to its directories and instance: a bookie whose directories do not
 match the registered cookie refuses to start, so these are for repairs (a bookie moved to new
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from bkcli.shell_support import ShellFailure, lines
 
-COMMANDS = ("cookie_list", "cookie_get", "cookie_create", "cookie_update", "cookie_delete")
+COMMANDS = ("cookie_list", "cookie_get", "cookie_create", "cookie_update", "cookie_delete", "bookieformat")
 
 
 def add_parsers(command) -> None:
@@ -26,6 +28,13 @@ def add_parsers(command) -> None:
         parser = command(name, f"{verb} a bookie's cookie from a file (its text, as cookie_get prints it)")
         parser.add_argument("bookie", help="host:port")
         parser.add_argument("-cf", "--cookie-file", required=True, metavar="FILE")
+    formatting = command("bookieformat", "empty a stopped bookie's journal, ledger and index directories")
+    formatting.add_argument("--data-dir", required=True, help="the bookie's dataDir")
+    formatting.add_argument("-f", "--force", action="store_true", help="really do it")
+    formatting.add_argument("-d", "--deleteCookie", "--delete-cookie", action="store_true", dest="delete_cookie",
+                            help="also forget its registered cookie")
+    formatting.add_argument("-n", "--nonInteractive", "--non-interactive", action="store_true",
+                            help="accepted for BookKeeper's scripts: nothing here asks")
     delete = command("cookie_delete", "forget a bookie's registered cookie")
     delete.add_argument("bookie", help="host:port")
     delete.add_argument("-f", "--force", action="store_true", help="even while the bookie is registered")
@@ -34,6 +43,8 @@ def add_parsers(command) -> None:
 async def run(bk, args):
     from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
     name, bookie = args.shell_command, getattr(args, "bookie", None)
+    if name == "bookieformat":
+        return await _format_bookie(bk, args)
     if name == "cookie_list":
         result = await bk.store.execute(Children(bk.layout.cookie_path("")[:-1]))
         bookies = sorted(result.children) if result.code is MetaCode.OK else []
@@ -82,3 +93,37 @@ def _cookie_file_text(path: str, bookie: str) -> str:
     if cookie.bookie_id != bookie:
         raise ShellFailure(f"{path} is the cookie of {cookie.bookie_id}, not of {bookie}\n")
     return text
+
+
+async def _format_bookie(bk, args):
+    """bookieformat: the directories of a stopped bookie emptied (its id read from its cookie)."""
+    import os
+    import shutil
+
+    from bkcore.bookie.cookie import COOKIE_NAME, Cookie, CookieError
+    from bkcore.metaops import Delete, MetaCode
+    directories = [os.path.join(args.data_dir, name) for name in ("journal", "ledgers", "index")]
+    cookie_file = os.path.join(args.data_dir, "journal", COOKIE_NAME)
+    try:
+        with open(cookie_file, encoding="utf-8") as file:
+            bookie = Cookie.from_text(file.read(), path=cookie_file).bookie_id
+    except (OSError, CookieError) as exc:
+        raise ShellFailure(f"{args.data_dir} holds no readable bookie cookie ({cookie_file}: "
+                           f"{getattr(exc, 'strerror', None) or exc}); give --data-dir the bookie's dataDir\n") from None
+    if not args.force:
+        raise ShellFailure(f"this deletes everything bookie {bookie} stores under {args.data_dir}; give -f to do it\n")
+    if bookie in {*await bk.list_bookies(), *await bk.list_bookies(readonly=True)}:
+        raise ShellFailure(f"{bookie} is registered (running): stop it first\n")
+    for directory in directories:
+        shutil.rmtree(directory, ignore_errors=True)
+    text = f"formatted bookie {bookie}: {', '.join(directories)} emptied\n"
+    if args.delete_cookie:
+        result = await bk.store.execute(Delete(bk.layout.cookie_path(bookie)))
+        if result.code not in (MetaCode.OK, MetaCode.NO_NODE):
+            raise ShellFailure(text + f"its registered cookie could not be deleted ({result.code.name}); "
+                                      f"bk shell cookie_delete {bookie}\n")
+        text += f"its registered cookie is deleted: it joins again as a new bookie\n"
+    else:
+        text += (f"its registered cookie is kept: the bookie will not start on the empty directories until "
+                 f"bk shell cookie_delete {bookie}\n")
+    return text, {"bookie": bookie, "formatted": directories, "cookie_deleted": args.delete_cookie}

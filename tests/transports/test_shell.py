@@ -319,3 +319,20 @@ async def test_updatebookieinledger_renames_a_moved_bookie_in_every_ledger(clust
     await cluster.stop(next(b for b in cluster.bookies if b.bookie_id == third))
     assert (await shell("updatebookieinledger", "-bs", third, "-bd", spare))[0] == 1
     assert f"names both {third} and {spare}" in capsys.readouterr().err
+
+
+async def test_bookieformat_empties_a_stopped_bookie_and_can_forget_its_cookie(cluster, capsys):
+    import os
+    bookie = sorted(cluster.bookies, key=lambda b: b.bookie_id)[0]
+    data_dir = bookie.config.data_dir
+    assert (await shell("bookieformat", "--data-dir", data_dir, "-f"))[0] == 1          # still running
+    assert "stop it first" in capsys.readouterr().err
+    await cluster.stop(bookie)
+    assert (await shell("bookieformat", "--data-dir", data_dir))[0] == 1                # no -f
+    assert "give -f to do it" in capsys.readouterr().err
+    status, text = await shell("bookieformat", "--data-dir", data_dir, "-f", "-d", "--json")
+    assert status == 0 and json.loads(text)["bookie"] == bookie.bookie_id
+    assert not any(os.path.exists(os.path.join(data_dir, name)) for name in ("journal", "ledgers", "index"))
+    assert bookie.bookie_id not in (await shell("cookie_list"))[1].split()
+    assert (await shell("bookieformat", "--data-dir", data_dir, "-f"))[0] == 1          # nothing left to format
+    assert "holds no readable bookie cookie" in capsys.readouterr().err
