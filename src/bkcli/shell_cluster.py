@@ -51,13 +51,12 @@ async def run(bk, args):
         return "".join(f"{key}: {str(value).lower() if type(value) is bool else value}\n"
                        for key, value in info.items()), info
     if args.shell_command == "whoisauditor":
-        from bkcore.metaops import Get
-        result = await bk.store.execute(Get(bk.layout.auditor_path))
-        if result.code is not MetaCode.OK:
+        from transports.cluster_state import auditor
+        elected = await auditor(bk.store, bk.layout)
+        if elected is None:
             raise ShellFailure("no auditor is elected (is an autorecovery daemon running? bk autorecovery, or "
                                "autoRecoveryDaemonEnabled on a bookie)\n")
-        auditor = result.data.decode("utf-8", "replace")
-        return f"{auditor}\n", {"auditor": auditor}
+        return f"{elected}\n", {"auditor": elected}
     if args.shell_command == "initnewcluster":
         made = []
         for path in (bk.layout.available_path, bk.layout.readonly_path, f"{root}/cookies", f"{root}/idgen",
