@@ -120,7 +120,8 @@ async def run_autorecovery(uri: str, config, server) -> None:
 
 async def stream_storage_in_bookie(uri: str, config, task_status) -> None:
     """Stream storage inside the bookie process: its own client of the cluster, the gRPC endpoint
-    (over TLS, with the bookie's certificate, when the bookie speaks TLS)."""
+    (over TLS, with the bookie's certificate, when the bookie speaks TLS; asking for the bookie's
+    secret, when it has one)."""
     import trio
 
     from bkcli.credentials import server_tls_context
@@ -131,6 +132,7 @@ async def stream_storage_in_bookie(uri: str, config, task_status) -> None:
             run_stream_storage, uri, host=config.host, port=config.stream_storage_port,
             index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes"),
             serve_tls=server_tls_context(config.tls_cert_file or None, config.tls_key_file or None),
+            serve_auth_secret=config.auth_secret,
             **own_client_credentials(config)))
         print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
         task_status.started()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 
 from bkcore.extras import require_extra
@@ -70,6 +71,8 @@ def _add_common_arguments(parser, level: str) -> None:
                         help="the same as -w json")
     parser.add_argument("--tls-ca", dest=f"{level}tls_ca", default=None, metavar="PEM",
                         help="the CA that signed the stream storage servers' certificates: talk TLS to them")
+    parser.add_argument("--auth-secret-file", dest=f"{level}auth_secret_file", default=None, metavar="FILE",
+                        help="file holding the secret the stream storage servers ask for (or $BK_AUTH_SECRET)")
 
 
 def server(args) -> str:
@@ -79,6 +82,12 @@ def server(args) -> str:
 
 def tls_ca(args) -> str | None:
     return getattr(args, f"{COMMAND}tls_ca", None) or getattr(args, f"{GROUP}tls_ca", None)
+
+
+def auth_secret_of(args) -> bytes:
+    from bkcli.credentials import auth_secret
+    path = getattr(args, f"{COMMAND}auth_secret_file", None) or getattr(args, f"{GROUP}auth_secret_file", None)
+    return auth_secret(path, os.environ)
 
 
 def wants_json(args) -> bool:
@@ -108,7 +117,7 @@ def run_command(run, args) -> int:
     require_extra("grpc", "talking to stream storage over gRPC")
     from bkclient.storage_client import StorageClient, StorageError
     try:
-        with StorageClient(server(args), tls_ca=tls_ca(args)) as client:
+        with StorageClient(server(args), tls_ca=tls_ca(args), auth_secret=auth_secret_of(args)) as client:
             return int(run(client, args) or EXIT_DONE)
     except UsageError as exc:
         print(f"{args.command_name}: {exc}", file=sys.stderr)

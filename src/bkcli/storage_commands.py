@@ -13,7 +13,9 @@ import os
 import tempfile
 
 from bkcore.extras import require_extra
-from bkcli.credentials import CredentialsError, add_security_arguments, client_credentials, server_tls_context
+from bkcli.credentials import (
+    CredentialsError, add_security_arguments, auth_secret, client_credentials, server_tls_context,
+)
 from bkcli.defaults import add_metastore_argument, metastore_uri
 
 
@@ -32,6 +34,8 @@ def add_parser(commands) -> None:
     add_security_arguments(server)
     server.add_argument("--grpc-tls-cert", metavar="PEM", help="serve gRPC over TLS with this certificate chain")
     server.add_argument("--grpc-tls-key", metavar="PEM", help="the private key of --grpc-tls-cert")
+    server.add_argument("--grpc-auth-secret-file", metavar="FILE",
+                        help="answer only gRPC clients that prove the secret in this file (the stock client cannot)")
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
@@ -43,6 +47,7 @@ def cmd_stream_storage(args) -> int:
     try:
         args.credentials = client_credentials(args)
         args.credentials["serve_tls"] = server_tls_context(args.grpc_tls_cert, args.grpc_tls_key)
+        args.credentials["serve_auth_secret"] = auth_secret(args.grpc_auth_secret_file, {})
     except CredentialsError as exc:
         print(f"bk stream-storage: {exc}", file=sys.stderr)
         return 2

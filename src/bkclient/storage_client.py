@@ -63,9 +63,34 @@ def _trailing(call) -> dict[str, str]:
             for key, value in call.trailing_metadata() or ()}
 
 
+class _Authorization(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds "authorization: Bearer <secret>" to every call (the server's auth_secret)."""
+
+    def __init__(self, secret: bytes) -> None:
+        self._header = ("authorization", "Bearer " + secret.decode("utf-8", "surrogateescape"))
+
+    def _with_header(self, details):
+        return _CallDetails(details.method, details.timeout, (*(details.metadata or ()), self._header),
+                            details.credentials, getattr(details, "wait_for_ready", None),
+                            getattr(details, "compression", None))
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._with_header(client_call_details), request)
+
+    def intercept_unary_stream(self, continuation, client_call_details, request):
+        return continuation(self._with_header(client_call_details), request)
+
+
+class _CallDetails(grpc.ClientCallDetails):
+    def __init__(self, method, timeout, metadata, credentials, wait_for_ready, compression) -> None:
+        self.method, self.timeout, self.metadata = method, timeout, metadata
+        self.credentials, self.wait_for_ready, self.compression = credentials, wait_for_ready, compression
+
+
 class StorageClient:
-    def __init__(self, server: str = DEFAULT_SERVER, *, tls_ca: str | None = None) -> None:
-        """tls_ca: a PEM file of the CA that signed the servers' certificates: talk TLS to them."""
+    def __init__(self, server: str = DEFAULT_SERVER, *, tls_ca: str | None = None, auth_secret: bytes = b"") -> None:
+        """tls_ca: a PEM file of the CA that signed the servers' certificates: talk TLS to them.
+        auth_secret: the secret the servers ask for (their --grpc-auth-secret-file)."""
         self.server = server
         # A connection of its own (gRPC otherwise shares one per address in a process): clients
         # of an address several servers listen on (SO_REUSEPORT) are then spread over them.
@@ -79,6 +104,8 @@ class StorageClient:
             self._channel = grpc.secure_channel(server, credentials, options=options)
         else:
             self._channel = grpc.insecure_channel(server, options=options)
+        if auth_secret:
+            self._channel = grpc.intercept_channel(self._channel, _Authorization(auth_secret))
         self._root = storage_pb2_grpc.RootRangeServiceStub(self._channel)
 
     def close(self) -> None:
@@ -101,6 +128,9 @@ class StorageClient:
             answer, call = method.with_call(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
             return answer, _trailing(call)
         except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
+                raise ConnectionError(f"stream storage at {self.server} refused the call: it asks for the cluster's "
+                                      f"secret (--auth-secret-file, or BK_AUTH_SECRET)") from None
             raise ConnectionError(f"stream storage at {self.server} did not answer ({exc.code().name}); "
                                   f"is it running (bk standalone, or bk stream-storage)?") from None
 

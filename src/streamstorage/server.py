@@ -25,12 +25,14 @@ SESSION_CHECK_INTERVAL_S = 0.5
 
 async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str | None,
                              shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"",
-                             serve_tls=None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                             serve_tls=None, serve_auth_secret: bytes = b"",
+                             task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `task_status.started(gateway)` once it first listens (the
     gateway knows the port it got, which later sessions keep). peer_port: where other servers
     send table calls (0: a free port, kept by later sessions). tls, auth_secret: what its client
     shows the bookies of a secured cluster (bkclient.connect's). serve_tls: serve gRPC over TLS
-    with this context (transports.grpc_trio.server_tls_context)."""
+    with this context (transports.grpc_trio.server_tls_context); serve_auth_secret: answer only
+    gRPC clients that prove it."""
     is_first = True
     while True:
         async with open_client(uri, tls=tls, auth_secret=auth_secret) as driver:
@@ -38,7 +40,7 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
             async with trio.open_nursery() as nursery:
                 gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
                                                           shared_port=shared_port, peer_port=peer_port,
-                                                          tls=serve_tls).run)
+                                                          tls=serve_tls, auth_secret=serve_auth_secret).run)
                 port, peer_port = gateway.port, gateway.peer_port
                 if is_first:
                     is_first = False

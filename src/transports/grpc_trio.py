@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import logging
 import math
 import os
@@ -59,6 +60,9 @@ log = logging.getLogger("bk.grpc")
 OK, CANCELLED, UNKNOWN, INVALID_ARGUMENT, DEADLINE_EXCEEDED = 0, 1, 2, 3, 4
 NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED, RESOURCE_EXHAUSTED = 5, 6, 7, 8
 FAILED_PRECONDITION, ABORTED, OUT_OF_RANGE, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 9, 10, 11, 12, 13, 14
+UNAUTHENTICATED = 16
+# The request header a client proves the server's secret with: "Bearer <secret>".
+AUTHORIZATION_HEADER = b"authorization"
 
 RECEIVE_SIZE = 256 * 1024
 # Windows granted to clients: one call's request may be this large before they wait for us.
@@ -248,6 +252,9 @@ class _Connection:
         method = self._server.methods.get(stream.path)
         if method is None:
             self._end(stream_id, UNIMPLEMENTED, f"unknown method {stream.path}")
+            return
+        if self._server.auth_secret and not self._server.is_authorized(stream.headers):
+            self._end(stream_id, UNAUTHENTICATED, "this server asks for the cluster's secret (authorization: Bearer ...)")
             return
         body = stream.body
         stream.body = bytearray()
@@ -473,14 +480,25 @@ def server_tls_context(cert_file: str, key_file: str | None = None) -> ssl.SSLCo
 
 
 class GrpcServer:
-    def __init__(self, methods: dict[str, Unary | ServerStream], *, tls: ssl.SSLContext | None = None) -> None:
-        """tls: serve over TLS with this context (server_tls_context makes one)."""
+    def __init__(self, methods: dict[str, Unary | ServerStream], *, tls: ssl.SSLContext | None = None,
+                 auth_secret: bytes = b"") -> None:
+        """tls: serve over TLS with this context (server_tls_context makes one). auth_secret:
+        answer only calls whose authorization header is "Bearer <secret>" (UNAUTHENTICATED
+        otherwise)."""
         self.methods = methods
         self._tls = tls
+        self.auth_secret = auth_secret
+        self._expected_authorization = b"Bearer " + auth_secret
         self.is_stopping = False
         self._connections: set[_Connection] = set()
         self._nursery: trio.Nursery | None = None
         self._accepting = trio.CancelScope()
+
+    def is_authorized(self, headers: list) -> bool:
+        for name, value in headers:
+            if name == AUTHORIZATION_HEADER:
+                return hmac.compare_digest(value, self._expected_authorization)
+        return False
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve connections on `listeners` until cancelled (calls in flight are cancelled), or

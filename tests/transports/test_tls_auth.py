@@ -110,7 +110,7 @@ async def test_bk_shell_reaches_a_secured_cluster_with_its_flags_and_not_without
 async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_cluster, ca, tmp_path, nursery):
     """The stream storage a bookie runs in its process (streamStorageEnabled) is a client of
     the cluster: it shows the bookies the secret and trusts tlsTrustStore. It serves gRPC over
-    TLS with the bookie's certificate."""
+    TLS with the bookie's certificate and asks its clients for the same secret."""
     pytest.importorskip("grpc")
     from bkcli.bookie_command import stream_storage_in_bookie
     from bkclient.storage_client import StorageClient
@@ -123,7 +123,8 @@ async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_clust
     await nursery.start(stream_storage_in_bookie, URI, config)
 
     def use_table() -> bytes:
-        with StorageClient(f"127.0.0.1:{config.stream_storage_port}", tls_ca=_ca_file(ca, tmp_path)) as storage:
+        with StorageClient(f"127.0.0.1:{config.stream_storage_port}", tls_ca=_ca_file(ca, tmp_path),
+                           auth_secret=b"s3cret") as storage:
             storage.create_stream("default", "secured")
             table = storage.table("default", "secured")
             table.put(b"k", b"v")
@@ -191,3 +192,38 @@ async def test_the_admin_port_serves_https_with_the_bookies_certificate(start_cl
             reply = b""
     assert not reply.startswith(b"HTTP/1.1 200")
     await plain.aclose()
+
+
+async def test_stream_storage_asks_grpc_clients_for_its_secret(secure_cluster, ca, tmp_path, nursery, capsys):
+    """GrpcGateway(auth_secret=...): calls without "authorization: Bearer <secret>" are refused
+    (UNAUTHENTICATED), named as such in one line by `bk table`; with the secret they work, the
+    watch's stream included."""
+    pytest.importorskip("grpc")
+    from bkcli.main import main
+    from bkclient.storage_client import StorageClient
+    from streamstorage.grpc_gateway import GrpcGateway
+    trust = ssl.create_default_context()
+    ca.configure_trust(trust)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret\n")
+    async with bkclient.connect(URI, tls=trust, auth_secret=b"s3cret", renew_session=False) as bk:
+        gateway = await nursery.start(GrpcGateway(bk, port=0, auth_secret=b"s3cret").run)
+        address = f"127.0.0.1:{gateway.port}"
+
+        def with_the_secret() -> tuple[bytes, str]:
+            with StorageClient(address, auth_secret=b"s3cret") as storage:
+                storage.create_stream("default", "guarded")
+                table = storage.table("default", "guarded")
+                table.put(b"k", b"v")
+                events = table.watch(b"k", start_revision=1)
+                first = next(iter(events))
+                events.cancel()
+                return table.get(b"k").value, first["value"]
+        assert await trio.to_thread.run_sync(with_the_secret) == (b"v", b"v")
+        status = await trio.to_thread.run_sync(main, ["table", "get", "-s", address, "--auth-secret-file", str(secret),
+                                                      "-t", "guarded", "-k", "k", "--json"])
+        assert status == 0 and json.loads(capsys.readouterr().out)["value"] == "v"
+        status = await trio.to_thread.run_sync(main, ["table", "get", "-s", address, "-t", "guarded", "-k", "k"])
+        err = capsys.readouterr().err
+        assert status == 1 and err.count("\n") == 1 and "asks for the cluster's secret" in err
+        nursery.cancel_scope.cancel()
