@@ -66,6 +66,7 @@ from transports.connection import FramedConnection, ReceiveGate
 from transports.timer import CoreTimer, now_ns
 from transports.worker_thread import WorkerThread
 from transports.filesystem import OsFileSystem
+from transports.tls import handshake as tls_handshake, server_context as tls_server_context
 from transports.http_admin import AdminHttpServer
 from transports.http_admin_api import admin_routes
 from transports.lmdb_index import LmdbIndexStore
@@ -285,27 +286,18 @@ class BookieServer:
         if not self.config.tls_cert_file:
             raise ValueError(f"bookie {self.config.bookie_id}: httpServerTlsEnable needs tlsCertificatePath and "
                              f"tlsKeyPath")
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.config.tls_cert_file, self.config.tls_key_file or None)
-        return context
+        return tls_server_context(self.config.tls_cert_file, self.config.tls_key_file)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if not self.config.tls_cert_file:
             return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.config.tls_cert_file, self.config.tls_key_file or None)
-        return context
+        return tls_server_context(self.config.tls_cert_file, self.config.tls_key_file)
 
     async def _handle_connection(self, stream: trio.abc.Stream) -> None:
         name = next(self._names)
         if self._tls is not None:
             stream = trio.SSLStream(stream, self._tls, server_side=True)
-            try:
-                with trio.fail_after(10):
-                    await stream.do_handshake()
-            except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-                log.warning("bookie %s: TLS handshake with a client failed: %r", self.config.bookie_id, exc)
-                await trio.aclose_forcefully(stream)
+            if not await tls_handshake(stream, what=f"bookie {self.config.bookie_id}"):
                 return
         if self.config.auth_secret:
             self._unauthenticated.add(name)

@@ -52,6 +52,7 @@ from urllib.parse import quote
 
 import trio
 
+from transports.tls import handshake as tls_handshake, server_context as tls_server_context
 from transports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
 
 log = logging.getLogger("bk.grpc")
@@ -467,16 +468,10 @@ class _Connection:
                 call._scope.cancel()
 
 
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-
-
 def server_tls_context(cert_file: str, key_file: str | None = None) -> ssl.SSLContext:
     """A server context for gRPC over TLS: the certificate chain and key, and ALPN "h2", which
     gRPC clients require."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(cert_file, key_file or None)
-    context.set_alpn_protocols(["h2"])
-    return context
+    return tls_server_context(cert_file, key_file, alpn=("h2",))
 
 
 class GrpcServer:
@@ -536,12 +531,7 @@ class GrpcServer:
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
         if self._tls is not None:
             stream = trio.SSLStream(stream, self._tls, server_side=True)
-            try:
-                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
-                    await stream.do_handshake()
-            except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-                log.info("gRPC: a TLS handshake failed: %r", exc)
-                await trio.aclose_forcefully(stream)
+            if not await tls_handshake(stream, what="gRPC"):
                 return
         async with stream, trio.open_nursery() as calls:
             connection = _Connection(self, stream, calls)

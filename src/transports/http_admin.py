@@ -28,6 +28,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 import trio
 
+from transports.tls import handshake as tls_handshake
+
 log = logging.getLogger("bk.http")
 
 REQUEST_HEAD_SIZE_MAX = 8192
@@ -143,9 +145,6 @@ Handler = Callable[[Request], Awaitable[Response]]
 Routes = dict[str, dict[str, Handler]]
 
 
-TLS_HANDSHAKE_TIMEOUT_S = 10.0
-
-
 class AdminHttpServer:
     def __init__(self, routes: Routes, *, tls: ssl.SSLContext | None = None) -> None:
         """tls: serve HTTPS with this server context (BookKeeper's httpServerTlsEnable)."""
@@ -161,13 +160,8 @@ class AdminHttpServer:
         await trio.serve_listeners(self._serve_connection, listeners)
 
     async def _serve_connection(self, stream: trio.abc.Stream) -> None:
-        if isinstance(stream, trio.SSLStream):
-            try:
-                with trio.fail_after(TLS_HANDSHAKE_TIMEOUT_S):
-                    await stream.do_handshake()
-            except (trio.BrokenResourceError, trio.TooSlowError):
-                await trio.aclose_forcefully(stream)
-                return
+        if isinstance(stream, trio.SSLStream) and not await tls_handshake(stream, what="HTTP admin"):
+            return
         await self._serve_http(stream)
 
     async def _serve_http(self, stream: trio.abc.Stream) -> None:

@@ -1,0 +1,37 @@
+"""TLS on the server side, one way for every listener here (bookies, the gRPC endpoint, the HTTP
+admin port): the context made from a certificate chain and key, and the handshake of an
+accepted connection, bounded in time."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+
+import trio
+
+HANDSHAKE_TIMEOUT_S = 10.0
+
+log = logging.getLogger("bk.tls")
+
+
+def server_context(cert_file: str, key_file: str | None = None, *, alpn: tuple[str, ...] = ()) -> ssl.SSLContext:
+    """A server context presenting `cert_file` (a PEM chain) with `key_file` (or the key in the
+    chain's file); `alpn` names the protocols it offers (gRPC clients require "h2")."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file or None)
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
+    return context
+
+
+async def handshake(stream: trio.SSLStream, *, what: str) -> bool:
+    """The server side of an accepted connection's handshake; False (the connection closed, a
+    line logged naming `what`) when the client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
+    try:
+        with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+            await stream.do_handshake()
+        return True
+    except (trio.BrokenResourceError, trio.TooSlowError) as exc:
+        log.warning("%s: TLS handshake with a client failed: %r", what, exc)
+        await trio.aclose_forcefully(stream)
+        return False
