@@ -39,6 +39,12 @@ class BookKeeper(BookKeeperClient):
         assert driver.store is store
         super().__init__(driver)
 
+    @property
+    def stalls(self):
+        """What held this process's trio loop up, and its garbage collections: the longest of
+        each since a time, and the events (transports.stall_recorder.StallRecorder)."""
+        return self._driver.stalls
+
     async def open_table(self, name: str):
         """The table (or PTable) of stream NAME or NAMESPACE/NAME, served by stream storage
         (bkclient.table_client.AsyncTable)."""

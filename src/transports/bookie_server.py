@@ -33,6 +33,7 @@ must be an AuthRequest carrying it, or the connection is answered UNAUTHORIZED a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hmac
 import itertools
 import ssl
@@ -64,6 +65,7 @@ from bkcore.wire import (
 from metastore.api import MetadataStore
 from transports.connection import FramedConnection, ReceiveGate
 from transports.timer import CoreTimer, now_ns
+from transports import stall_recorder
 from transports.worker_thread import WorkerThread
 from transports.filesystem import OsFileSystem
 from transports.tls import handshake as tls_handshake, server_context as tls_server_context
@@ -154,6 +156,7 @@ class BookieServer:
         self._is_flushing_cache = False         # a checkpoint holds the other half of the cache
         self._checkpoint_wanted = trio.Event()  # the write cache is half full: do not wait
         self._receive_gate = ReceiveGate()      # shut: no connection reads (the cache is full)
+        self._receive_gate_shut_at = 0.0
         self._timer = CoreTimer(self._on_timer_due)
         self.is_readonly = False          # refusing normal adds, registered under readonly/
         self.is_registered_readonly: bool | None = None
@@ -168,6 +171,9 @@ class BookieServer:
         self.add_latency = Histogram()               # request received -> answer queued
         self.read_latency = Histogram()              # (long polls excluded)
         self._request_started: dict[str, dict] = {}  # connection -> (kind, request id) -> time
+        # Loop pauses, garbage collections, journal and checkpoint phases (/api/v1/bookie/stalls):
+        # the loop's own recorder once serving.
+        self.stalls = stall_recorder.StallRecorder()
         self.http_port: int | None = None
         self.is_shutting_down = False
         self.gc_status = GcStatus()
@@ -223,6 +229,7 @@ class BookieServer:
 
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Start the bookie and serve until cancelled. task_status.started() gets the port."""
+        self.stalls = stall_recorder.for_current_run()
         await self._start_stack()
         listeners = await trio.open_tcp_listeners(self.config.port, host=self.config.host)
         self.listen_port = listeners[0].socket.getsockname()[1]
@@ -417,6 +424,7 @@ class BookieServer:
         self._checkpoint_wanted.set()
         if self._is_flushing_cache and not self._receive_gate.is_shut:
             self._receive_gate.shut()
+            self._receive_gate_shut_at = time.perf_counter()
             log.info("bookie %s: write cache full (%d bytes); reading paused until the checkpoint is done",
                      self.config.bookie_id, self.stack.storage.write_cache_size)
 
@@ -434,13 +442,27 @@ class BookieServer:
 
     def _write_and_sync(self, writes: list[JournalWrite]) -> None:
         """Writes in order, then one fdatasync for all of them: in the journal thread, or on
-        the loop for a small one."""
-        stack = self.stack
+        the loop for a small one. Each phase is timed; a write that rolled the journal to a new
+        file or preallocated more of it is always recorded."""
+        stack, clock = self.stack, time.perf_counter
+        journal = stack.journal
+        journal_id, allocated_size = journal.current_id, journal.allocated_size
+        started = clock()
         now_ms = int(time.time() * 1000)
         for write in writes:
             stack.write_journal(write, now_ms=now_ms)
+        written = clock()
         stack.sync_journal(writes[-1].token)
+        synced = clock()
         self.counts["journal_syncs"] += 1
+        stalls = self.stalls
+        if journal.current_id != journal_id:
+            stalls.record("journal_roll", written - started, f"to journal {journal.current_id:x}", always=True)
+        elif journal.allocated_size != allocated_size:
+            stalls.record("journal_prealloc", written - started, f"to {journal.allocated_size} bytes", always=True)
+        else:
+            stalls.record("journal_write", written - started, f"{len(writes)} groups")
+        stalls.record("journal_sync", synced - written)
 
     def _on_journal_batch_done(self, writes: list[JournalWrite], started: float, error: BaseException | None) -> None:
         """In the loop (not a task: nothing here may raise), once the journal thread is done."""
@@ -508,14 +530,18 @@ class BookieServer:
         """Storage first, then the LastLogMark: the slow writes run in worker threads while the
         loop keeps serving; one checkpoint or compaction at a time (the storage lock)."""
         async with self._storage_lock:
-            stack = self.stack
+            stack, stalls = self.stack, self.stalls
             started = time.perf_counter()
             mark, plan = stack.begin_checkpoint()
+            entry_count = len(plan.cache)           # (the cache is emptied as it is released)
             self._is_flushing_cache = True      # the cache taken is still in memory until freed
+            if self._receive_gate.is_shut:
+                stalls.record("write_cache_full", time.perf_counter() - self._receive_gate_shut_at,
+                              "reading paused until a checkpoint took the full cache", always=True)
             self._receive_gate.open()           # the cache new adds go to is empty
             try:
                 try:
-                    await trio.to_thread.run_sync(stack.write_checkpoint, plan)
+                    await trio.to_thread.run_sync(functools.partial(stack.write_checkpoint, plan, timed=stalls.timed_always))
                 except DiskFullError:
                     stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
                     await self._on_ledger_disk_full()
@@ -531,7 +557,9 @@ class BookieServer:
             # thread, in order with the writes.
             await trio.to_thread.run_sync(stack.write_last_mark, mark)
             await self._journal.run(stack.delete_old_journals, mark)
-            self.checkpoint_latency.observe(time.perf_counter() - started)
+            took = time.perf_counter() - started
+            self.checkpoint_latency.observe(took)
+            stalls.record("checkpoint", took, f"{entry_count} entries", always=True)
         self.counts["checkpoints"] += 1
 
     # -- numbers for the admin endpoint -----------------------------------------------------
@@ -591,7 +619,8 @@ class BookieServer:
         threshold = config.major_compaction_threshold if is_major else config.minor_compaction_threshold
         async with self._storage_lock:
             try:
-                compaction = Compactor(storage=storage, config=config).run(threshold=threshold)
+                with self.stalls.timed("compaction", "major" if is_major else "minor", always=True):
+                    compaction = Compactor(storage=storage, config=config).run(threshold=threshold)
             except DiskFullError:
                 await self._on_ledger_disk_full()
                 return

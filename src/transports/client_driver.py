@@ -38,6 +38,7 @@ from bkcore.metaops import Children, MetaCode, MetaResult
 from bkcore.errors import BKException, Code
 from bkcore.wire import AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
 from metastore.api import MetadataStore
+from transports import stall_recorder
 from transports.connection import FramedConnection
 from transports.timer import CoreTimer, now_ns
 from transports.trio_runtime import TRIO_RUNTIME
@@ -112,10 +113,13 @@ class ClientDriver:
         self._started_since_pump = 0
         self._burst_started_ns = 0
         self._is_pumping = False        # pump() is taking effects (start_add need not ask for one)
+        # What held this process's loop up (transports.stall_recorder): the run's own, once running.
+        self.stalls = stall_recorder.StallRecorder()
 
     # -- lifetime ---------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.stalls = stall_recorder.for_current_run()
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             nursery.start_soon(self._timer.run)

@@ -62,6 +62,7 @@ class AdminApi:
             "/api/v1/bookie/last_log_mark": {"GET": self.last_log_mark},
             "/api/v1/bookie/gc": {"GET": self.gc, "PUT": self.trigger_gc},
             "/api/v1/bookie/gc_details": {"GET": self.gc_details},
+            "/api/v1/bookie/stalls": {"GET": self.stalls},
             "/api/v1/ledger/list": {"GET": self.list_ledgers},
             "/api/v1/ledger/metadata": {"GET": self.ledger_metadata},
             "/api/v1/ledger/delete": {"DELETE": self.delete_ledger},
@@ -134,6 +135,17 @@ class AdminApi:
         request.boolean("forceMinor", default=False)
         self.bookie.request_gc(is_major=is_major)
         return json_response({"is_in_force_gc": _text(self.bookie.gc_status.is_force_wanted)})
+
+    async def stalls(self, request: Request) -> Response:
+        """Not BookKeeper's: what held this bookie up from `since` on (wall-clock seconds; all it
+        kept when absent): the longest loop pause, garbage collection, journal write and sync,
+        checkpoint phase..., and the events themselves (transports.stall_recorder)."""
+        since = request.text("since")
+        try:
+            since_s = float(since) if since is not None else 0.0
+        except ValueError:
+            raise HttpError(400, f"since must be wall-clock seconds (e.g. 1764200000.5), not {since!r}") from None
+        return json_response(self.bookie.stalls.since(since_s))
 
     async def gc_details(self, request: Request) -> Response:
         status = self.bookie.gc_status

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from bkcore.bookie.bookie import Bookie, BookieConfig
 from bkcore.bookie.cookie import Cookie, check_cookies
-from bkcore.bookie.durable_storage import CheckpointPlan, DurableLedgerStorage, StorageConfig
+from bkcore.bookie.durable_storage import CheckpointPlan, DurableLedgerStorage, PhaseTimer, StorageConfig, untimed
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import IndexStore
 from bkcore.bookie.journal_files import Journal, JournalConfig, JournalReplay, LogMark
@@ -87,9 +87,10 @@ class BookieStack:
         assert not self.core.is_applying, "a checkpoint between answer_persisted and apply_persisted"
         return self.persisted_mark, self.storage.begin_checkpoint()
 
-    def write_checkpoint(self, plan: CheckpointPlan) -> None:
-        """If this raises (DiskFullError), call abort_checkpoint instead of finish."""
-        self.storage.write_checkpoint(plan)
+    def write_checkpoint(self, plan: CheckpointPlan, *, timed: PhaseTimer = untimed) -> None:
+        """If this raises (DiskFullError), call abort_checkpoint instead of finish. timed(phase)
+        wraps each phase (a driver's clock: the core reads none)."""
+        self.storage.write_checkpoint(plan, timed=timed)
 
     def abort_checkpoint(self, plan: CheckpointPlan) -> None:
         self.storage.abort_checkpoint(plan)
