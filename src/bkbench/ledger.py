@@ -38,6 +38,7 @@ from bkbench.journal import (
     MIB, device_write_rate, device_written_bytes, disk_ceiling, raw_fdatasync_quorum, raw_sequential,
 )
 from bkbench.cpu_usage import CpuMeter
+from bkbench.stalls import PhaseWatch
 from bkbench.summaries import adds_summary, percentile_ms
 
 
@@ -67,9 +68,12 @@ class _AddLoad:
     add refused at once, ahead of earlier ones, would shift the FIFO by one; the measurements
     stop at the first error anyway.)"""
 
-    def __init__(self, ledger, payload: bytes) -> None:
+    def __init__(self, ledger, payload: bytes, *, samples: list[tuple[float, float]] | None = None) -> None:
         self._ledger, self._payload = ledger, payload
         self.latencies: list[float] = []
+        # (wall time started, latency ms) of each add, for a timeline (None: not kept).
+        self._samples = samples
+        self._wall_offset = time.time() - time.perf_counter()
         self.errors: list[str] = []
         self.in_flight = 0
         self._changed = trio.Event()
@@ -85,7 +89,10 @@ class _AddLoad:
         if error is not None:
             self.errors.append(repr(error))
         else:
-            self.latencies.append(time.perf_counter() - started_at)
+            latency = time.perf_counter() - started_at
+            self.latencies.append(latency)
+            if self._samples is not None:
+                self._samples.append((started_at + self._wall_offset, latency * 1e3))
         self.in_flight -= 1
         self._changed.set()
 
@@ -122,14 +129,15 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None,
             **cpu_used, **device, "errors": load.errors[:3]}
 
 
-async def _paced(bk, args, payload: bytes, rate: float, *, processes: dict[str, list[int]] | None = None) -> dict:
+async def _paced(bk, args, payload: bytes, rate: float, *, processes: dict[str, list[int]] | None = None,
+                 samples: list[tuple[float, float]] | None = None) -> dict:
     """Adds started at a steady `rate` per second (open loop: not waiting for earlier ones), so
     the latencies are those of a writer at that load, not of one saturating the cluster. With
     the CPU that load took: of the client, of `processes`, and the machine's busy fraction (at
     1.0 the adds queue for CPUs, whatever the disk could do)."""
     ledger = await bk.create_ledger(ensemble=args.ensemble, write_quorum=args.write_quorum,
                                     ack_quorum=args.ack_quorum, password=b"bench")
-    load = _AddLoad(ledger, payload)
+    load = _AddLoad(ledger, payload, samples=samples)
     started = time.perf_counter()
     cpu = CpuMeter(processes)
     issued = 0
@@ -178,6 +186,7 @@ async def _tail_visibility(bk, args, payload: bytes) -> dict:
 
 
 def bench_ledger(args) -> int:
+    from bklocal.processes import free_ports
     from bklocal.standalone import StandaloneCluster
     from transports.gc_tuning import tune_gc
     from bkclient.library import connect
@@ -186,7 +195,7 @@ def bench_ledger(args) -> int:
     # The floor the disk itself sets for an add: its bookies' journals all live on it.
     disk_floor = raw_fdatasync_quorum(root, DISK_FLOOR_SECONDS, files=args.write_quorum, quorum=args.ack_quorum)
     disk_bandwidth = raw_sequential(root, DISK_FLOOR_SECONDS)
-    cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies)
+    cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, http_ports=free_ports(args.bookies))
     payload = os.urandom(args.entry_size)
     try:
         cluster.start(log=lambda line: None)
@@ -196,12 +205,24 @@ def bench_ledger(args) -> int:
         async def measure() -> dict:
             bookies = {"bookies": [bookie.process.pid for bookie in cluster.bookies]}
             async with connect(cluster.metastore_uri) as bk:
-                pipelined = await _pipelined(bk, args, payload, device_dir=root, processes=bookies)
+                watch = PhaseWatch(bk.stalls, cluster.http_ports)
+                samples = watch.adds if args.timeline else None
+                pipelined = await watch.run("pipelined", _pipelined, bk, args, payload, device_dir=root,
+                                            processes=bookies)
                 pipelined.update(disk_ceiling(pipelined, disk_bandwidth.get("mib_per_second"), "adds_per_second"))
-                return {"one_at_a_time": await _one_at_a_time(bk, args, payload), "pipelined": pipelined,
-                        "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2,
-                                                       processes=bookies),
-                        "tail_visibility": await _tail_visibility(bk, args, payload)}
+                peak = pipelined["adds_per_second"]
+                results = {
+                    "one_at_a_time": await watch.run("one at a time", _one_at_a_time, bk, args, payload),
+                    "pipelined": pipelined,
+                    "quarter_peak_load": await watch.run("quarter peak", _paced, bk, args, payload, peak / 4,
+                                                         processes=bookies, samples=samples),
+                    "half_peak_load": await watch.run("half peak", _paced, bk, args, payload, peak / 2,
+                                                      processes=bookies, samples=samples),
+                    "tail_visibility": await watch.run("tail visibility", _tail_visibility, bk, args, payload)}
+                if args.timeline:
+                    watch.draw(args.timeline)
+                    results["timeline"] = args.timeline
+                return results
 
         results = trio.run(measure)
     finally:

@@ -107,6 +107,10 @@ def _add_ledger(sub) -> None:
     ledger.add_argument("--peers", action="store_true",
                         help="then the same measurements against 3-node NATS JetStream and etcd clusters "
                              "(needs nats-server, etcd-server and the bench extra)")
+    ledger.add_argument("--timeline", metavar="PNG",
+                        help="also draw add latency over time in the quarter and half peak loads, with the "
+                             "bookies' checkpoints, index commits, journal rolls, GC and loop pauses marked "
+                             "(needs matplotlib: the bench extra)")
 
 
 def _add_table_and_stream(sub) -> None:
