@@ -34,6 +34,7 @@ from collections import deque
 
 import trio
 
+from bkbench import announce
 from bkbench.journal import (
     MIB, device_write_rate, device_written_bytes, disk_ceiling, raw_fdatasync_quorum, raw_sequential,
 )
@@ -183,12 +184,14 @@ def bench_ledger(args) -> int:
     from bkclient.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
+    announce("the disk's own floor (raw fdatasync, sequential writes)")
     # The floor the disk itself sets for an add: its bookies' journals all live on it.
     disk_floor = raw_fdatasync_quorum(root, DISK_FLOOR_SECONDS, files=args.write_quorum, quorum=args.ack_quorum)
     disk_bandwidth = raw_sequential(root, DISK_FLOOR_SECONDS)
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies)
     payload = os.urandom(args.entry_size)
     try:
+        announce("starting the cluster")
         cluster.start(log=lambda line: None)
         if not args.default_gc:
             tune_gc()
@@ -196,11 +199,15 @@ def bench_ledger(args) -> int:
         async def measure() -> dict:
             bookies = {"bookies": [bookie.process.pid for bookie in cluster.bookies]}
             async with connect(cluster.metastore_uri) as bk:
+                announce("pipelined adds")
                 pipelined = await _pipelined(bk, args, payload, device_dir=root, processes=bookies)
                 pipelined.update(disk_ceiling(pipelined, disk_bandwidth.get("mib_per_second"), "adds_per_second"))
-                return {"one_at_a_time": await _one_at_a_time(bk, args, payload), "pipelined": pipelined,
-                        "half_peak_load": await _paced(bk, args, payload, pipelined["adds_per_second"] / 2,
-                                                       processes=bookies),
+                announce("one add at a time")
+                one_at_a_time = await _one_at_a_time(bk, args, payload)
+                announce("adds at half the peak rate")
+                half_peak_load = await _paced(bk, args, payload, pipelined["adds_per_second"] / 2, processes=bookies)
+                announce("tail visibility")
+                return {"one_at_a_time": one_at_a_time, "pipelined": pipelined, "half_peak_load": half_peak_load,
                         "tail_visibility": await _tail_visibility(bk, args, payload)}
 
         results = trio.run(measure)
@@ -215,6 +222,7 @@ def bench_ledger(args) -> int:
     failed = False
     if args.peers:
         from bkbench.peers import ratios, run_peers
+        announce("the peers (NATS JetStream, etcd)")
         # After the bookkeeper cluster has stopped, so the peers get the same (otherwise idle) machine.
         report["peers"] = run_peers(seconds=args.seconds, payload=payload, directory=args.dir)
         report["ratios"] = ratios(results, report["peers"])

@@ -89,7 +89,7 @@ class Progress:
 
 
 class _PhaseHandler(logging.Handler):
-    """Shows each record of a logger as the status line: "<name>: <message> (<seconds>s)"."""
+    """Shows each record of a logger as the status line: "<name>, <seconds>s in: <message>"."""
 
     def __init__(self, progress: Progress, name: str) -> None:
         super().__init__(level=logging.INFO)
@@ -99,7 +99,7 @@ class _PhaseHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         elapsed = time.monotonic() - self.started
-        self.progress.show(f"{self.name_shown}: {record.getMessage()} ({elapsed:.0f}s)")
+        self.progress.show(f"{self.name_shown}, {elapsed:.0f}s in: {record.getMessage()}")
 
 
 class phases_of:

@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 
+from bkcli.defaults import positive_int
 from bkcli.progress import Progress
 from bkcli.shell_support import ShellFailure, lines
 
@@ -51,27 +52,16 @@ def add_parsers(command) -> None:
 
 
 def _add_pacing_arguments(parser) -> None:
-    parser.add_argument("-s", "--updatespersec", "--updatepersec", type=_positive, default=UPDATES_PER_S_DEFAULT,
+    parser.add_argument("-s", "--updatespersec", "--updatepersec", type=positive_int, default=UPDATES_PER_S_DEFAULT,
                         dest="updates_per_s", metavar="N", help=f"ledgers updated per second ({UPDATES_PER_S_DEFAULT})")
-    parser.add_argument("-r", "--maxOutstandingReads", type=_positive, default=None, dest="reads_in_flight_max",
+    parser.add_argument("-r", "--maxOutstandingReads", type=positive_int, default=None, dest="reads_in_flight_max",
                         metavar="N", help="ledger metadata reads in flight (5 x --updatespersec)")
-    parser.add_argument("-l", "--limit", type=_positive, default=None, metavar="N",
+    parser.add_argument("-l", "--limit", type=positive_int, default=None, metavar="N",
                         help="read at most this many ledgers (no limit)")
     parser.add_argument("-v", "--verbose", type=_boolean, nargs="?", const=True, default=False,
                         help="print how far it got every --printprogress seconds (BookKeeper's -v true works too)")
     parser.add_argument("-p", "--printprogress", type=float, default=10.0, dest="print_every_s", metavar="SECONDS",
                         help="seconds between those lines (10)")
-
-
-def _positive(text: str) -> int:
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} is not above 0")
-    return value
 
 
 def _boolean(text: str) -> bool:

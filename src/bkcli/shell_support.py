@@ -66,7 +66,10 @@ def _ask(question: str, answers, out) -> bool:
     for _ in range(ANSWER_ATTEMPT_COUNT_MAX):
         out.write(f"{question} (Y or N) ")
         out.flush()
-        line = answers.readline()
+        try:
+            line = answers.readline()
+        except OSError:             # the terminal went away (a pty's other end closed)
+            line = ""
         if not line:
             out.write("\n")
             return False
