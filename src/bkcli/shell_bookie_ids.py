@@ -39,28 +39,28 @@ METADATA_ATTEMPT_COUNT_MAX = 10     # compare-and-set tries on one ledger before
 
 def add_parsers(command) -> None:
     update = command("updatebookieinledger", "name a bookie's new address wherever ledger metadata names its old one")
-    update.add_argument("-bs", "-sb", "--bookieSrc", "--srcBookie", "--bookie-src", dest="source", required=True,
-                        metavar="OLD")
-    update.add_argument("-bd", "-db", "--bookieDest", "--destBookie", "--bookie-dest", dest="destination",
-                        required=True, metavar="NEW")
+    update.add_argument("-bs", "-sb", "-bookieSrc", "--bookieSrc", "--srcBookie", "--bookie-src", dest="source",
+                        required=True, metavar="OLD")
+    update.add_argument("-bd", "-db", "-bookieDest", "--bookieDest", "--destBookie", "--bookie-dest",
+                        dest="destination", required=True, metavar="NEW")
     _add_pacing_arguments(update)
     flip = command("updateledgers", "rename bookies in every ledger's metadata from their IP to their hostname "
                                     "(-b hostname) or back (-b ip)")
-    flip.add_argument("-b", "--bookieId", required=True, choices=("hostname", "ip"), dest="form",
+    flip.add_argument("-b", "-bookieId", "--bookieId", required=True, choices=("hostname", "ip"), dest="form",
                       help="the form the ids take: each registered bookie whose id has it replaces its other forms")
     _add_pacing_arguments(flip)
 
 
 def _add_pacing_arguments(parser) -> None:
-    parser.add_argument("-s", "--updatespersec", "--updatepersec", type=positive_int, default=UPDATES_PER_S_DEFAULT,
+    parser.add_argument("-s", "-updatespersec", "--updatespersec", "--updatepersec", type=positive_int, default=UPDATES_PER_S_DEFAULT,
                         dest="updates_per_s", metavar="N", help=f"ledgers updated per second ({UPDATES_PER_S_DEFAULT})")
-    parser.add_argument("-r", "--maxOutstandingReads", type=positive_int, default=None, dest="reads_in_flight_max",
+    parser.add_argument("-r", "-maxOutstandingReads", "--maxOutstandingReads", type=positive_int, default=None, dest="reads_in_flight_max",
                         metavar="N", help="ledger metadata reads in flight (5 x --updatespersec)")
-    parser.add_argument("-l", "--limit", type=positive_int, default=None, metavar="N",
+    parser.add_argument("-l", "-limit", "--limit", type=positive_int, default=None, metavar="N",
                         help="read at most this many ledgers (no limit)")
-    parser.add_argument("-v", "--verbose", type=_boolean, nargs="?", const=True, default=False,
+    parser.add_argument("-v", "-verbose", "--verbose", type=_boolean, nargs="?", const=True, default=False,
                         help="print how far it got every --printprogress seconds (BookKeeper's -v true works too)")
-    parser.add_argument("-p", "--printprogress", type=float, default=10.0, dest="print_every_s", metavar="SECONDS",
+    parser.add_argument("-p", "-printprogress", "--printprogress", type=float, default=10.0, dest="print_every_s", metavar="SECONDS",
                         help="seconds between those lines (10)")
 
 
