@@ -52,16 +52,17 @@ def add_parsers(command) -> None:
 
 
 def _add_pacing_arguments(parser) -> None:
-    parser.add_argument("-s", "-updatespersec", "--updatespersec", "--updatepersec", type=positive_int, default=UPDATES_PER_S_DEFAULT,
-                        dest="updates_per_s", metavar="N", help=f"ledgers updated per second ({UPDATES_PER_S_DEFAULT})")
-    parser.add_argument("-r", "-maxOutstandingReads", "--maxOutstandingReads", type=positive_int, default=None, dest="reads_in_flight_max",
-                        metavar="N", help="ledger metadata reads in flight (5 x --updatespersec)")
+    parser.add_argument("-s", "-updatespersec", "--updatespersec", "--updatepersec", type=positive_int,
+                        default=UPDATES_PER_S_DEFAULT, dest="updates_per_s", metavar="N",
+                        help=f"ledgers updated per second ({UPDATES_PER_S_DEFAULT})")
+    parser.add_argument("-r", "-maxOutstandingReads", "--maxOutstandingReads", type=positive_int, default=None,
+                        dest="reads_in_flight_max", metavar="N", help="ledger metadata reads in flight (5 x --updatespersec)")
     parser.add_argument("-l", "-limit", "--limit", type=positive_int, default=None, metavar="N",
                         help="read at most this many ledgers (no limit)")
     parser.add_argument("-v", "-verbose", "--verbose", type=_boolean, nargs="?", const=True, default=False,
                         help="print how far it got every --printprogress seconds (BookKeeper's -v true works too)")
-    parser.add_argument("-p", "-printprogress", "--printprogress", type=float, default=10.0, dest="print_every_s", metavar="SECONDS",
-                        help="seconds between those lines (10)")
+    parser.add_argument("-p", "-printprogress", "--printprogress", type=float, default=10.0, dest="print_every_s",
+                        metavar="SECONDS", help="seconds between those lines (10)")
 
 
 def _boolean(text: str) -> bool:
@@ -80,7 +81,7 @@ async def run(bk, args):
     data = {"renames": renames, "ledgers": report.updated, "ledgers_read": report.read_count}
     if args.shell_command == "updatebookieinledger":
         data |= {"source": args.source, "destination": args.destination}
-    text = lines(f"{old} -> {new}" for old, new in renames.items()) or f"no bookie goes by another {args.form} form\n"
+    text = lines(f"{old} -> {new}" for old, new in renames.items()) or "no registered bookie has an id to replace\n"
     return text + f"updated {len(report.updated)} of {report.read_count} ledgers read\n", data
 
 
@@ -208,8 +209,9 @@ async def _rename_one(bk, ledger_id: int, renames: dict[str, str], pacer: _Pacer
                                f"under the update; run the command again")
     except NoSuchLedger:
         pass                                     # deleted meanwhile
-    except (BKException, ShellFailure) as exc:
-        report.failures.append(str(exc).strip())
+    except (BKException, ShellFailure, OSError) as exc:      # (a lost metastore: ConnectionError)
+        report.failures.append(f"ledger {ledger_id}: {str(exc).strip()}" if isinstance(exc, OSError)
+                               else str(exc).strip())
     finally:
         report.read_count += 1
         reads.release()

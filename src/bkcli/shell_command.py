@@ -82,6 +82,16 @@ def add_parser(commands) -> None:
                         help="only those whose lost bookies do not include it")
     marked.add_argument("-prw", "--printreplicationworkerid", action="store_true",
                         help="also the worker re-replicating each now, if one is")
+    _add_recovery_parsers(command)
+    shell_cookies.add_parsers(command)
+    shell_cluster.add_parsers(command)
+    shell_bookie_ids.add_parsers(command)
+    shell_autorecovery.add_parsers(command)
+    shell_files.add_parsers(lambda name, help_text: command(name, help_text, needs_cluster=False))
+
+
+def _add_recovery_parsers(command) -> None:
+    """recover and decommission: a lost bookie's fragments copied elsewhere."""
     recover = command("recover", "copy a lost bookie's ledger fragments to other bookies (asks first)")
     recover.add_argument("bookie", help="host:port of the lost bookie")
     recover.add_argument("-dr", "--dryrun", "--dry-run", action="store_true", dest="dry_run",
@@ -99,11 +109,6 @@ def add_parser(commands) -> None:
                                            "(asks first)")
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
     add_confirmation_arguments(decommission)
-    shell_cookies.add_parsers(command)
-    shell_cluster.add_parsers(command)
-    shell_bookie_ids.add_parsers(command)
-    shell_autorecovery.add_parsers(command)
-    shell_files.add_parsers(lambda name, help_text: command(name, help_text, needs_cluster=False))
 
 
 def cmd_shell(args) -> int:
