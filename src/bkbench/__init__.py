@@ -10,4 +10,17 @@ Its rules: every benchmark prints one JSON report and returns the exit status; b
 arguments and calls it, and nothing here imports bkcli (the arrow points down, to bkclient,
 transports, metastore, sim and bkcore; local clusters come from bklocal). Running `bk` in a
 child process (`bk bench all` runs each benchmark in a fresh interpreter) is not an import.
+
+A benchmark says which phase it starts with announce(): an INFO record of the "bkbench.phase"
+logger, which `bk bench` shows as a status line on a terminal (bkcli.progress) and which goes
+nowhere else unless logging is asked for it.
 """
+
+import logging
+
+_PHASES = logging.getLogger("bkbench.phase")
+
+
+def announce(phase: str) -> None:
+    """Say that a benchmark starts `phase` (a few words: "pipelined adds, 1 KiB")."""
+    _PHASES.info("%s", phase)

@@ -33,6 +33,7 @@ import time
 
 import trio
 
+from bkbench import announce
 from bkbench.journal import (
     FRAME_PAYLOAD_BYTES, MIB, device_write_rate, device_written_bytes, disk_ceiling, percentile, preallocation_rounds,
     raw_fdatasync, raw_sequential, summarize_preallocation,
@@ -183,6 +184,7 @@ async def _compare_preallocation(ports: dict[str, int], seconds: float, window_b
 
 
 def bench_bookie(args) -> int:
+    announce("the disk's own floor (raw fdatasync, sequential writes)")
     raw_sync = raw_fdatasync(args.dir, args.seconds)
     raw_bandwidth = raw_sequential(args.dir, args.seconds)
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-bookie-")
@@ -195,12 +197,15 @@ def bench_bookie(args) -> int:
                 runs = []
                 raw = raw_bandwidth["mib_per_second"]
                 for index, size in enumerate((100, 1024, 65536)):
+                    announce(f"pipelined {size}-byte adds")
                     run = await _pipelined(bookie.port, 1 + index, size, args.seconds, args.window_bytes,
                                            device_dir=root)
                     run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw, 3)
                     run.update(disk_ceiling(run, raw, "entries_per_second"))
                     runs.append({**run, "bookie_memory": bookie_memory_mib(pid)})
+                announce("one add at a time")
                 single = await _one_at_a_time(bookie.port, 10, 1024, args.seconds)
+                announce("overload")
                 before = bookie_memory_mib(pid)
                 overload = await _pipelined(bookie.port, 20, 1024, args.seconds, OVERLOAD_WINDOW * 1100,
                                             window_max=OVERLOAD_WINDOW)
@@ -212,6 +217,7 @@ def bench_bookie(args) -> int:
         finally:
             bookie.stop()
         if args.compare_prealloc:
+            announce("journal preallocation off and on, fresh bookies")
             results["journal_preallocation"] = {"prealloc_size": (prealloc_mb or 16) * MIB,
                                                 **_compare_fresh_bookies(root, prealloc_mb or 16, args)}
     finally:

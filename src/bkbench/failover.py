@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import trio
 
+from bkbench import announce
 from bkbench.summaries import latency_summary
 from bkcore.extras import DISTRIBUTION
 
@@ -128,10 +129,12 @@ def run_failover(*, seconds: float, rate: float, entry_size: int, directory: str
     async def measure() -> None:
         async with connect(cluster.metastore_uri) as bk:
             for run, kill in zip(runs, (None, kill_one_of)):
+                announce(f"steady adds, {run.name}")
                 await _steady_adds(bk, run, seconds=seconds, rate=rate, payload=payload, kill=kill,
                                    quorums=(3, 3, 2))
 
     try:
+        announce("starting the cluster")
         cluster.start(log=lambda line: None)
         trio.run(measure)
     finally:

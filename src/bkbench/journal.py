@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 
+from bkbench import announce
 from bkcore.bookie.bookie import BookieConfig
 from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
 from bkcore.bookie.journal_files import JournalConfig
@@ -302,21 +303,27 @@ def compare_preallocation(measure, prealloc_size: int) -> dict:
 
 def bench_journal(args) -> int:
     prealloc_size = args.journal_prealloc_mb * MIB
+    announce("the disk's own floor (raw fdatasync, sequential writes)")
     raw_sync = raw_fdatasync(args.dir, args.seconds)
     raw_bandwidth = raw_sequential(args.dir, args.seconds)
-    runs = [journal_run(args.dir, size, args.seconds, args.group_bytes, prealloc_size=prealloc_size)
-            for size in (100, 1024, 65536)]
-    batched_runs = [journal_run(args.dir, size, args.seconds, args.group_bytes, batched=True, prealloc_size=prealloc_size)
-                    for size in (100, 1024, 65536)]
+    runs, batched_runs = [], []
+    for is_batched, into in ((False, runs), (True, batched_runs)):
+        for size in (100, 1024, 65536):
+            announce(f"journal, {size}-byte adds{' in batches' if is_batched else ''}")
+            into.append(journal_run(args.dir, size, args.seconds, args.group_bytes, batched=is_batched,
+                                    prealloc_size=prealloc_size))
     for run in runs + batched_runs:
         run["fraction_of_raw_bandwidth"] = round(run["mib_per_second"] / raw_bandwidth["mib_per_second"], 3)
+    announce("journal, one add per group")
     one_at_a_time = journal_run(args.dir, 1024, args.seconds, 1, prealloc_size=prealloc_size)
+    announce("entry log reads")
     reads = entry_log_read_runs(args.dir, 1024, 50_000)
     report = {"benchmark": "journal", "journal_prealloc_size": prealloc_size, "raw_fdatasync": raw_sync,
               "raw_sequential": raw_bandwidth, "journal": runs, "journal_batched": batched_runs,
               "journal_one_add_per_group": one_at_a_time, "entry_log_reads": reads}
     if args.compare_prealloc:
         chunk = prealloc_size or 16 * MIB
+        announce("journal preallocation off and on")
         report["journal_preallocation"] = {
             "prealloc_size": chunk,
             "one_add_per_group": compare_preallocation(

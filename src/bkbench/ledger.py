@@ -34,6 +34,7 @@ from collections import deque
 
 import trio
 
+from bkbench import announce
 from bkbench.journal import (
     MIB, device_write_rate, device_written_bytes, disk_ceiling, raw_fdatasync_quorum, raw_sequential,
 )
@@ -192,12 +193,14 @@ def bench_ledger(args) -> int:
     from bkclient.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")
+    announce("the disk's own floor (raw fdatasync, sequential writes)")
     # The floor the disk itself sets for an add: its bookies' journals all live on it.
     disk_floor = raw_fdatasync_quorum(root, DISK_FLOOR_SECONDS, files=args.write_quorum, quorum=args.ack_quorum)
     disk_bandwidth = raw_sequential(root, DISK_FLOOR_SECONDS)
     cluster = StandaloneCluster.on_free_ports(root, bookie_count=args.bookies, http_ports=free_ports(args.bookies))
     payload = os.urandom(args.entry_size)
     try:
+        announce("starting the cluster")
         cluster.start(log=lambda line: None)
         if not args.default_gc:
             tune_gc()
@@ -207,16 +210,16 @@ def bench_ledger(args) -> int:
             async with connect(cluster.metastore_uri) as bk:
                 watch = PhaseWatch(bk.stalls, cluster.http_ports)
                 samples = watch.adds if args.timeline else None
-                pipelined = await watch.run("pipelined", _pipelined, bk, args, payload, device_dir=root,
+                pipelined = await watch.run("pipelined adds", _pipelined, bk, args, payload, device_dir=root,
                                             processes=bookies)
                 pipelined.update(disk_ceiling(pipelined, disk_bandwidth.get("mib_per_second"), "adds_per_second"))
                 peak = pipelined["adds_per_second"]
                 results = {
-                    "one_at_a_time": await watch.run("one at a time", _one_at_a_time, bk, args, payload),
+                    "one_at_a_time": await watch.run("one add at a time", _one_at_a_time, bk, args, payload),
                     "pipelined": pipelined,
-                    "quarter_peak_load": await watch.run("quarter peak", _paced, bk, args, payload, peak / 4,
+                    "quarter_peak_load": await watch.run("adds at a quarter of the peak rate", _paced, bk, args, payload, peak / 4,
                                                          processes=bookies, samples=samples),
-                    "half_peak_load": await watch.run("half peak", _paced, bk, args, payload, peak / 2,
+                    "half_peak_load": await watch.run("adds at half the peak rate", _paced, bk, args, payload, peak / 2,
                                                       processes=bookies, samples=samples),
                     "tail_visibility": await watch.run("tail visibility", _tail_visibility, bk, args, payload)}
                 if args.timeline:
@@ -236,6 +239,7 @@ def bench_ledger(args) -> int:
     failed = False
     if args.peers:
         from bkbench.peers import ratios, run_peers
+        announce("the peers (NATS JetStream, etcd)")
         # After the bookkeeper cluster has stopped, so the peers get the same (otherwise idle) machine.
         report["peers"] = run_peers(seconds=args.seconds, payload=payload, directory=args.dir)
         report["ratios"] = ratios(results, report["peers"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 
+from bkbench import announce
 from sim.run import run_scenario
 from sim.scenario import S, Scenario
 
@@ -39,6 +40,7 @@ def _bench_workload(workload: str, args) -> dict:
     violations = 0
     started, cpu_started = time.perf_counter(), time.process_time()
     for seed in range(args.start, args.start + args.seeds):
+        announce(f"{workload} workload, seed {seed} ({seed - args.start + 1} of {args.seeds})")
         result = run_scenario(Scenario.standard(seed=seed, duration_ns=int(args.duration * S), workload=workload))
         events += result.events_count
         simulated_ns += result.simulated_ns

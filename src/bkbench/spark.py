@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from bkbench import announce
+
 
 def _timed(action) -> tuple[object, float]:
     started = time.perf_counter()
@@ -72,6 +74,7 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
 
     def source():        # a new reader each time: a DataFrameReader keeps the options it is given
         return spark.read.format("bookkeeper").option("metastore", uri)
+    announce("Spark writes (the stream, then Parquet)")
     _, write_s = _timed(lambda: rows.write.format("bookkeeper").option("metastore", uri)
                         .option("stream", "bench/spark").mode("append").save())
     parquet_path = os.path.join(work_dir, "parquet")
@@ -97,6 +100,7 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     spark.dataSource.register(CeilingDataSource)
     per_ledger = -(-args.entries // args.ledgers)
     partition_count = len(ledger_ids) * -(-per_ledger // MAX_ENTRIES_PER_PARTITION)    # as the real read plans
+    announce("Spark reads (the no-op source, the ledgers, the stream, Parquet)")
     _, read_ceiling_first_s = _timed(read_ceiling)
     _, read_ceiling_s = _timed(read_ceiling)
     ledger_count, read_ledgers_first_s = _timed(read_ledgers)
@@ -132,12 +136,15 @@ def bench_spark(args) -> int:
     cluster = StandaloneCluster.on_free_ports(os.path.join(root, "cluster"), bookie_count=3, metastore_count=1)
     spark = None
     try:
+        announce("starting the cluster")
         cluster.start(log=lambda line: None)
+        announce("writing the ledgers")
         settings = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         with connect(cluster.metastore_uri) as bk:
             bk.run(lambda client: client.streams.create_namespace("bench", settings))
             bk.run(lambda client: client.streams.create_stream("bench", "spark"))
             ledger_ids = _write_ledgers(bk, args)
+        announce("starting Spark")
         spark = _spark_session(root)
         results = _measure(spark, cluster, args, ledger_ids, root)
         print(json.dumps({"benchmark": "spark", "master": "local[2]", "bookies": 3, "ledger_quorums": "E3 Qw3 Qa2", "entries": args.entries,

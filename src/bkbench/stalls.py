@@ -15,6 +15,8 @@ import json
 import time
 import urllib.request
 
+from bkbench import announce
+
 # Kinds summed up per phase, each as <who>_<kind>_max_ms; loop pauses are named loop_pause.
 SUMMED_KINDS = {"loop": "loop_pause", "gc": "gc_pause", "journal_sync": "journal_sync", "journal_write": "journal_write",
                 "checkpoint": "checkpoint", "index_commit": "index_commit", "entry_log_write": "entry_log_write",
@@ -127,6 +129,7 @@ class PhaseWatch:
         self.adds: list[tuple[float, float]] = []     # (wall time started, latency ms)
 
     async def run(self, name: str, measure, *args, **kwargs) -> dict:
+        announce(name)
         started = time.time()
         report = await measure(*args, **kwargs)
         fields, events = phase_stalls(self._client_recorder, self._http_ports, started)

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 
+from bkbench import announce
 from bkbench.journal import MIB, percentile
 
 
@@ -143,6 +144,7 @@ def bench_table(args) -> int:
     clients = ClientProcesses(args.client_processes) if args.client_processes > 1 else None
     try:
         try:
+            announce("starting the cluster")
             cluster.start(log=lambda line: None)
             address = f"127.0.0.1:{cluster.stream_storage_port}"
             with StorageClient(address) as storage:
@@ -154,21 +156,30 @@ def bench_table(args) -> int:
                          "bookies": [bookie.process.pid for bookie in cluster.bookies],
                          "metastore": [node.process.pid for node in cluster.metastore_nodes]}
             counted = _bookie_counters(cluster.http_ports)
+            announce("puts")
             puts = _run_clients(address, args, "put", value, processes=processes, clients=clients)
             puts.update(_per_replica_per_op(counted, _bookie_counters(cluster.http_ports), args.bookies, puts["ops"]))
+            announce("gets")
             gets = _gets_of_puts(address, args, value, puts, processes, clients)
+            announce("increments")
             increments = _run_clients(address, args, "increment", value, processes=processes, clients=clients)
+            announce("watch latency")
             watch = _watch_latency(address)
             watch["asyncio_client"] = _aio_watch_latency(address)
             cluster.stop()                  # (the disk to itself for the raw loop)
+            announce("the disk's fdatasync floor")
             puts.update(_fdatasync_floor(root, puts, args.bookies))
         finally:
             cluster.stop()
             shutil.rmtree(root, ignore_errors=True)
+        if args.ceiling:
+            announce("dict-backed gRPC ceilings")
         ceiling = {"ceiling": _ceiling(args, value, clients)} if args.ceiling else {}
     finally:
         if clients is not None:
             clients.close()
+    if args.peers:
+        announce("etcd")
     peers = {"etcd": _in_fresh_process(_etcd_table, args.seconds, args.clients, args.dir, value)} if args.peers else {}
     if peers and "put" in peers["etcd"]:
         etcd_watch_ms = peers["etcd"]["watch"]["watch_latency_p50_ms"]
@@ -366,6 +377,7 @@ def bench_stream(args) -> int:
     root, cluster = _cluster(args, with_stream_storage=False)
     payload = os.urandom(args.record_size)
     try:
+        announce("starting the cluster")
         cluster.start(log=lambda line: None)
 
         async def measure() -> dict:
@@ -373,6 +385,7 @@ def bench_stream(args) -> int:
                 await bk.streams.create_namespace("bench")
                 await bk.streams.create_stream("bench", "s")
                 written = [0]
+                announce("appends")
                 async with bk.streams.open_writer("bench", "s") as writer:
                     began = time.perf_counter()
                     deadline = began + args.seconds
@@ -387,6 +400,7 @@ def bench_stream(args) -> int:
                             nursery.start_soon(append)
                     append_seconds = time.perf_counter() - began
                 read = 0
+                announce("reading back")
                 began = time.perf_counter()
                 async with bk.streams.open_reader("bench", "s", "earliest", read_ahead_entries=256) as reader:
                     while read < written[0]:

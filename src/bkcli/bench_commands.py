@@ -3,7 +3,8 @@
 This module only parses: one handler for every subcommand imports the bkbench module of the
 one that runs, when it runs, so building the parser (every `bk` command does) loads no
 benchmark, and with it no trio, lmdb, grpc or pyspark. The benchmarks print their JSON and
-return the exit status.
+return the exit status; the phases they announce (bkbench.announce) show as a status line on
+stderr while they run, on a terminal only (bkcli.progress).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def _run(args) -> int:
             from bkbench.spark import bench_spark as bench
         case other:
             raise AssertionError(f"bk bench {other} has arguments but no benchmark")
-    return bench(args)
+    from bkcli.progress import Progress, phases_of
+    with phases_of("bkbench.phase", Progress("phases"), name=f"bk bench {args.bench_command}"):
+        return bench(args)
 
 
 def _add_disk_arguments(parser) -> None:

@@ -13,9 +13,10 @@ import sys
 import time
 
 from bkcli.credentials import add_security_arguments, client_credentials
-from bkcli import shell_autorecovery, shell_cluster, shell_cookies, shell_files
+from bkcli import shell_autorecovery, shell_bookie_ids, shell_cluster, shell_cookies, shell_files
 from bkcli.defaults import add_metastore_argument, metastore_uri, nobody_listening, positive_int
 from bkcli.shell_support import ShellFailure as _ShellFailure
+from bkcli.shell_support import add_confirmation_arguments, confirm
 from bkcli.shell_support import lines as _lines
 
 
@@ -62,8 +63,9 @@ def add_parser(commands) -> None:
     read.add_argument("-r", "--force-recovery", action="store_true", dest="recover",
                       help="recover the ledger first (fence it and close it at its last entry), so its end is final")
     read.add_argument("--password", default="", help="ledger password (text)")
-    delete = command("deleteledger", "delete a ledger (bookies reclaim its space at GC)")
+    delete = command("deleteledger", "delete a ledger (bookies reclaim its space at GC; asks first)")
     delete.add_argument("ledger_id", type=int)
+    add_confirmation_arguments(delete)
     fence = command("fence", "fence and close a ledger (recovery): its writer can add no more")
     fence.add_argument("ledger_id", type=int)
     fence.add_argument("--password", default="")
@@ -80,7 +82,17 @@ def add_parser(commands) -> None:
                         help="only those whose lost bookies do not include it")
     marked.add_argument("-prw", "--printreplicationworkerid", action="store_true",
                         help="also the worker re-replicating each now, if one is")
-    recover = command("recover", "copy a lost bookie's ledger fragments to other bookies")
+    _add_recovery_parsers(command)
+    shell_cookies.add_parsers(command)
+    shell_cluster.add_parsers(command)
+    shell_bookie_ids.add_parsers(command)
+    shell_autorecovery.add_parsers(command)
+    shell_files.add_parsers(lambda name, help_text: command(name, help_text, needs_cluster=False))
+
+
+def _add_recovery_parsers(command) -> None:
+    """recover and decommission: a lost bookie's fragments copied elsewhere."""
+    recover = command("recover", "copy a lost bookie's ledger fragments to other bookies (asks first)")
     recover.add_argument("bookie", help="host:port of the lost bookie")
     recover.add_argument("-dr", "--dryrun", "--dry-run", action="store_true", dest="dry_run",
                          help="only count what would be copied")
@@ -92,14 +104,11 @@ def add_parser(commands) -> None:
                          help="leave ledgers still being written alone")
     recover.add_argument("-d", "--deletecookie", "--delete-cookie", action="store_true", dest="delete_cookie",
                          help="once everything is copied, delete the bookie's cookie (it may then join afresh)")
-    recover.add_argument("-f", "--force", action="store_true",
-                         help="accepted for BookKeeper's scripts: nothing here asks for confirmation")
-    decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie")
+    add_confirmation_arguments(recover, force_help="recover without asking (-q and -dr never ask)")
+    decommission = command("decommission", "recover a stopped bookie's data elsewhere, then forget its cookie "
+                                           "(asks first)")
     decommission.add_argument("bookie", help="host:port of the bookie (it must be stopped)")
-    shell_cookies.add_parsers(command)
-    shell_cluster.add_parsers(command)
-    shell_autorecovery.add_parsers(command)
-    shell_files.add_parsers(lambda name, help_text: command(name, help_text, needs_cluster=False))
+    add_confirmation_arguments(decommission)
 
 
 def cmd_shell(args) -> int:
@@ -136,11 +145,16 @@ async def run_shell(args, out) -> int:
         print(f"bk shell {args.shell_command}: {exc}", file=sys.stderr)
         return 2
     except _ShellFailure as exc:
+        if exc.result is not None:
+            _write_result(out, args, *exc.result)
         sys.stderr.write(f"bk shell {args.shell_command}: {exc}")
         return 1
-    text, data = result
-    out.write(json.dumps(data, indent=None, sort_keys=True) + "\n" if args.json else text)
+    _write_result(out, args, *result)
     return 0
+
+
+def _write_result(out, args, text: str, data) -> None:
+    out.write(json.dumps(data, indent=None, sort_keys=True) + "\n" if args.json else text)
 
 
 async def _listbookies(bk, args):
@@ -251,6 +265,8 @@ async def _readledger(bk, args):
 
 
 async def _deleteledger(bk, args):
+    await bk.ledger_metadata(args.ledger_id)          # NoSuchLedger before any question
+    await confirm(args, f"Are you sure to delete ledger {args.ledger_id}?")
     await bk.delete_ledger(args.ledger_id)
     return f"deleted ledger {args.ledger_id}\n", {"deleted": args.ledger_id}
 
@@ -319,18 +335,6 @@ async def _listunderreplicated(bk, args):
     return text, {str(k): v for k, v in marks.items()}
 
 
-def _progress_bar(done: int, total: int) -> None:
-    """A bar redrawn in place on a terminal; nothing into a pipe or a file."""
-    if not sys.stderr.isatty():
-        return
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{' ' * (width - filled)}] {done}/{total} ledgers")
-    if done == total:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
-
-
 async def _check_cluster_bookie(bk, bookie: str) -> None:
     """Refuse an address that never joined this cluster (every bookie that did has a cookie),
     rather than "recovering" nothing from it."""
@@ -343,10 +347,14 @@ async def _check_cluster_bookie(bk, bookie: str) -> None:
 
 async def _recover(bk, args):
     from transports.autorecovery import recover_bookie
+    from bkcli.progress import Progress
     await _check_cluster_bookie(bk, args.bookie)
     dry_run = args.dry_run or args.query
-    report = await recover_bookie(bk, args.bookie, dry_run=dry_run, ledger_ids=args.ledgers,
-                                  skip_open=args.skip_open, progress=_progress_bar)
+    if not dry_run:
+        await confirm(args, f"Are you sure to recover {args.bookie}'s ledger fragments onto other bookies?")
+    with Progress("ledgers") as progress:
+        report = await recover_bookie(bk, args.bookie, dry_run=dry_run, ledger_ids=args.ledgers,
+                                      skip_open=args.skip_open, progress=progress)
     if args.query:
         return (_lines(f"{ledger_id}" for ledger_id in report.ledgers_on_lost),
                 {"bookie": args.bookie, "ledgers": report.ledgers_on_lost})
@@ -372,11 +380,15 @@ async def _delete_cookie(bk, bookie: str) -> None:
 
 
 async def _decommission(bk, args):
+    from bkcli.progress import Progress
     from transports.autorecovery import recover_bookie
     await _check_cluster_bookie(bk, args.bookie)
     if args.bookie in await bk.list_bookies() or args.bookie in await bk.list_bookies(readonly=True):
         raise _ShellFailure(f"{args.bookie} is still registered: stop it before decommissioning it\n")
-    report = await recover_bookie(bk, args.bookie, progress=_progress_bar)
+    await confirm(args, f"Are you sure to decommission {args.bookie} (its ledgers copied elsewhere, its cookie "
+                        f"deleted)?")
+    with Progress("ledgers") as progress:
+        report = await recover_bookie(bk, args.bookie, progress=progress)
     if report.failures:
         raise _ShellFailure("".join(f"FAILED: {f}\n" for f in report.failures) + "its cookie is kept\n")
     await _delete_cookie(bk, args.bookie)
@@ -391,6 +403,7 @@ _HANDLERS = {
     "listunderreplicated": _listunderreplicated, "recover": _recover, "decommission": _decommission,
     **dict.fromkeys(shell_cookies.COMMANDS, shell_cookies.run),
     **dict.fromkeys(shell_cluster.COMMANDS, shell_cluster.run),
+    **dict.fromkeys(shell_bookie_ids.COMMANDS, shell_bookie_ids.run),
     **dict.fromkeys(shell_autorecovery.COMMANDS, shell_autorecovery.run),
 }
 

@@ -4,9 +4,10 @@
     cookie_get BOOKIE               its text
     cookie_create BOOKIE -cf FILE   register a cookie (a bookie's dataDir holds its own copy)
     cookie_update BOOKIE -cf FILE   replace the registered one
-    cookie_delete BOOKIE [-f]       forget it (refused while the bookie is registered, unless -f)
-    bookieformat --data-dir D -f [-d]   empty a stopped bookie's directories (-d: and forget its
-                                    registered cookie, so that it joins again as a new bookie)
+    cookie_delete BOOKIE [-f]       forget it (asks first; refused while the bookie is registered,
+                                    unless -f)
+    bookieformat --data-dir D [-d]  empty a stopped bookie's directories (asks first; -d: and forget
+                                    its registered cookie, so that it joins again as a new bookie)
 
 A cookie ties a bookie's id to its directories and instance: a bookie whose directories do not
 match the registered cookie refuses to start, so these are for repairs (a bookie moved to new
@@ -15,7 +16,7 @@ disks, one decommissioned by hand).
 
 from __future__ import annotations
 
-from bkcli.shell_support import ShellFailure, lines
+from bkcli.shell_support import ShellFailure, add_confirmation_arguments, confirm, lines
 
 COMMANDS = ("cookie_list", "cookie_get", "cookie_create", "cookie_update", "cookie_delete", "bookieformat")
 
@@ -28,16 +29,15 @@ def add_parsers(command) -> None:
         parser = command(name, f"{verb} a bookie's cookie from a file (its text, as cookie_get prints it)")
         parser.add_argument("bookie", help="host:port")
         parser.add_argument("-cf", "--cookie-file", required=True, metavar="FILE")
-    formatting = command("bookieformat", "empty a stopped bookie's journal, ledger and index directories")
+    formatting = command("bookieformat", "empty a stopped bookie's journal, ledger and index directories (asks "
+                                         "first)")
     formatting.add_argument("--data-dir", required=True, help="the bookie's dataDir")
-    formatting.add_argument("-f", "--force", action="store_true", help="really do it")
+    add_confirmation_arguments(formatting, with_non_interactive=True)
     formatting.add_argument("-d", "--deleteCookie", "--delete-cookie", action="store_true", dest="delete_cookie",
                             help="also forget its registered cookie")
-    formatting.add_argument("-n", "--nonInteractive", "--non-interactive", action="store_true",
-                            help="accepted for BookKeeper's scripts: nothing here asks")
-    delete = command("cookie_delete", "forget a bookie's registered cookie")
+    delete = command("cookie_delete", "forget a bookie's registered cookie (asks first)")
     delete.add_argument("bookie", help="host:port")
-    delete.add_argument("-f", "--force", action="store_true", help="even while the bookie is registered")
+    add_confirmation_arguments(delete, force_help="without asking, even while the bookie is registered")
 
 
 async def run(bk, args):
@@ -61,6 +61,7 @@ async def run(bk, args):
             raise ShellFailure(f"{bookie} has no registered cookie\n")
         if not args.force and bookie in {*await bk.list_bookies(), *await bk.list_bookies(readonly=True)}:
             raise ShellFailure(f"{bookie} is registered (running): stop it first, or give -f\n")
+        await confirm(args, f"Are you sure you want to delete {bookie}'s cookie from the metadata store?")
         await bk.store.execute(Delete(path, current.version))
         return f"deleted {bookie}'s cookie\n", {"deleted": bookie}
     text = _cookie_file_text(args.cookie_file, bookie)
@@ -110,10 +111,9 @@ async def _format_bookie(bk, args):
     except (OSError, CookieError) as exc:
         raise ShellFailure(f"{args.data_dir} holds no readable bookie cookie ({cookie_file}: "
                            f"{getattr(exc, 'strerror', None) or exc}); give --data-dir the bookie's dataDir\n") from None
-    if not args.force:
-        raise ShellFailure(f"this deletes everything bookie {bookie} stores under {args.data_dir}; give -f to do it\n")
     if bookie in {*await bk.list_bookies(), *await bk.list_bookies(readonly=True)}:
         raise ShellFailure(f"{bookie} is registered (running): stop it first\n")
+    await confirm(args, f"Are you sure to format bookie {bookie}'s data under {args.data_dir}?")
     for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)
     text = f"formatted bookie {bookie}: {', '.join(directories)} emptied\n"

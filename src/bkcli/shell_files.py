@@ -7,6 +7,8 @@ nothing is created).
     readlogmetadata     per ledger, the entries and bytes an entry log holds
     lastmark            the LastLogMark of each ledger directory
     listfilesondisc     the journal, entry log and index files (-txn, -log, -idx: only those)
+    localconsistencycheck   the index against the entry logs (bkcore.bookie.consistency): every
+                        problem with its ledger and entry id; exit status 1 when there is any
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def add_parsers(command) -> None:
         "readlogmetadata": "per ledger, the entries and bytes in a bookie's entry logs (all, or one)",
         "lastmark": "print a bookie's LastLogMark in each ledger directory",
         "listfilesondisc": "list a bookie's journal, entry log and index files",
+        "localconsistencycheck": "check that every entry a stopped bookie's index locates is in its entry log, "
+                                 "whole, with the right ids and digest",
     }
     for name, help_text in commands.items():
         parser = command(name, help_text)
@@ -161,5 +165,39 @@ def _listfilesondisc(_, args):
     return lines(f"{row['kind']}\t{row['file']}\t{row['size']}" for row in rows), rows
 
 
+def _localconsistencycheck(_, args):
+    """BookKeeper's localconsistencycheck, over the bookie's index and entry logs, read only."""
+    import lmdb
+
+    from bkcli.progress import Progress
+    from bkcore.bookie.consistency import check_local_consistency
+    from transports.lmdb_index import LmdbIndexStore
+    _check_bookie_dir(args.data_dir, "ledgers", "index")
+    logger = _entry_logger(args)
+    try:
+        index = LmdbIndexStore(os.path.join(args.data_dir, "index"), readonly=True)
+    except lmdb.Error as exc:
+        raise ShellFailure(f"cannot open the index in {args.data_dir}/index: {exc}\n") from None
+    try:
+        with Progress("entries checked") as progress:
+            report = check_local_consistency(index=index, entry_logger=logger, progress=progress.update)
+    finally:
+        index.close()
+    problems = [{"ledger_id": i.ledger_id, "entry_id": i.entry_id, "problem": i.problem}
+                for i in report.inconsistencies]
+    data = {"ledgers": report.ledger_count, "entries": report.entry_count,
+            "digests_checked": report.digest_checked_count, "digests_unchecked": report.digest_unchecked_count,
+            "inconsistencies": problems, "inconsistencies_not_listed": report.inconsistency_dropped_count}
+    summary = (f"checked {report.entry_count} entries of {report.ledger_count} ledgers "
+               f"({report.digest_checked_count} CRC32C digests verified, {report.digest_unchecked_count} not "
+               f"checkable without the ledger's password)")
+    if report.inconsistency_count == 0:
+        return f"{summary}: no inconsistency\n", data
+    listed = lines(f"ledger {p['ledger_id']} entry {p['entry_id']}: {p['problem']}" for p in problems)
+    more = f"... and {report.inconsistency_dropped_count} more\n" if report.inconsistency_dropped_count else ""
+    raise ShellFailure(f"{summary}: {report.inconsistency_count} inconsistencies\n", result=(listed + more, data))
+
+
 HANDLERS = {"readjournal": _readjournal, "readlog": _readlog, "readlogmetadata": _readlogmetadata,
-            "lastmark": _lastmark, "listfilesondisc": _listfilesondisc}
+            "lastmark": _lastmark, "listfilesondisc": _listfilesondisc,
+            "localconsistencycheck": _localconsistencycheck}

@@ -4,7 +4,6 @@ command line."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import traceback
 
@@ -129,13 +128,15 @@ def cmd_explore(args) -> int:
 
 
 class _Progress:
-    """Failures as they come (with their replay commands); on a terminal, a running count."""
+    """Failures as they come (with their replay commands); on a terminal, a running count
+    (bkcli.progress: nothing of it into a pipe)."""
 
     def __init__(self, total: int) -> None:
+        from bkcli.progress import Progress
         self.total = total
         self.passed = self.failed = 0
         self._started = time.monotonic()
-        self._is_terminal = sys.stderr.isatty()
+        self._line = Progress("runs")
 
     def report(self, outcome: tuple) -> None:
         seed, workload, code, detail, command = outcome
@@ -143,21 +144,14 @@ class _Progress:
             self.passed += 1
         else:
             self.failed += 1
-            self._clear()
+            self._line.clear()
             print(f"seed {seed} ({workload}) failed (exit {code}): {detail}\n  replay: {command}", flush=True)
-        if self._is_terminal:
-            done = self.passed + self.failed
-            rate = done / max(time.monotonic() - self._started, 1e-9) * 60
-            sys.stderr.write(f"\r{done}/{self.total} runs: {self.passed} passed, {self.failed} failed "
-                             f"({rate:.0f}/min)")
-            sys.stderr.flush()
-
-    def _clear(self) -> None:
-        if self._is_terminal:
-            sys.stderr.write("\r\033[K")
+        done = self.passed + self.failed
+        rate = done / max(time.monotonic() - self._started, 1e-9) * 60
+        self._line.update(done, self.total, note=f"{self.passed} passed, {self.failed} failed ({rate:.0f}/min)")
 
     def finish(self) -> None:
-        self._clear()
+        self._line.clear()
 
 
 def cmd_plants(args) -> int:

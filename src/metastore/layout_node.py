@@ -1,7 +1,8 @@
 """The LAYOUT node: which ledger layout a cluster uses, recorded once under its ledger root.
 
 The first client or bookie to reach a new cluster writes <root>/LAYOUT with the layout its URI
-asks for (hierarchical when it asks for none, as BookKeeper's default); everyone after reads it.
+asks for (hierarchical when it asks for none, as BookKeeper's default), and the cluster's
+instance id beside it (metastore.instance_id); everyone after reads it.
 A URI that names a different layout than the recorded one is refused: mixing layouts would
 hide ledgers from each other and from garbage collection.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Create, Get, MetaCode
 from metastore.api import MetadataStore
+from metastore.instance_id import ensure_instance_id
 from metastore.uri import MetastoreUri
 
 LAYOUT_FORMAT_VERSION = 1
@@ -49,6 +51,8 @@ async def resolve_layout(store: MetadataStore, uri: MetastoreUri) -> LedgerLayou
             return LedgerLayout(root=uri.root, is_hierarchical=recorded == "hierarchical")
         if result.code is MetaCode.NO_NODE:
             created = await store.execute(Create(path, encode_layout(uri.layout or DEFAULT_LAYOUT)))
+            if created.code is MetaCode.OK:       # this is a new cluster: it gets its instance id
+                await ensure_instance_id(store, LedgerLayout(root=uri.root))
             if created.code in (MetaCode.OK, MetaCode.NODE_EXISTS, MetaCode.CONNECTION_LOSS):
                 continue    # read back what is recorded, whoever wrote it
     raise ConnectionError(f"cannot read or record the ledger layout at {path}: the metastore keeps failing")

@@ -2,7 +2,8 @@
 
 Every write() is one write transaction, committed with lmdb's default durability (the commit
 syncs), so a crash leaves either the whole checkpoint batch or none of it. Blocking: call from a
-worker thread in async code.
+worker thread in async code. Offline tools open an existing index with readonly=True: nothing is
+created, and writing is refused (lmdb's readers may share it with a running bookie).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ def _after_prefix(prefix: bytes) -> bytes | None:
 
 
 class LmdbIndexStore:
-    def __init__(self, path: str, *, map_size: int = MAP_SIZE_DEFAULT) -> None:
-        self.env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=0, lock=True)
+    def __init__(self, path: str, *, map_size: int = MAP_SIZE_DEFAULT, readonly: bool = False) -> None:
+        self.env = lmdb.open(path, map_size=map_size, subdir=True, max_dbs=0, lock=True, readonly=readonly,
+                             create=not readonly)
 
     def get(self, key: bytes) -> bytes | None:
         with self.env.begin() as txn:

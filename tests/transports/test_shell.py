@@ -73,8 +73,8 @@ async def test_simpletest_bookiesanity_and_ledger_commands(cluster):
     assert json.loads(text)["state"] == "CLOSED"         # -r recovered (closed) it
     status, _ = await shell("readledger", str(ledger.ledger_id), "--password", "wrong")
     assert status == 1
-    assert (await shell("deleteledger", str(ledger.ledger_id)))[0] == 0
-    assert (await shell("deleteledger", str(ledger.ledger_id)))[0] == 1   # NoSuchLedger
+    assert (await shell("deleteledger", str(ledger.ledger_id), "-f"))[0] == 0
+    assert (await shell("deleteledger", str(ledger.ledger_id), "-f"))[0] == 1   # NoSuchLedger
 
 
 async def test_journal_tools_read_a_bookies_files(cluster):
@@ -118,7 +118,7 @@ async def test_recover_and_decommission_commands(cluster, nursery, capsys):
         still_open = await bk.create_ledger(ensemble=4, write_quorum=3, ack_quorum=2, password=b"pw")
         await still_open.add_many([b"y"] * 4)             # on every bookie, and never closed
     victim = next(b for b in cluster.bookies if b.bookie_id in metadata.all_bookies())
-    status, _ = await shell("decommission", victim.bookie_id)
+    status, _ = await shell("decommission", victim.bookie_id, "-f")
     assert status == 1                                    # still running: refused
     await cluster.stop(victim)
     capsys.readouterr()
@@ -133,7 +133,7 @@ async def test_recover_and_decommission_commands(cluster, nursery, capsys):
     status, text = await shell("recover", victim.bookie_id, "-dr", "-sk", "--json")
     assert json.loads(text)["ledgers_skipped"] == [still_open.ledger_id] and json.loads(text)["fragments"] == 1
     assert (await shell("listunderreplicated"))[1] == ""
-    status, text = await shell("decommission", victim.bookie_id)
+    status, text = await shell("decommission", victim.bookie_id, "-f")
     assert status == 0 and "decommissioned" in text
     status, text = await shell("ledgermetadata", str(metadata.ledger_id), "--json")
     assert victim.bookie_id not in str(json.loads(text)["ensembles"])
@@ -228,13 +228,16 @@ async def test_metaformat_and_nukeexistingcluster_refuse_until_forced_and_bookie
         await ledger.add(b"x")
         root = bk.layout.root
     capsys.readouterr()
-    assert (await shell("metaformat"))[0] == 1
-    assert "give -f to do it" in capsys.readouterr().err
     assert (await shell("metaformat", "-f"))[0] == 1
     assert "stop every bookie first" in capsys.readouterr().err
     assert (await shell("listledgers"))[1].split() == [str(ledger.ledger_id)]     # nothing was deleted
     for bookie in list(cluster.bookies):
         await cluster.stop(bookie)
+    assert (await shell("metaformat"))[0] == 1                   # no terminal to ask on, no -f
+    assert "There is no terminal to ask on: give -f to do it" in capsys.readouterr().err
+    assert (await shell("metaformat", "-n"))[0] == 1             # BookKeeper's -n: ask nothing, do nothing
+    assert "-n asks nothing, so nothing was done: give -f as well" in capsys.readouterr().err
+    assert (await shell("listledgers"))[1].split() == [str(ledger.ledger_id)]
     status, text = await shell("metaformat", "-f", "-n")
     assert status == 0 and text.startswith("metaformat: deleted ")
     assert (await shell("listledgers"))[1] == "" and (await shell("cookie_list"))[1] == ""
@@ -255,7 +258,7 @@ async def test_ledgermetadata_dumps_to_a_file_and_restores_from_it(cluster, tmp_
     status, _ = await shell("ledgermetadata", str(first.ledger_id), "-d", str(dump))
     assert status == 0 and dump.stat().st_size > 0
     before = (await shell("ledgermetadata", str(first.ledger_id), "--json"))[1]
-    assert (await shell("deleteledger", str(first.ledger_id)))[0] == 0
+    assert (await shell("deleteledger", str(first.ledger_id), "-f"))[0] == 0
     assert (await shell("ledgermetadata", str(first.ledger_id)))[0] == 1            # gone
     status, text = await shell("ledgermetadata", str(first.ledger_id), "-r", str(dump), "--json")
     assert status == 0 and json.loads(text)["state"] == "CLOSED"

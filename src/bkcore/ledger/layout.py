@@ -5,6 +5,7 @@ Same paths as BookKeeper under a root (default /ledgers):
   <root>/available/readonly/<bookie>   ephemeral registration of a readonly bookie
   <root>/idgen/ID-<seq>                sequential nodes that hand out ledger ids
   <root>/cookies/<bookie>              the registered copy of a bookie's cookie
+  <root>/INSTANCEID                    the cluster's instance id (a UUID, text)
   <root>/underreplication/ledgers/urL%010d   a ledger with fragments on lost bookies
   <root>/underreplication/locks/urL%010d     ephemeral: a worker is re-replicating it
   <root>/underreplication/auditor            ephemeral: the elected auditor
@@ -45,6 +46,12 @@ class LedgerLayout:
     def cookie_path(self, bookie_id: str) -> str:
         """The metastore copy of a bookie's cookie (BookKeeper's <root>/cookies/<bookie>)."""
         return f"{self.cookies_path}/{bookie_id}"
+
+    @property
+    def instance_id_path(self) -> str:
+        """The cluster's instance id, BookKeeper's <root>/INSTANCEID: made with the cluster,
+        renewed when its metadata is formatted."""
+        return f"{self.root}/INSTANCEID"
 
     def bookie_path(self, bookie_id: str, *, is_readonly: bool = False) -> str:
         return f"{self.readonly_path if is_readonly else self.available_path}/{bookie_id}"
