@@ -39,7 +39,7 @@ from bkbench.journal import (
     MIB, device_write_rate, device_written_bytes, disk_ceiling, raw_fdatasync_quorum, raw_sequential,
 )
 from bkbench.cpu_usage import CpuMeter
-from bkbench.stalls import PhaseWatch
+from bkbench.stalls import AddSamples, PhaseWatch
 from bkbench.summaries import adds_summary, percentile_ms
 
 
@@ -69,10 +69,10 @@ class _AddLoad:
     add refused at once, ahead of earlier ones, would shift the FIFO by one; the measurements
     stop at the first error anyway.)"""
 
-    def __init__(self, ledger, payload: bytes, *, samples: list[tuple[float, float]] | None = None) -> None:
+    def __init__(self, ledger, payload: bytes, *, samples: AddSamples | None = None) -> None:
         self._ledger, self._payload = ledger, payload
         self.latencies: list[float] = []
-        # (wall time started, latency ms) of each add, for a timeline (None: not kept).
+        # Each add's wall time started and latency, for a timeline (None: not kept).
         self._samples = samples
         self._wall_offset = time.time() - time.perf_counter()
         self.errors: list[str] = []
@@ -93,7 +93,7 @@ class _AddLoad:
             latency = time.perf_counter() - started_at
             self.latencies.append(latency)
             if self._samples is not None:
-                self._samples.append((started_at + self._wall_offset, latency * 1e3))
+                self._samples.append(started_at + self._wall_offset, latency * 1e3)
         self.in_flight -= 1
         self._changed.set()
 
@@ -131,7 +131,7 @@ async def _pipelined(bk, args, payload: bytes, *, device_dir: str | None = None,
 
 
 async def _paced(bk, args, payload: bytes, rate: float, *, processes: dict[str, list[int]] | None = None,
-                 samples: list[tuple[float, float]] | None = None) -> dict:
+                 samples: AddSamples | None = None) -> dict:
     """Adds started at a steady `rate` per second (open loop: not waiting for earlier ones), so
     the latencies are those of a writer at that load, not of one saturating the cluster. With
     the CPU that load took: of the client, of `processes`, and the machine's busy fraction (at

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from array import array
 import urllib.request
 
 from bkbench import announce
@@ -21,13 +22,14 @@ from bkbench import announce
 SUMMED_KINDS = {"loop": "loop_pause", "gc": "gc_pause", "journal_sync": "journal_sync", "journal_write": "journal_write",
                 "checkpoint": "checkpoint", "index_commit": "index_commit", "entry_log_write": "entry_log_write",
                 "journal_roll": "journal_roll", "journal_prealloc": "journal_prealloc",
+                "checkpoint_begin": "checkpoint_begin", "checkpoint_finish": "checkpoint_finish",
                 "write_cache_full": "write_cache_full"}
 # What the timeline marks, and how: kind -> (colour, label).
 MARKED_KINDS = {"checkpoint": ("tab:blue", "checkpoint"), "index_commit": ("tab:cyan", "index commit"),
                 "journal_roll": ("tab:purple", "journal roll"), "journal_prealloc": ("tab:pink", "journal prealloc"),
                 "gc": ("tab:red", "GC pause"), "loop": ("tab:orange", "loop pause"),
                 "write_cache_full": ("black", "write cache full"), "compaction": ("tab:brown", "compaction")}
-TIMELINE_EVENT_MIN_MS = {"gc": 1.0, "loop": 2.0}       # shorter ones would cover the picture
+TIMELINE_EVENT_MIN_MS = {"gc": 1.0, "loop": 5.0}       # shorter ones would cover the picture
 
 
 def bookie_stalls(http_ports: list[int], since_s: float) -> list[dict | None]:
@@ -72,7 +74,7 @@ def phase_stalls(client_recorder, http_ports: list[int], since_s: float) -> tupl
     return fields, events
 
 
-def draw_timeline(path: str, adds: list[tuple[float, float]], events: dict[str, list[dict]],
+def draw_timeline(path: str, adds: AddSamples, events: dict[str, list[dict]],
                   phases: list[tuple[str, float, float]]) -> None:
     """A PNG at path: each add's latency (ms, log scale) at the wall time it started, the phases
     shaded and named, and below, one row per process with its recorded events as bars as long
@@ -81,13 +83,13 @@ def draw_timeline(path: str, adds: list[tuple[float, float]], events: dict[str, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    origin = min([start for _, start, _ in phases] + [t for t, _ in adds] or [time.time()])
+    origin = min([start for _, start, _ in phases] + list(adds.started_s[:1]) or [time.time()])
     sources = sorted(events)
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(14, 7 + 0.3 * len(sources)),
                                          gridspec_kw={"height_ratios": [3, 1 + 0.25 * len(sources)]})
-    if adds:
-        top.scatter([t - origin for t, _ in adds], [ms for _, ms in adds], s=1, alpha=0.4, color="tab:green",
-                    label="add latency", rasterized=True)
+    if len(adds):
+        top.scatter([started - origin for started in adds.started_s], adds.latencies_ms, s=1, alpha=0.4,
+                    color="tab:green", label="add latency", rasterized=True)
         top.set_yscale("log")
     for index, (name, start, end) in enumerate(phases):
         top.axvspan(start - origin, end - origin, color="0.9" if index % 2 else "0.95", zorder=0)
@@ -116,6 +118,23 @@ def draw_timeline(path: str, adds: list[tuple[float, float]], events: dict[str, 
     plt.close(figure)
 
 
+class AddSamples:
+    """Each add's wall time started and latency (ms), for a timeline: kept in two arrays of
+    doubles, which the garbage collector does not walk (a list of 100,000 tuples it would, and
+    the client's full passes would grow with the samples taken)."""
+
+    def __init__(self) -> None:
+        self.started_s = array("d")
+        self.latencies_ms = array("d")
+
+    def append(self, started_s: float, latency_ms: float) -> None:
+        self.started_s.append(started_s)
+        self.latencies_ms.append(latency_ms)
+
+    def __len__(self) -> int:
+        return len(self.started_s)
+
+
 class PhaseWatch:
     """Runs a benchmark's phases one after another, adding to each phase's report what held
     the client and the bookies up meanwhile (phase_stalls), and keeping the events, the phase
@@ -126,7 +145,7 @@ class PhaseWatch:
         self._http_ports = http_ports
         self.phases: list[tuple[str, float, float]] = []
         self.events: dict[str, list[dict]] = {}
-        self.adds: list[tuple[float, float]] = []     # (wall time started, latency ms)
+        self.adds = AddSamples()
 
     async def run(self, name: str, measure, *args, **kwargs) -> dict:
         announce(name)

@@ -391,9 +391,10 @@ class BookieServer:
                         continue            # the bookie is stopping: nothing more is written
                     # A small one, with the journal thread idle (so nothing is written before
                     # it), is written and synced here and now: a thread handoff would cost as
-                    # much as its fdatasync.
+                    # much as its fdatasync. Not while a checkpoint writes the entry logs: on a
+                    # shared disk the sync then waits behind them, tens of ms with the loop held.
                     if (len(effect.data) <= self._sync_inline_size_max and not self._journal.outstanding
-                            and not has_synced_inline):
+                            and not has_synced_inline and not self._is_flushing_cache):
                         has_synced_inline = True
                         started = time.perf_counter()
                         try:
@@ -532,7 +533,8 @@ class BookieServer:
         async with self._storage_lock:
             stack, stalls = self.stack, self.stalls
             started = time.perf_counter()
-            mark, plan = stack.begin_checkpoint()
+            with stalls.timed("checkpoint_begin"):
+                mark, plan = stack.begin_checkpoint()
             entry_count = len(plan.cache)           # (the cache is emptied as it is released)
             self._is_flushing_cache = True      # the cache taken is still in memory until freed
             if self._receive_gate.is_shut:
@@ -541,12 +543,14 @@ class BookieServer:
             self._receive_gate.open()           # the cache new adds go to is empty
             try:
                 try:
-                    await trio.to_thread.run_sync(functools.partial(stack.write_checkpoint, plan, timed=stalls.timed_always))
+                    await trio.to_thread.run_sync(
+                        functools.partial(stack.write_checkpoint, plan, timed=stalls.timed_always))
                 except DiskFullError:
                     stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
                     await self._on_ledger_disk_full()
                     return
-                stack.finish_checkpoint(plan)
+                with stalls.timed("checkpoint_finish"):
+                    stack.finish_checkpoint(plan)
                 # The flushed entries are freed in the worker, a slice at a time (it yields the
                 # GIL every switch interval), not all at once on the loop: ms per 20,000 entries.
                 await trio.to_thread.run_sync(plan.cache.release_gradually)

@@ -149,18 +149,22 @@ def for_current_run() -> StallRecorder:
 
 
 class _LoopSteps(trio.abc.Instrument):
-    """Times each task step; a step is the loop held by one task."""
+    """Times each task step: from the end of the step before it (or of the loop's wait for I/O)
+    to its own end, which is the step and the scheduler's little work between two steps. One
+    hook per step rather than two (before and after) halves what timing every step costs."""
 
     def __init__(self, recorder: StallRecorder) -> None:
         self._recorder = recorder
-        self._started = 0.0
         self._clock = time.perf_counter
+        self._last = self._clock()
 
-    def before_task_step(self, task) -> None:
-        self._started = self._clock()
+    def after_io_wait(self, timeout: float) -> None:
+        self._last = self._clock()
 
     def after_task_step(self, task) -> None:
-        took = self._clock() - self._started
+        now = self._clock()
+        took = now - self._last
+        self._last = now
         if took >= LOOP_STEP_FLOOR_S:
             self._recorder.record("loop", took, task.name)
 
