@@ -154,7 +154,11 @@ class AdminHttpServer:
         self._tls = tls
 
     async def serve(self, port: int, host: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc} (is another program "
+                          f"there?)") from None
         if self._tls is not None:
             listeners = [trio.SSLListener(listener, self._tls, https_compatible=True) for listener in listeners]
         task_status.started(listeners[0].transport_listener.socket.getsockname()[1] if self._tls is not None

@@ -108,6 +108,18 @@ class OpStats:
         (self.success if is_success else self.failure).observe(seconds, count)
 
 
+class CallStats:
+    """The calls of one gRPC method, as BookKeeper's MonitoringServerInterceptor counts them:
+    started, completed (whatever their status), and their latency (OK is success)."""
+
+    __slots__ = ("started_count", "completed_count", "latency")
+
+    def __init__(self) -> None:
+        self.started_count = 0
+        self.completed_count = 0
+        self.latency = OpStats()
+
+
 # -- registries and collectors ------------------------------------------------------------------
 
 def new_registry() -> CollectorRegistry:
