@@ -9,9 +9,9 @@ into our Histogram (one bisect, one increment), and the collectors read those wh
 The families follow BookKeeper's Prometheus provider wherever a number means the same thing:
 - an OpStatsLogger (OpStats here) is a summary: per `success` ("true"/"false") label, the
   quantiles 0.5 .. 1.0 and _count and _sum, in milliseconds. Count and sum run from the start;
-  the quantiles are those of the observations since the last rollover (every
-  LATENCY_ROLLOVER_S, BookKeeper's prometheusStatsLatencyRolloverSeconds), each the upper bound
-  of the histogram bucket that holds it (BookKeeper's sketches are finer);
+  the quantiles are those of the last one to two minutes (Histogram.recent_counts: a rollover
+  every LATENCY_ROLLOVER_S, BookKeeper's prometheusStatsLatencyRolloverSeconds), each the upper
+  bound of the histogram bucket that holds it (BookKeeper's sketches are finer);
 - a BookKeeper counter keeps its exact series name (bookie_WRITE_BYTES, not ..._total):
   prometheus_client would append _total to a counter family, which would break the queries of
   existing dashboards, so these are published untyped (bk_counter); counters of ours follow
@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 import trio
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
-    CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric, UnknownMetricFamily,
+    CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily,
 )
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
@@ -48,20 +48,22 @@ Labels = dict[str, str]
 
 
 class Histogram:
-    """Cumulative counts per upper bound (seconds), as Prometheus histograms keep them. Safe to
-    observe from one thread while the loop reads it: a scrape may see one observation counted
-    in `count` and not yet in `counts`, nothing worse."""
+    """A count per bucket (upper bounds in seconds), their total and sum. Safe to observe from
+    one thread while the loop reads it: a scrape may see one observation counted in `count`
+    and not yet in `counts`, nothing worse."""
 
-    __slots__ = ("bounds_s", "counts", "total_s", "count", "_rolled_counts", "_rolled_at_s")
+    __slots__ = ("bounds_s", "counts", "total_s", "count", "_base_counts", "_rolled_counts", "_rolled_at_s")
 
     def __init__(self, bounds_s: tuple[float, ...] = DEFAULT_BOUNDS_S) -> None:
         self.bounds_s = bounds_s
         self.counts = [0] * (len(bounds_s) + 1)     # last: above every bound (+Inf only)
         self.total_s = 0.0
         self.count = 0
-        # The bucket counts at the last rollover, and when it was (None: not asked yet).
+        # The bucket counts at the last rollover and when it was (None: not asked yet), and
+        # those at the rollover before it, where the window recent_counts() reports starts.
         self._rolled_counts = list(self.counts)
         self._rolled_at_s: float | None = None
+        self._base_counts = list(self.counts)
 
     def observe(self, seconds: float, count: int = 1) -> None:
         """`count` observations of `seconds` each (a batch of entries that waited as long)."""
@@ -69,10 +71,9 @@ class Histogram:
         self.total_s += seconds * count
         self.count += count
 
-    def quantile(self, fraction: float, counts: list[int] | None = None) -> float | None:
-        """Upper bound of the bucket holding the given quantile of `counts` (all observations
-        by default); None when there are none."""
-        counts = self.counts if counts is None else counts
+    def quantile(self, fraction: float, counts: list[int]) -> float | None:
+        """Upper bound of the bucket holding the given quantile of `counts` (bucket counts:
+        self.counts, or recent_counts()); None when there are none."""
         total = sum(counts)
         if not total:
             return None
@@ -85,14 +86,17 @@ class Histogram:
         return math.inf
 
     def recent_counts(self, now_s: float, rollover_s: float = LATENCY_ROLLOVER_S) -> list[int]:
-        """Bucket counts of the observations since the last rollover; a rollover happens when
-        asked rollover_s or more after the previous one (the counts returned are those before it)."""
-        recent = [n - before for n, before in zip(self.counts, self._rolled_counts)]
+        """Bucket counts of the observations since the rollover before the last one (the first
+        ask counts as a rollover; before the second, everything since the start): the last
+        rollover_s to 2 * rollover_s once running. A rollover happens when asked rollover_s or
+        more after the previous one. Asking twice in a row gives the same window (two families
+        of one histogram agree)."""
         if self._rolled_at_s is None:
-            self._rolled_at_s = now_s
-        elif now_s - self._rolled_at_s >= rollover_s:
             self._rolled_counts, self._rolled_at_s = list(self.counts), now_s
-        return recent
+        elif now_s - self._rolled_at_s >= rollover_s:
+            self._base_counts = self._rolled_counts
+            self._rolled_counts, self._rolled_at_s = list(self.counts), now_s
+        return [n - before for n, before in zip(self.counts, self._base_counts)]
 
 
 class OpStats:
@@ -204,16 +208,6 @@ def op_stats(name: str, help: str, stats: OpStats | Iterable[tuple[Labels, OpSta
             family.add_sample(f"{name}_count", {"success": success, **labels}, histogram.count)
             family.add_sample(f"{name}_sum", {"success": success, **labels}, histogram.total_s * 1000.0)
     return family
-
-
-def histogram(name: str, help: str, histogram: Histogram) -> Metric:
-    """A histogram of ours, in seconds (name_bucket{le=...}, name_sum, name_count)."""
-    buckets, cumulative = [], 0
-    for bound, n in zip(histogram.bounds_s, histogram.counts):
-        cumulative += n
-        buckets.append((repr(bound), cumulative))
-    buckets.append(("+Inf", histogram.count))
-    return HistogramMetricFamily(name, help, buckets=buckets, sum_value=histogram.total_s)
 
 
 # -- reading a scrape ------------------------------------------------------------------------------
