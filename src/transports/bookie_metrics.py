@@ -44,12 +44,14 @@ def bookie_families(server) -> list[Metric]:
     """Every family of a BookieServer's own numbers, read now (a scrape)."""
     if server.stack is None:
         return []               # (not started yet: only the process's own metrics)
-    return [*_request_families(server), *_journal_families(server), *_storage_families(server),
-            *_gc_families(server), *_own_families(server)]
+    statistics, ledger_count = server.core.statistics(), len(server.stack.storage.ledger_ids())
+    return [*_request_families(server, statistics), *_journal_families(server, statistics),
+            *_storage_families(server, ledger_count), *_gc_families(server, ledger_count),
+            *_own_families(server, statistics)]
 
 
-def _request_families(server) -> list[Metric]:
-    metrics, statistics = server.metrics, server.core.statistics()
+def _request_families(server, statistics) -> list[Metric]:
+    metrics = server.metrics
     return [
         op_stats("bookkeeper_server_ADD_ENTRY_REQUEST", "request stats of AddEntry on a bookie (ms; per entry, "
                  "a batch's entries each with its time)", metrics.add_requests),
@@ -74,7 +76,7 @@ def _server_status(server) -> int:
     return 0 if server.is_readonly else 1
 
 
-def _journal_families(server) -> list[Metric]:
+def _journal_families(server, statistics) -> list[Metric]:
     """BookKeeper's journal families carry journalIndex (one journal directory here: 0)."""
     metrics, index = server.metrics, {"journalIndex": "0"}
     return [
@@ -86,7 +88,7 @@ def _journal_families(server) -> list[Metric]:
         op_stats("bookie_journal_JOURNAL_SYNC", "operation stats of syncing data to journal disks (ms; one "
                  "fdatasync)", [(index, metrics.journal_syncs)]),
         bk_counter("bookie_journal_JOURNAL_WRITE_BYTES", "The number of bytes appended to the journal",
-                   [(index, server.core.statistics().journal_written_size)]),
+                   [(index, statistics.journal_written_size)]),
         gauge("bookie_JOURNAL_DIRS", "number of configured journal directories", 1),
     ]
 
@@ -97,7 +99,7 @@ def _storage_labels(server) -> dict[str, str]:
     return {"ledgerDir": f"{config.data_dir}/{config.journal.ledger_dirs[0]}", "indexDir": f"{config.data_dir}/index"}
 
 
-def _storage_families(server) -> list[Metric]:
+def _storage_families(server, ledger_count: int) -> list[Metric]:
     storage, labels = server.stack.storage, _storage_labels(server)
     ledger_dir_count = len(server.config.journal.ledger_dirs)
     return [
@@ -108,7 +110,7 @@ def _storage_families(server) -> list[Metric]:
         gauge("bookie_read_cache_size", "Current number of bytes in read cache", [(labels, storage.read_cache_size)]),
         gauge("bookie_read_cache_count", "Current number of entries in read cache",
               [(labels, storage.read_cache_count)]),
-        gauge("bookie_ledgers_count", "Current number of ledgers", [(labels, len(storage.ledger_ids()))]),
+        gauge("bookie_ledgers_count", "Current number of ledgers", [(labels, ledger_count)]),
         op_stats("bookie_flush", "operation stats of flushing write cache to entry log files (ms; a checkpoint: "
                  "entry logs, index, LastLogMark)", [(labels, server.metrics.checkpoints)]),
         gauge("bookie_ledger_num_dirs", "number of ledger directories", ledger_dir_count),
@@ -117,7 +119,7 @@ def _storage_families(server) -> list[Metric]:
     ]
 
 
-def _gc_families(server) -> list[Metric]:
+def _gc_families(server, ledger_count: int) -> list[Metric]:
     labels, status, counts = _storage_labels(server), server.gc_status, server.counts
     return [
         bk_counter("bookie_MAJOR_COMPACTION_TOTAL", "Number of major compactions (GC rounds with major compaction)",
@@ -128,16 +130,15 @@ def _gc_families(server) -> list[Metric]:
                    [(labels, counts["ledgers_collected"])]),
         bk_counter("bookie_RECLAIMED_COMPACTION_SPACE_BYTES", "Number of disk space bytes reclaimed via compacting "
                    "entry log files", [(labels, counts["bytes_compacted"])]),
-        gauge("bookie_ACTIVE_LEDGER_TOTAL", "Current number of active ledgers",
-              [(labels, len(server.stack.storage.ledger_ids()))]),
+        gauge("bookie_ACTIVE_LEDGER_TOTAL", "Current number of active ledgers", [(labels, ledger_count)]),
         op_stats("bookie_THREAD_RUNTIME", "Operation stats of garbage collections (ms; a round and its compaction)",
                  [(labels, server.metrics.gc_rounds)]),
     ]
 
 
-def _own_families(server) -> list[Metric]:
+def _own_families(server, statistics) -> list[Metric]:
     """Numbers with no BookKeeper counterpart."""
-    statistics, counts = server.core.statistics(), server.counts
+    counts = server.counts
     connections = server.connections.values()
     return [
         counter("bookie_connections_accepted", "client connections accepted", counts["connections"]),
