@@ -37,9 +37,12 @@ def autorecovery_families(daemon, scope: str) -> list[Metric]:
                    counts["entries_copied"]),
         gauge("autorecovery_is_auditor", "1 while this daemon is the cluster's auditor", int(daemon.is_auditor)),
         counter("autorecovery_audits", "audit rounds run", counts["audits"]),
-        counter("autorecovery_audits_skipped", "audit rounds skipped: replication switched off", counts["audits_skipped"]),
-        counter("autorecovery_ledgers_marked", "ledgers this auditor marked under-replicated", counts["ledgers_marked"]),
-        counter("autorecovery_fragments_copied", "ledger fragments copied to another bookie", counts["fragments_copied"]),
+        counter("autorecovery_audits_skipped", "audit rounds skipped: replication switched off",
+                counts["audits_skipped"]),
+        counter("autorecovery_ledgers_marked", "ledgers this auditor marked under-replicated",
+                counts["ledgers_marked"]),
+        counter("autorecovery_fragments_copied", "ledger fragments copied to another bookie",
+                counts["fragments_copied"]),
         counter("autorecovery_replication_failures", "ledgers a worker could not fully re-replicate (tried again "
                 "later)", counts["replication_failures"]),
     ]

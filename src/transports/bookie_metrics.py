@@ -65,7 +65,8 @@ def _request_families(server, statistics) -> list[Metric]:
                    statistics.added_size),
         bk_counter("bookie_READ_BYTES", "total bytes read from a bookie (entries answered to reads)",
                    statistics.read_size),
-        bk_counter("bookie_BOOKIE_FORCE_LEDGER", "total force operations occurred on a bookie", statistics.forces_count),
+        bk_counter("bookie_BOOKIE_FORCE_LEDGER", "total force operations occurred on a bookie",
+                   statistics.forces_count),
         gauge("bookie_SERVER_STATUS", "1: up (writable), 0: readonly, -1: not registered", _server_status(server)),
     ]
 
@@ -152,7 +153,8 @@ def _own_families(server, statistics) -> list[Metric]:
         counter("bookie_deferred_adds", "entries added with deferred sync", statistics.deferred_adds_count),
         counter("bookie_fences", "fencing reads", statistics.fences_count),
         counter("bookie_lac_writes", "explicit LAC writes", statistics.lac_writes_count),
-        counter("bookie_long_polls_parked", "long-poll reads that waited for the LAC", statistics.long_polls_parked_count),
+        counter("bookie_long_polls_parked", "long-poll reads that waited for the LAC",
+                statistics.long_polls_parked_count),
         counter("bookie_long_polls_timed_out", "long-poll reads answered at their timeout",
                 statistics.long_polls_timed_out_count),
         counter("bookie_requests_rejected", "requests answered with an error code, by code",

@@ -32,6 +32,6 @@ def metastore_families(server) -> list[Metric]:
         counter("metastore_version_conflicts", "operations refused for a stale version (BAD_VERSION)",
                 tree.conflict_count),
         counter("metastore_client_requests", "client requests received by this node, by kind (a follower "
-                "refuses all but status)", [({"kind": kind}, count) for kind, count in sorted(server.request_counts.items())]),
+                "refuses all but status)", [({"kind": kind}, n) for kind, n in sorted(server.request_counts.items())]),
         gauge("metastore_client_connections", "client connections open to this node", server.client_connection_count),
     ]
