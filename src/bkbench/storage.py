@@ -38,23 +38,24 @@ def _cluster(args, *, with_stream_storage: bool, servers: int = 1):
 
 
 # What the bookies' /metrics say about a phase, summed over them: entries added, journal
-# fdatasyncs, explicit LAC writes.
-BOOKIE_COUNTERS = {"entries": "bookie_adds_ok_count", "journal_syncs": "bookie_server_journal_syncs",
-                   "lac_writes": "bookie_lac_writes_count"}
+# fdatasyncs, explicit LAC writes (sample name and labels: transports.bookie_metrics).
+BOOKIE_COUNTERS = {"entries": ("bookkeeper_server_ADD_ENTRY_REQUEST_count", {"success": "true"}),
+                   "journal_syncs": ("bookie_journal_JOURNAL_SYNC_count", {"success": "true"}),
+                   "lac_writes": ("bookie_lac_writes_total", {})}
 
 
 def _bookie_counters(http_ports: list[int]) -> dict[str, int] | None:
     """BOOKIE_COUNTERS so far, summed over the bookies; None if one cannot be read."""
+    from transports.metrics import read_samples, sample_value
     totals = dict.fromkeys(BOOKIE_COUNTERS, 0)
     for port in http_ports:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-                text = response.read().decode()
+                samples = read_samples(response.read().decode())
         except OSError:
             return None
-        values = dict(line.split(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
-        for key, metric in BOOKIE_COUNTERS.items():
-            totals[key] += int(float(values.get(metric, "0")))
+        for key, (name, labels) in BOOKIE_COUNTERS.items():
+            totals[key] += int(sample_value(samples, name, **labels) or 0)
     return totals
 
 

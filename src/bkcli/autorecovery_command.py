@@ -3,11 +3,14 @@ autorecovery`), for clusters whose bookies do not run it (autoRecoveryDaemonEnab
 an auditor candidate, which marks the ledgers of bookies gone longer than the delay, and a
 replication worker, which copies their fragments elsewhere. Several may run; one audits.
 
-    bk autorecovery --metastore URI [--lost-bookie-recovery-delay S] [--tls-ca PEM ...]
+    bk autorecovery --metastore URI [--lost-bookie-recovery-delay S] [--http-port P] [--tls-ca PEM ...]
+
+With --http-port it serves its Prometheus metrics at http://HOST:P/metrics (docs/metrics.md).
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from bkcli.credentials import CredentialsError, add_security_arguments, client_credentials
@@ -24,6 +27,9 @@ def add_parser(commands) -> None:
     daemon.add_argument("--audit-interval", type=float, default=60.0, metavar="S",
                         help="seconds between full audits (auditorPeriodicCheckInterval: 60)")
     daemon.add_argument("--name", default="", help="how it names itself as the auditor (default: random)")
+    daemon.add_argument("--http-port", type=int, default=0,
+                        help="serve Prometheus metrics at /metrics on this port (0: off)")
+    daemon.add_argument("--http-host", default="127.0.0.1", help="address of the metrics port (127.0.0.1)")
     daemon.set_defaults(run=cmd_autorecovery)
 
 
@@ -33,12 +39,8 @@ def cmd_autorecovery(args) -> int:
     except CredentialsError as exc:
         print(f"bk autorecovery: {exc}", file=sys.stderr)
         return 2
-    import trio
-    try:
-        return trio.run(_run, args, credentials)
-    except (OSError, ConnectionError) as exc:
-        print(f"bk autorecovery: {exc}", file=sys.stderr)
-        return 1
+    from bkcli.signals import run_service
+    return run_service("autorecovery", _run, args, credentials)
 
 
 async def _run(args, credentials) -> int:
@@ -47,12 +49,19 @@ async def _run(args, credentials) -> int:
     from bkcli.signals import cancel_on_stop_signal
     from bkclient.library import connect
     from transports.autorecovery import Autorecovery
+    from transports.metrics import new_registry, serve_metrics
+    registry = new_registry()
     # (its auditor node and replication locks are ephemeral: no session renewal)
     async with connect(metastore_uri(args), renew_session=False, **credentials) as bk:
         daemon = Autorecovery(bk, lost_bookie_recovery_delay_s=args.lost_bookie_recovery_delay,
-                              audit_interval_s=args.audit_interval, name=args.name)
-        print(f"autorecovery {daemon.name} running against {metastore_uri(args)}", flush=True)
+                              audit_interval_s=args.audit_interval, name=args.name, registry=registry)
         async with trio.open_nursery() as nursery:
+            metrics = ""
+            if args.http_port:
+                port = await nursery.start(functools.partial(serve_metrics, registry, host=args.http_host,
+                                                             port=args.http_port))
+                metrics = f" (metrics: http://{args.http_host}:{port}/metrics)"
+            print(f"autorecovery {daemon.name} running against {metastore_uri(args)}{metrics}", flush=True)
             nursery.start_soon(daemon.run)
             await cancel_on_stop_signal(nursery)
     return 0

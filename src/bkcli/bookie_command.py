@@ -49,13 +49,8 @@ def cmd_bookie(args) -> int:
 def first_system_exit(error: BaseException) -> SystemExit | None:
     """The SystemExit a task raised to stop the bookie, out of the exception groups its
     nurseries wrapped it in (None if there is none)."""
-    if isinstance(error, SystemExit):
-        return error
-    for inner in getattr(error, "exceptions", ()):
-        found = first_system_exit(inner)
-        if found is not None:
-            return found
-    return None
+    from bkcli.signals import first_exception
+    return first_exception(error, SystemExit)
 
 
 async def run_bookie(uri: str, config) -> int:
@@ -82,7 +77,7 @@ async def run_bookie(uri: str, config) -> int:
             if config.autorecovery:
                 nursery.start_soon(run_autorecovery, uri, config, server)
             if config.stream_storage:
-                await nursery.start(stream_storage_in_bookie, uri, config)
+                await nursery.start(stream_storage_in_bookie, uri, config, server.registry)
 
             async def shut_down(signum: int) -> None:
                 print(f"bookie {config.bookie_id}: {signal.Signals(signum).name}, shutting down", flush=True)
@@ -107,21 +102,24 @@ def own_client_credentials(config) -> dict:
 async def run_autorecovery(uri: str, config, server) -> None:
     """The autorecovery daemon of this bookie: an auditor candidate and a replication worker. It
     is named by the bookie id, which the auditor node then holds (as BookKeeper's does), and
-    handed to the server for its admin endpoint (who is the auditor, trigger an audit)."""
+    handed to the server for its admin endpoint (who is the auditor, trigger an audit). Its
+    metrics are the bookie's too, under BookKeeper's replication_ scope."""
     from transports.autorecovery import Autorecovery
+    from transports.autorecovery_metrics import IN_BOOKIE_SCOPE
     from bkclient.library import connect
     # (its auditor node and locks are ephemeral: no session renewal)
     async with connect(uri, renew_session=False, **own_client_credentials(config)) as bk:
         recovery = Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
-                                audit_interval_s=config.audit_interval_s, name=config.bookie_id)
+                                audit_interval_s=config.audit_interval_s, name=config.bookie_id,
+                                registry=server.registry, metrics_scope=IN_BOOKIE_SCOPE)
         server.autorecovery = recovery
         await recovery.run()
 
 
-async def stream_storage_in_bookie(uri: str, config, task_status) -> None:
+async def stream_storage_in_bookie(uri: str, config, registry, task_status) -> None:
     """Stream storage inside the bookie process: its own client of the cluster, the gRPC endpoint
     (over TLS, with the bookie's certificate, when the bookie speaks TLS; asking for the bookie's
-    secret, when it has one)."""
+    secret, when it has one); its metrics in the bookie's registry."""
     import trio
 
     from bkcli.credentials import server_tls_context
@@ -132,7 +130,7 @@ async def stream_storage_in_bookie(uri: str, config, task_status) -> None:
             run_stream_storage, uri, host=config.host, port=config.stream_storage_port,
             index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes"),
             serve_tls=server_tls_context(config.tls_cert_file or None, config.tls_key_file or None),
-            serve_auth_secret=config.auth_secret,
+            serve_auth_secret=config.auth_secret, registry=registry,
             **own_client_credentials(config)))
         print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
         task_status.started()

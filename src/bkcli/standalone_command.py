@@ -30,7 +30,9 @@ def add_parser(commands) -> None:
     standalone.add_argument("--metastore-port", type=int, default=STANDALONE_RAFT_PORTS[0],
                             help=f"first raft-lite port ({STANDALONE_RAFT_PORTS[0]}); node i listens on it + i")
     standalone.add_argument("--http-port", type=int, default=8000,
-                            help="first bookie HTTP admin port (8000); 0 turns it off")
+                            help="first HTTP port (8000): bookie i's admin port (with /metrics) is it + i; the "
+                                 "metastore nodes' and then the stream storage servers' /metrics ports follow; "
+                                 "0 turns them off")
     standalone.add_argument("--stream-storage-port", type=int, default=4181,
                             help="stream storage (tables, gRPC) port (4181); 0 turns it off")
     standalone.add_argument("--stream-storage-servers", type=int, default=default_stream_storage_servers(),
@@ -63,10 +65,14 @@ def cmd_standalone(args) -> int:
         except MissingExtra as exc:
             print(f"bk standalone: starting without stream storage: {exc}", flush=True)
             args.stream_storage_port = 0
+    servers = max(1, args.stream_storage_servers) if args.stream_storage_port else 0
+    http_ports = [args.http_port + i for i in range(args.bookies + args.metastore_nodes + servers)] \
+        if args.http_port else []
     cluster = StandaloneCluster(
         args.data_dir, bookie_ports=[args.bookie_port + i for i in range(args.bookies)],
         metastore_ports=[args.metastore_port + i for i in range(args.metastore_nodes)],
-        http_ports=[args.http_port + i for i in range(args.bookies)] if args.http_port else None,
+        http_ports=http_ports[:args.bookies], metastore_http_ports=http_ports[args.bookies:][:args.metastore_nodes],
+        stream_storage_http_ports=http_ports[args.bookies + args.metastore_nodes:],
         bookie_extra={"autoRecoveryDaemonEnabled": True}, stream_storage_port=args.stream_storage_port,
         stream_storage_server_count=max(1, args.stream_storage_servers))
     print(f"bk standalone: starting {args.metastore_nodes} raft-lite node(s) and {args.bookies} bookies "

@@ -1,6 +1,9 @@
 """`bk stream-storage`: the stream storage server (streams and tables over gRPC, port 4181).
 
-    bk stream-storage [--metastore URI] [--port 4181] [--shared-port P] [--data-dir D]
+    bk stream-storage [--metastore URI] [--port 4181] [--shared-port P] [--data-dir D] [--http-port P]
+
+With --http-port (BookKeeper's httpServerPort) it serves its Prometheus metrics at
+http://HOST:P/metrics (docs/metrics.md).
 
 Its clients are `bk namespace` and `bk stream` (bkcli.catalog_commands) and `bk table`
 (bkcli.table_commands); what they share, `-s HOST:PORT` included, is bkcli.storage_cli.
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import tempfile
 
 from bkcore.extras import require_extra
@@ -39,6 +43,8 @@ def add_parser(commands) -> None:
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
+    server.add_argument("--http-port", type=int, default=0,
+                        help="serve Prometheus metrics at /metrics on this port, on --host (0: off)")
     server.set_defaults(run=cmd_stream_storage)
 
 
@@ -51,8 +57,8 @@ def cmd_stream_storage(args) -> int:
     except CredentialsError as exc:
         print(f"bk stream-storage: {exc}", file=sys.stderr)
         return 2
-    import trio
-    return trio.run(_serve, args)
+    from bkcli.signals import run_service
+    return run_service("stream-storage", _serve, args)
 
 
 async def _serve(args) -> int:
@@ -61,15 +67,22 @@ async def _serve(args) -> int:
     from bkcli.signals import cancel_on_stop_signal
     from streamstorage.server import run_stream_storage
     from transports.gc_tuning import tune_gc
+    from transports.metrics import new_registry, serve_metrics
 
     data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
+    registry = new_registry()
     async with trio.open_nursery() as nursery:
+        metrics = ""
+        if args.http_port:
+            http_port = await nursery.start(functools.partial(serve_metrics, registry, host=args.host,
+                                                              port=args.http_port))
+            metrics = f"; metrics: http://{args.host}:{http_port}/metrics"
         gateway = await nursery.start(functools.partial(
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
             index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port,
-            peer_port=args.peer_port, **args.credentials))
+            peer_port=args.peer_port, registry=registry, **args.credentials))
         tune_gc()      # what startup made leaves the collector's sight, as in a bookie
         shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
-        print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}", flush=True)
+        print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}{metrics}", flush=True)
         await cancel_on_stop_signal(nursery)
     return 0

@@ -43,10 +43,14 @@ class HeldSends:
 
 @dataclass(slots=True)
 class JournalWrite:
-    """Append `data` to the journal and make it durable (write + fdatasync), then report."""
+    """Append `data` to the journal and make it durable (write + fdatasync), then report.
+    entry_count: the adds' entries that wait on it; group_started_at_ns: when its first record
+    was collected (for the driver's journal latency figures)."""
 
     token: int
     data: bytes
+    entry_count: int = 0
+    group_started_at_ns: int = 0
 
 
 @dataclass(slots=True)

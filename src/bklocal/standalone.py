@@ -7,6 +7,10 @@ Several stream storage servers share the tables (each range has one owner at a t
 listens on a port of its own, which names it, and all of them on the stream storage port with
 SO_REUSEPORT, so a client given that one address is spread over them. One server listens on the
 stream storage port alone.
+
+Every process can serve its Prometheus metrics over HTTP (docs/metrics.md): a bookie on its
+HTTP admin port (http_ports), a metastore node and a stream storage server on a port of their
+own (metastore_http_ports, stream_storage_http_ports); start() prints where.
 """
 
 from __future__ import annotations
@@ -22,19 +26,26 @@ def raft_uri(ports) -> str:
 
 class StandaloneCluster:
     """The child processes of one standalone cluster (`bk standalone`, tests and benchmarks):
-    raft-lite nodes on metastore_ports, one bookie per bookie_ports entry."""
+    raft-lite nodes on metastore_ports, one bookie per bookie_ports entry. HTTP ports (0 or
+    None: none): the bookies' admin ports, the metastore nodes' and stream storage servers'
+    metrics ports."""
 
     def __init__(self, data_dir: str, *, bookie_ports: list[int], metastore_ports: list[int],
                  http_ports: list[int] | None = None, bookie_extra: dict | None = None,
-                 stream_storage_port: int = 0, stream_storage_server_count: int = 1) -> None:
+                 stream_storage_port: int = 0, stream_storage_server_count: int = 1,
+                 metastore_http_ports: list[int] | None = None,
+                 stream_storage_http_ports: list[int] | None = None) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.metastore_ports = list(metastore_ports)
         self.bookie_ports = list(bookie_ports)
         self.http_ports = list(http_ports) if http_ports else [0] * len(self.bookie_ports)
+        self.metastore_http_ports = list(metastore_http_ports) if metastore_http_ports else [0] * len(metastore_ports)
         self.metastore_uri = raft_uri(self.metastore_ports)
         self.bookie_extra = bookie_extra or {}
         self.stream_storage_port = stream_storage_port
         self.stream_storage_server_count = stream_storage_server_count if stream_storage_port else 0
+        self.stream_storage_http_ports = (list(stream_storage_http_ports) if stream_storage_http_ports
+                                          else [0] * self.stream_storage_server_count)
         self.metastore_nodes = []
         self.bookies = []
         self.stream_storage_servers = []
@@ -54,31 +65,36 @@ class StandaloneCluster:
         for index, port in enumerate(self.metastore_ports):
             node_dir = os.path.join(self.data_dir, f"metastore{index + 1}")
             os.makedirs(node_dir, exist_ok=True)
+            http_port = self.metastore_http_ports[index]
             self.metastore_nodes.append(spawn_bk(
                 f"metastore node {index + 1}", ["metastore", "--node-id", str(index + 1), "--peers", peers,
-                                                "--data-dir", node_dir],
+                                                "--data-dir", node_dir, "--http-port", str(http_port)],
                 log_path=os.path.join(node_dir, "metastore.log"), port=port, ready_text="listening on"))
-            log(f"  metastore node {index + 1}: 127.0.0.1:{port}  (data {node_dir})")
+            log(f"  metastore node {index + 1}: 127.0.0.1:{port}{_metrics_at(http_port)}  (data {node_dir})")
         for index, port in enumerate(self.bookie_ports):
             self.start_bookie(index)
-            http = f", http://127.0.0.1:{self.http_ports[index]}/metrics" if self.http_ports[index] else ""
-            log(f"  bookie {index + 1}: 127.0.0.1:{port}{http}  (data {self.bookie_dir(index)})")
+            log(f"  bookie {index + 1}: 127.0.0.1:{port}{_metrics_at(self.http_ports[index])}  "
+                f"(data {self.bookie_dir(index)})")
         if self.stream_storage_server_count == 1:
-            self.stream_storage_servers.append(self._spawn_stream_storage("", self.stream_storage_port, []))
-            log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}")
+            self.stream_storage_servers.append(self._spawn_stream_storage(0, self.stream_storage_port, []))
+            log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}"
+                f"{_metrics_at(self.stream_storage_http_ports[0])}")
         elif self.stream_storage_server_count > 1:
             for index, port in enumerate(free_ports(self.stream_storage_server_count)):
                 self.stream_storage_servers.append(self._spawn_stream_storage(
-                    str(index + 1), port, ["--shared-port", str(self.stream_storage_port)]))
-                log(f"  stream storage server {index + 1}: 127.0.0.1:{port}")
+                    index + 1, port, ["--shared-port", str(self.stream_storage_port)]))
+                log(f"  stream storage server {index + 1}: 127.0.0.1:{port}"
+                    f"{_metrics_at(self.stream_storage_http_ports[index])}")
             log(f"  stream storage (tables, gRPC): 127.0.0.1:{self.stream_storage_port}, shared by "
                 f"{self.stream_storage_server_count} servers")
 
-    def _spawn_stream_storage(self, suffix: str, port: int, extra: list[str]):
-        name = f"stream-storage{suffix}"
+    def _spawn_stream_storage(self, number: int, port: int, extra: list[str]):
+        """Server `number` (1, 2, ...; 0 when it is the only one)."""
+        name = f"stream-storage{number or ''}"
+        http_port = self.stream_storage_http_ports[max(0, number - 1)]
         return spawn_bk(name.replace("-", " "), ["stream-storage", "--metastore", self.metastore_uri,
                                                  "--port", str(port), "--data-dir", os.path.join(self.data_dir, name),
-                                                 *extra],
+                                                 "--http-port", str(http_port), *extra],
                         log_path=os.path.join(self.data_dir, f"{name}.log"), port=port,
                         ready_text="stream storage listening on")
 
@@ -104,3 +120,7 @@ class StandaloneCluster:
     def stop(self) -> None:
         for child in self.children:
             child.stop()
+
+
+def _metrics_at(http_port: int) -> str:
+    return f", metrics http://127.0.0.1:{http_port}/metrics" if http_port else ""

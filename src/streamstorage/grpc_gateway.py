@@ -521,11 +521,13 @@ class _WatchHandler:
 class GrpcGateway:
     def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  checkpoint_every: int | None = None, index_dir: str | None = None,
-                 shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"") -> None:
+                 shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"",
+                 call_stats: dict | None = None) -> None:
         """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
         the range journals whenever a range is opened); None keeps them in memory. tls: serve
         gRPC over TLS with this context (transports.grpc_trio.server_tls_context). auth_secret:
-        answer only clients that prove it (StorageClient(auth_secret=...)).
+        answer only clients that prove it (StorageClient(auth_secret=...)). call_stats: where
+        the gRPC calls are counted and timed (transports.grpc_trio.GrpcServer's).
 
         port is this server's own (its id among the servers, where the others forward what it
         owns: no other process may listen there); shared_port, when given, is also listened on
@@ -540,6 +542,7 @@ class GrpcGateway:
         self.peer_port = peer_port
         self._tls = tls
         self._auth_secret = auth_secret
+        self._call_stats = call_stats
         self._checkpoint_every = checkpoint_every
         self.tables: Tables | None = None
         # The servers' own channel, once running: calls for ranges owned elsewhere go out on
@@ -572,7 +575,8 @@ class GrpcGateway:
                                                                          port=self.peer_port).run)
                     self.peer_port = self.peer_server.port
                     self.peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=peer_calls)
-                    server = GrpcServer(self._methods(nursery), tls=self._tls, auth_secret=self._auth_secret)
+                    server = GrpcServer(self._methods(nursery), tls=self._tls, auth_secret=self._auth_secret,
+                                        call_stats=self._call_stats)
                     await nursery.start(server.serve, listeners)
                     listeners = []
                     await self.tables.register(peer_address=f"{self.host}:{self.peer_port}")

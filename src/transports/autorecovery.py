@@ -19,12 +19,14 @@ auditor for an audit now, marking what is missing at once (`bk shell autorecover
 `lostbookierecoverydelay`, `triggeraudit`).
 
 recover_bookie() is the same copy for one bookie over every ledger, for `bk shell recover`.
+A daemon given a registry publishes its numbers there (transports.autorecovery_metrics).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,6 +35,8 @@ import trio
 from bkcore.client.rereplication import fragments_on
 from bkcore.errors import BKException, NoSuchLedger
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
+from transports.autorecovery_metrics import STANDALONE_SCOPE, autorecovery_families
+from transports.metrics import OpStats, publish
 
 log = logging.getLogger("bk.autorecovery")
 
@@ -201,7 +205,10 @@ async def _first_to_fire(watches, timeout_s: float):
 
 class Autorecovery:
     def __init__(self, bk, *, lost_bookie_recovery_delay_s: float = 0.0,
-                 audit_interval_s: float = 60.0, worker_interval_s: float = 1.0, name: str = "") -> None:
+                 audit_interval_s: float = 60.0, worker_interval_s: float = 1.0, name: str = "",
+                 registry=None, metrics_scope: str = STANDALONE_SCOPE) -> None:
+        """registry: a prometheus_client registry to publish its numbers in, under
+        metrics_scope (transports.autorecovery_metrics); None: not published."""
         self.bk = bk
         self.layout = bk.layout
         self.store = bk.store
@@ -213,7 +220,12 @@ class Autorecovery:
         self._missing_since: dict[str, float] = {}
         self._delay_in_force = lost_bookie_recovery_delay_s
         self.counts = {"audits": 0, "audits_skipped": 0, "ledgers_marked": 0, "ledgers_replicated": 0,
-                       "replication_failures": 0}
+                       "replication_failures": 0, "ledgers_checked": 0, "election_attempts": 0,
+                       "fragments_copied": 0, "entries_copied": 0}
+        self.audit_stats = OpStats()            # audit rounds (BookKeeper's AUDIT_BOOKIES_TIME)
+        self.rereplicate_stats = OpStats()      # work_on, success: the ledger fully replicated
+        if registry is not None:
+            publish(registry, lambda: autorecovery_families(self, metrics_scope))
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
@@ -224,6 +236,7 @@ class Autorecovery:
 
     async def _auditor_loop(self) -> None:
         while True:
+            self.counts["election_attempts"] += 1
             created = await self.store.execute(Create(self.layout.auditor_path, self.name.encode(), is_ephemeral=True))
             if created.code is not MetaCode.OK:
                 result, watch = await self.store.execute_watch(Get(self.layout.auditor_path))
@@ -264,6 +277,12 @@ class Autorecovery:
             delay_s = self.delay_s if cluster_delay is None else cluster_delay
             self._delay_in_force = delay_s
         self.counts["audits"] += 1
+        started = time.perf_counter()
+        marked = await self._audit(delay_s)
+        self.audit_stats.observe(time.perf_counter() - started)
+        return marked
+
+    async def _audit(self, delay_s: float) -> list[int]:
         _, alive = await live_bookies(self.bk)
         now = trio.current_time()
         ledger_ids = await self.bk.list_ledgers()
@@ -274,6 +293,7 @@ class Autorecovery:
                 metadata = await self.bk.ledger_metadata(ledger_id)
             except NoSuchLedger:
                 continue
+            self.counts["ledgers_checked"] += 1
             for bookie in metadata.all_bookies():
                 named.add(bookie)
                 if bookie in alive:
@@ -325,6 +345,8 @@ class Autorecovery:
         lock = self.layout.replication_lock_path(ledger_id)
         if (await self.store.execute(Create(lock, self.name.encode(), is_ephemeral=True))).code is not MetaCode.OK:
             return False
+        started = time.perf_counter()
+        is_done = False
         try:
             mark = await self.store.execute(Get(self.layout.underreplicated_ledger_path(ledger_id)))
             if mark.code is not MetaCode.OK:
@@ -332,7 +354,10 @@ class Autorecovery:
             _, alive = await live_bookies(self.bk)
             lost = set(filter(None, mark.data.decode().split("\n"))) - alive   # back meanwhile: fine
             report = RecoveryReport()
-            if await replicate_ledger(self.bk, ledger_id, lost, report=report):
+            is_done = await replicate_ledger(self.bk, ledger_id, lost, report=report)
+            self.counts["fragments_copied"] += report.fragments_copied
+            self.counts["entries_copied"] += report.entries_copied
+            if is_done:
                 await self.store.execute(Delete(self.layout.underreplicated_ledger_path(ledger_id), mark.version))
                 self.counts["ledgers_replicated"] += 1
                 return True
@@ -340,4 +365,5 @@ class Autorecovery:
             log.warning("ledger %d not fully re-replicated yet: %s", ledger_id, report.failures)
             return False
         finally:
+            self.rereplicate_stats.observe(time.perf_counter() - started, is_success=is_done)
             await self.store.execute(Delete(lock))

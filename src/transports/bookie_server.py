@@ -32,7 +32,6 @@ must be an AuthRequest carrying it, or the connection is answered UNAUTHORIZED a
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hmac
 import itertools
@@ -73,10 +72,12 @@ from transports.http_admin import AdminHttpServer
 from transports.http_admin_api import admin_routes
 from transports.lmdb_index import LmdbIndexStore
 from transports.metadata_walk import blocking_children_lister
-from transports.metrics import Histogram, render_prometheus
+from transports.bookie_metrics import BookieMetrics, bookie_families
+from transports.metrics import new_registry, publish
 
 # How long a stopping bookie waits for its journal thread before leaving its files open.
 JOURNAL_DRAIN_TIMEOUT_S = 30.0
+_OK = int(Code.OK)
 log = logging.getLogger("bk.bookie")
 
 
@@ -162,14 +163,15 @@ class BookieServer:
         self.is_registered_readonly: bool | None = None
         self.listen_port: int | None = None
         self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
-                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0,
-                       "journal_syncs": 0}
+                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0}
         self._unauthenticated: set[str] = set()     # connections that still owe the secret
         self._tls = self._tls_context()
-        self.journal_write_latency = Histogram()     # write + fdatasync of one group
-        self.checkpoint_latency = Histogram()
-        self.add_latency = Histogram()               # request received -> answer queued
-        self.read_latency = Histogram()              # (long polls excluded)
+        # Its /metrics: the process's registry, BookKeeper's families read from this bookie at
+        # each scrape (transports.bookie_metrics); the stream storage and autorecovery daemon
+        # of this process publish theirs in it too.
+        self.metrics = BookieMetrics()
+        self.registry = new_registry()
+        publish(self.registry, lambda: bookie_families(self))
         self._request_started: dict[str, dict] = {}  # connection -> (kind, request id) -> time
         # Loop pauses, garbage collections, journal and checkpoint phases (/api/v1/bookie/stalls):
         # the loop's own recorder once serving.
@@ -404,7 +406,7 @@ class BookieServer:
                             continue
                         # Its adds' answers go out now, before their records reach the
                         # write cache; any others in the next round of this loop.
-                        self._journaled(effect, started, answer_first=True)
+                        self._journaled(effect, answer_first=True)
                     else:
                         self._journal.submit(effect)
                 else:
@@ -430,32 +432,39 @@ class BookieServer:
                      self.config.bookie_id, self.stack.storage.write_cache_size)
 
     def _observe_latency(self, connection_name: str, message: object) -> None:
+        """A request's time, from its arrival to its answer queued, per entry (BookKeeper's
+        ADD_ENTRY_REQUEST, READ_ENTRY_REQUEST: transports.bookie_metrics)."""
         kind = type(message)
-        if kind is AddResponse or kind is AddBatchResponse:
-            key, histogram = ("add", message.request_id), self.add_latency
-        elif kind is ReadResponse or kind is ReadBatchResponse:
-            key, histogram = ("read", message.request_id), self.read_latency
+        if kind is AddResponse:
+            key, stats, entry_count = ("add", message.request_id), self.metrics.add_requests, 1
+        elif kind is AddBatchResponse:
+            key, stats, entry_count = ("add", message.request_id), self.metrics.add_requests, message.count
+        elif kind is ReadResponse:
+            key, stats, entry_count = ("read", message.request_id), self.metrics.read_requests, 1
+        elif kind is ReadBatchResponse:
+            key, stats, entry_count = ("read", message.request_id), self.metrics.read_requests, len(message.bodies) or 1
         else:
             return
         started = self._request_started.get(connection_name, {}).pop(key, None)
         if started is not None:
-            histogram.observe(time.perf_counter() - started)
+            stats.observe(time.perf_counter() - started, is_success=message.code == _OK, count=entry_count)
 
     def _write_and_sync(self, writes: list[JournalWrite]) -> None:
         """Writes in order, then one fdatasync for all of them: in the journal thread, or on
         the loop for a small one. Each phase is timed; a write that rolled the journal to a new
         file or preallocated more of it is always recorded."""
-        stack, clock = self.stack, time.perf_counter
+        stack, metrics, clock = self.stack, self.metrics, time.perf_counter
         journal = stack.journal
         journal_id, allocated_size = journal.current_id, journal.allocated_size
-        started = clock()
         now_ms = int(time.time() * 1000)
+        started = time.perf_counter()
         for write in writes:
             stack.write_journal(write, now_ms=now_ms)
         written = clock()
         stack.sync_journal(writes[-1].token)
         synced = clock()
-        self.counts["journal_syncs"] += 1
+        metrics.journal_flushes.observe(written - started)
+        metrics.journal_syncs.observe(synced - written)
         stalls = self.stalls
         if journal.current_id != journal_id:
             stalls.record("journal_roll", written - started, f"to journal {journal.current_id:x}", always=True)
@@ -472,7 +481,7 @@ class BookieServer:
         if self._journal_error is not None:
             return                  # the bookie is stopping: later writes are never answered
         for write in writes:
-            self._journaled(write, started)
+            self._journaled(write)
         self._pump()
 
     def _on_journal_failed(self, error: BaseException) -> None:
@@ -494,11 +503,14 @@ class BookieServer:
         raise SystemExit(f"bookie {self.config.bookie_id}: journal write failed ({error!r}); check {where} "
                          f"and restart (the journal replays what was synced)")
 
-    def _journaled(self, effect: JournalWrite, started: float, *, answer_first: bool = False) -> None:
+    def _journaled(self, effect: JournalWrite, *, answer_first: bool = False) -> None:
         """Tell the core the write is durable. answer_first: in two inputs, writing the adds'
         answers the first one gives to their connections before the second applies the
         records, so the client hears of its add while the bookie still fills its write cache."""
-        took = time.perf_counter() - started
+        durable_at_ns = now_ns()
+        if effect.entry_count:
+            self.metrics.journal_add_entries.observe((durable_at_ns - effect.group_started_at_ns) / 1e9,
+                                                     count=effect.entry_count)
         core = self.core
         if answer_first:
             core.answer_persisted(effect.token, now_ns())
@@ -506,7 +518,6 @@ class BookieServer:
             core.apply_persisted(now_ns())
         else:
             core.on_persisted(effect.token, now_ns())
-        self.journal_write_latency.observe(took)
 
     def _send_answers_now(self, answers: list[Send]) -> None:
         """Write answers to their connections at once (what core.answer_persisted gives)."""
@@ -562,7 +573,7 @@ class BookieServer:
             await trio.to_thread.run_sync(stack.write_last_mark, mark)
             await self._journal.run(stack.delete_old_journals, mark)
             took = time.perf_counter() - started
-            self.checkpoint_latency.observe(took)
+            self.metrics.checkpoints.observe(took)
             stalls.record("checkpoint", took, f"{entry_count} entries", always=True)
         self.counts["checkpoints"] += 1
 
@@ -575,22 +586,10 @@ class BookieServer:
         return {"running": is_running, "readOnly": self.is_readonly, "shuttingDown": self.is_shutting_down,
                 "availableForHighPriorityWrites": is_running}
 
-    def metrics_text(self) -> str:
-        statistics = self.core.statistics()
-        counters = {name: value for name, value in dataclasses.asdict(statistics).items()
-                    if isinstance(value, int) and not name.endswith("_peak")}
-        counters.update({f"server_{name}": value for name, value in self.counts.items()})
-        counters["read_ahead_entries_count"] = self.stack.storage.read_ahead_entries_count
-        counters["write_cache_full_count"] = self._receive_gate.shut_count
-        for code, count in statistics.rejected_by_code:
-            counters[f"rejected_{code.lower()}_count"] = count
-        gauges = {"journal_waiters": self.core.journal_waiter_count, "connections": len(self.connections),
-                  "write_cache_bytes": self.stack.storage.write_cache_size, "readonly": int(self.is_readonly),
-                  "send_queue_bytes": sum(c.send_queue_size for c in self.connections.values()),
-                  "disk_usage": self.monitor.usage}
-        return render_prometheus(counters=counters, gauges=gauges, histograms={
-            "journal_write_seconds": self.journal_write_latency, "checkpoint_seconds": self.checkpoint_latency,
-            "add_request_seconds": self.add_latency, "read_request_seconds": self.read_latency})
+    @property
+    def write_cache_full_count(self) -> int:
+        """Times the write cache filled and every connection stopped reading (the receive gate)."""
+        return self._receive_gate.shut_count
 
     async def _checkpoint_loop(self) -> None:
         while True:
@@ -602,10 +601,14 @@ class BookieServer:
     async def collect_garbage(self, *, is_major: bool = False) -> None:
         """One GC round (deleted ledgers), then compaction of sparse entry logs."""
         self.gc_status.running = "major" if is_major else "minor"
+        started = time.perf_counter()
+        is_done = False
         try:
             await self._collect_garbage(is_major)
+            is_done = True
         finally:
             self.gc_status.running = ""
+            self.metrics.gc_rounds.observe(time.perf_counter() - started, is_success=is_done)
 
     async def _collect_garbage(self, is_major: bool) -> None:
         storage = self.stack.storage

@@ -31,6 +31,8 @@ for each message; call.is_backed_up says when the client has fallen far behind.
 With `tls` (server_tls_context(cert, key)) it serves over TLS, with ALPN "h2" as gRPC clients
 require. What it does not do: compressed messages (refused with UNIMPLEMENTED), client
 streaming, client certificates.
+Each method's calls are counted and timed (GrpcServer.call_stats: started, completed, latency
+by success), as BookKeeper's MonitoringServerInterceptor does; streamstorage.metrics publishes them.
 A deadline (grpc-timeout) cancels a task handler's work when it passes; the client gives up at
 its deadline anyway, so callback handlers are not told. Outgoing data respects HTTP/2 flow
 control: a stream whose window is spent waits for the client's WINDOW_UPDATE.
@@ -46,12 +48,14 @@ import math
 import os
 import ssl
 import struct
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 from urllib.parse import quote
 
 import trio
 
+from transports.metrics import CallStats
 from transports.tls import handshake as tls_handshake, server_context as tls_server_context
 from transports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
 
@@ -110,7 +114,7 @@ class Call:
     if none), and room for trailing metadata."""
 
     __slots__ = ("method", "metadata", "deadline", "trailers", "_connection", "_stream_id", "_scope", "is_done",
-                 "is_stream")
+                 "is_stream", "stats", "started_s")
 
     def __init__(self, connection: _Connection, stream_id: int, method: str, headers: list) -> None:
         self._connection, self._stream_id = connection, stream_id
@@ -134,6 +138,8 @@ class Call:
         self._scope: trio.CancelScope | None = None
         self.is_done = False
         self.is_stream = False
+        self.stats: CallStats | None = None     # its method's, once the call is taken
+        self.started_s = 0.0                    # (perf_counter)
 
     def header(self, name: str) -> str | bytes | None:
         return self.metadata.get(name)
@@ -270,6 +276,9 @@ class _Connection:
             self._end(stream_id, INTERNAL, "expected one request message")
             return
         call = Call(self, stream_id, stream.path, stream.headers)
+        call.stats = self._server.stats_of(stream.path)
+        call.stats.started_count += 1
+        call.started_s = time.perf_counter()
         try:
             request = method.decode(bytes(body[5:]))
         except Exception as exc:      # noqa: BLE001 - a malformed request ends its call
@@ -372,6 +381,10 @@ class _Connection:
 
     def _finish(self, call: Call, code: int, message: str, trailers: tuple = ()) -> None:
         call.is_done = True
+        stats = call.stats
+        if stats is not None:
+            stats.completed_count += 1
+            stats.latency.observe(time.perf_counter() - call.started_s, is_success=code == OK)
         stream_id = call._stream_id
         self._calls.pop(stream_id, None)
         stream = self._streams.get(stream_id)
@@ -476,11 +489,13 @@ def server_tls_context(cert_file: str, key_file: str | None = None) -> ssl.SSLCo
 
 class GrpcServer:
     def __init__(self, methods: dict[str, Unary | ServerStream], *, tls: ssl.SSLContext | None = None,
-                 auth_secret: bytes = b"") -> None:
+                 auth_secret: bytes = b"", call_stats: dict[str, CallStats] | None = None) -> None:
         """tls: serve over TLS with this context (server_tls_context makes one). auth_secret:
         answer only calls whose authorization header is "Bearer <secret>" (UNAUTHENTICATED
-        otherwise)."""
+        otherwise). call_stats: where the calls of each method are counted and timed (by
+        method path; a dict of the caller's, to keep them across servers)."""
         self.methods = methods
+        self.call_stats = {} if call_stats is None else call_stats
         self._tls = tls
         self.auth_secret = auth_secret
         self._expected_authorization = b"Bearer " + auth_secret
@@ -488,6 +503,12 @@ class GrpcServer:
         self._connections: set[_Connection] = set()
         self._nursery: trio.Nursery | None = None
         self._accepting = trio.CancelScope()
+
+    def stats_of(self, path: str) -> CallStats:
+        stats = self.call_stats.get(path)
+        if stats is None:
+            stats = self.call_stats[path] = CallStats()
+        return stats
 
     def is_authorized(self, headers: list) -> bool:
         for name, value in headers:

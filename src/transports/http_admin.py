@@ -1,6 +1,8 @@
-"""The bookie's HTTP admin server (httpServerPort): HTTP/1.1 on trio, parsed by h11.
+"""The HTTP admin server (a bookie's httpServerPort; the /metrics port of the other processes):
+HTTP/1.1 on trio, parsed by h11.
 
-It owns connections, requests and routing; the endpoints are transports.http_admin_api's.
+It owns connections, requests and routing; the endpoints are transports.http_admin_api's (a
+bookie's) and transports.metrics' (/metrics, in every process).
 - Keep-alive: a connection carries one request after another (pipelined ones too) until the
   client closes it, asks to (Connection: close, HTTP/1.0), or an error does.
 - Limits: a request's head holds at most REQUEST_HEAD_SIZE_MAX bytes (431 otherwise), its body
@@ -12,7 +14,7 @@ It owns connections, requests and routing; the endpoints are transports.http_adm
 - Arguments: query parameters and the fields of a JSON object body, the body's first; typed
   (Request.text/boolean/integer), so that a bad one is 400 with a line saying what was wrong.
 - Answers: JSON (application/json) or text. Every error is one plain-text line; a handler that
-  fails unexpectedly is 500, with the traceback in the bookie's log, never on the wire.
+  fails unexpectedly is 500, with the traceback in the process's log, never on the wire.
 """
 
 from __future__ import annotations
@@ -152,7 +154,11 @@ class AdminHttpServer:
         self._tls = tls
 
     async def serve(self, port: int, host: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(port, host=host)
+        try:
+            listeners = await trio.open_tcp_listeners(port, host=host)
+        except OSError as exc:
+            raise OSError(f"cannot listen on {host}:{port} for HTTP: {exc.strerror or exc} (is another program "
+                          f"there?)") from None
         if self._tls is not None:
             listeners = [trio.SSLListener(listener, self._tls, https_compatible=True) for listener in listeners]
         task_status.started(listeners[0].transport_listener.socket.getsockname()[1] if self._tls is not None
@@ -243,7 +249,7 @@ class AdminHttpServer:
             return error_response(error)
         except Exception as exc:
             log.exception("HTTP admin: %s %s failed", request.method, request.path)
-            return error_response(HttpError(500, f"internal error ({type(exc).__name__}); see the bookie's log"))
+            return error_response(HttpError(500, f"internal error ({type(exc).__name__}); see the server's log"))
 
     async def _send(self, connection: h11.Connection, stream: trio.SocketStream, response: Response, *,
                     closing: bool = False, has_body: bool = True) -> None:

@@ -29,13 +29,13 @@ from transports.bookie_options import option_values
 from transports.client_driver import ClientDriver, parse_address
 from transports.http_admin import HttpError, Request, Response, Routes, json_response, text_response
 from transports.metadata_walk import ledger_ids_in_metadata
+from transports.metrics import metrics_handler
 
 log = logging.getLogger("bk.http")
 
 LEDGER_ID_MAX = 10**10 - 1              # ledger paths hold 10 digits (bkcore.ledger.layout)
 BOOKIE_INFO_TIMEOUT_S = 5.0             # a bookie that has not answered by then is left out
 HOSTNAME_LOOKUP_TIMEOUT_S = 2.0
-PROMETHEUS_TEXT = "text/plain; version=0.0.4"
 
 
 def admin_routes(bookie) -> Routes:
@@ -50,7 +50,7 @@ class AdminApi:
     def routes(self) -> Routes:
         return {
             "/heartbeat": {"GET": self.heartbeat},
-            "/metrics": {"GET": self.metrics},
+            "/metrics": {"GET": metrics_handler(self.bookie.registry)},
             "/api/v1/config/server_config": {"GET": self.server_config},
             "/api/v1/bookie/info": {"GET": self.bookie_info},
             "/api/v1/bookie/is_ready": {"GET": self.is_ready},
@@ -78,9 +78,6 @@ class AdminApi:
 
     async def heartbeat(self, request: Request) -> Response:
         return text_response("OK\n")
-
-    async def metrics(self, request: Request) -> Response:
-        return text_response(self.bookie.metrics_text(), content_type=PROMETHEUS_TEXT)
 
     async def server_config(self, request: Request) -> Response:
         return json_response(option_values(self.bookie.config))

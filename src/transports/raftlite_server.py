@@ -19,10 +19,14 @@ as payload, so a client can follow it: such a request was refused, nothing of it
 leader that loses its leadership with requests still pending answers them "leadership lost"
 (again with the address it knows): those may yet be committed by its successor, or not. Effects of the core are performed strictly in order by
 one task, Save* in a worker thread (fsync) before anything after them.
+
+A node publishes its numbers in its registry (transports.raftlite_metrics), served at /metrics
+on its HTTP port when it has one.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 
@@ -36,6 +40,8 @@ from metastore.raftlite.core import (
 from metastore.raftlite.connection import RaftConnection, encode, is_connection_failure
 from metastore.raftlite.storage import RaftStorage
 from metastore.watches import WatchTable
+from transports.metrics import new_registry, publish, serve_metrics
+from transports.raftlite_metrics import metastore_families
 from transports.timer import CoreTimer, now_ns
 
 log = logging.getLogger("bk.metastore")
@@ -80,6 +86,10 @@ class RaftServer:
         self.watches = WatchTable(Watch)
         self._timer = CoreTimer(self._on_timer)
         self._nursery: trio.Nursery | None = None
+        self.request_counts: dict[str, int] = {}    # client requests by kind (known kinds only)
+        self.client_connection_count = 0
+        self.registry = new_registry()
+        publish(self.registry, lambda: metastore_families(self))
 
     # -- core plumbing ------------------------------------------------------------------------
 
@@ -190,10 +200,14 @@ class RaftServer:
                 elif hello[0] == "client":
                     # Sessions live as long as the cluster says: the client pings often enough.
                     connection.send(["hello", self.core.config.session_timeout_ns // 1_000_000])
-                    async for message in messages:
-                        await self._wait_for_backlog()
-                        self._on_client(connection, message)
-                        self._pump()
+                    self.client_connection_count += 1
+                    try:
+                        async for message in messages:
+                            await self._wait_for_backlog()
+                            self._on_client(connection, message)
+                            self._pump()
+                    finally:
+                        self.client_connection_count -= 1
                 nursery.cancel_scope.cancel()
         except BaseException as exc:
             # A peer or client that breaks, or sends nonsense, loses its connection; nothing else.
@@ -206,6 +220,8 @@ class RaftServer:
     def _on_client(self, connection: RaftConnection, message: list) -> None:
         kind, request_id = message[0], message[1]
         core, at_ns = self.core, now_ns()
+        if kind in _CLIENT_REQUEST_KINDS:
+            self.request_counts[kind] = self.request_counts.get(kind, 0) + 1
         if kind == "status":
             connection.send(["r", request_id, "", {"node": self.node_id, "role": core.role.value, "term": core.term,
                                                    "leader": core.leader_id, "commit_index": core.commit_index,
@@ -236,6 +252,9 @@ class RaftServer:
             connection.send(["r", request_id, f"unknown request {kind!r}", None])
 
 
+_CLIENT_REQUEST_KINDS = frozenset({"open", "attach", "ping", "op", "close", "status"})
+
+
 def _is_bad_input(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_is_bad_input(e) or is_connection_failure(e) for e in exc.exceptions)
@@ -255,14 +274,23 @@ def parse_peers(text: str) -> dict[int, tuple[str, int]]:
 
 
 async def run_raft_node(*, node_id: int, peers: dict[int, tuple[str, int]], data_dir: str,
-                        config: RaftConfig = RaftConfig(), task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve node `node_id` (its address is peers[node_id]) until cancelled."""
+                        config: RaftConfig = RaftConfig(), http_port: int = 0,
+                        task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve node `node_id` (its address is peers[node_id]) until cancelled; with an
+    http_port, its /metrics there too (on the node's host). task_status.started() gets
+    (port, HTTP port or None)."""
     if node_id not in peers:
         raise ValueError(f"node {node_id} is not among the peers {sorted(peers)}")
     server = RaftServer(node_id=node_id, addresses=peers, data_dir=data_dir, config=config)
     host, port = peers[node_id]
     try:
-        await server.serve(host, port, task_status=task_status)
+        async with trio.open_nursery() as nursery:
+            served_http_port = None
+            if http_port:
+                served_http_port = await nursery.start(functools.partial(serve_metrics, server.registry,
+                                                                         host=host, port=http_port))
+            port = await nursery.start(functools.partial(server.serve, host, port))
+            task_status.started((port, served_http_port))
     finally:
         server.storage.close()
 

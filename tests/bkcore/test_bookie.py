@@ -827,6 +827,26 @@ def test_a_batch_is_journaled_once_acknowledged_once_after_persistence_and_repla
     assert replayed.take_effects()[0].message.lac == 6      # piggybacked by entry 7
 
 
+def test_bytes_added_and_read_are_counted_and_a_journal_write_says_its_entries():
+    d = Driver()
+    d.now_ns = 7 * MS
+    d.send(add(0))
+    d.send(batch(1, 3))
+    d.send(add(9, key=b"other" * 8))                       # refused (UNAUTHORIZED): not counted
+    d.tick()
+    (write,) = d.in_flight
+    assert (write.entry_count, write.group_started_at_ns) == (4, 7 * MS)
+    d.persist()
+    d.send(add(4, is_deferred_sync=True))                   # applied at once: counted too
+    added = sum(len(body(e, e - 1 if 0 < e < 4 else -1)) for e in range(5))
+    assert d.bookie.statistics().added_size == added
+    d.answers()
+    d.send(ReadRequest(request_id=1, ledger_id=1, entry_id=0))
+    d.send(read_batch(2, 1, 3))
+    d.send(ReadRequest(request_id=3, ledger_id=1, entry_id=8))     # NO_SUCH_ENTRY: nothing read
+    assert d.bookie.statistics().read_size == sum(len(body(e, e - 1 if e else -1)) for e in range(4))
+
+
 def test_a_batch_passes_or_fails_as_a_whole():
     d = Driver(pending_adds_count_max=4)
     bad = batch(0, 3)

@@ -2,22 +2,36 @@
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 from bklocal.processes import free_ports
 
 
-def _start_in_background(data_dir) -> tuple[subprocess.Popen, list[str]]:
+def _two_consecutive_free_ports() -> int:
+    """A port P such that P and P + 1 are free now."""
+    while True:
+        port = free_ports(1)[0]
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+
+
+def _start_in_background(data_dir, *, http_port: int = 0) -> tuple[subprocess.Popen, list[str]]:
     """`bk standalone` as a shell starts a background job: SIGINT ignored (then Python raises
     no KeyboardInterrupt). Its output lines gather in the list."""
     bookie_port, metastore_port = free_ports(2)
     process = subprocess.Popen(
         [sys.executable, "-m", "bkcli.main", "standalone", "--data-dir", str(data_dir),
          "--bookies", "1", "--metastore-nodes", "1", "--bookie-port", str(bookie_port),
-         "--metastore-port", str(metastore_port), "--http-port", "0", "--stream-storage-port", "0"],
+         "--metastore-port", str(metastore_port), "--http-port", str(http_port), "--stream-storage-port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     lines: list[str] = []
@@ -56,9 +70,17 @@ def _stop(process) -> None:
 
 
 def test_sigint_stops_the_cluster_even_when_started_with_sigint_ignored(tmp_path):
-    process, lines = _start_in_background(tmp_path / "standalone")
+    http_port = _two_consecutive_free_ports()
+    process, lines = _start_in_background(tmp_path / "standalone", http_port=http_port)
     try:
         _wait_for_line(process, lines, "ready.")
+        # Where each process's metrics are: the bookie's on the first HTTP port, the node's next.
+        for name, port, family in (("bookie 1", http_port, "bookie_SERVER_STATUS"),
+                                   ("metastore node 1", http_port + 1, "metastore_raft_term")):
+            assert any(line.startswith(f"  {name}: ") and f", metrics http://127.0.0.1:{port}/metrics" in line
+                       for line in lines), "".join(lines)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+                assert f"# TYPE {family} gauge" in response.read().decode()
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=60) == 0, "".join(lines)
         time.sleep(0.2)                  # (the reader thread takes the last lines)

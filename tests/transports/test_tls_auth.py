@@ -10,6 +10,7 @@ import trustme
 import bkclient
 from bkcore.errors import BKException
 from bkcore.wire import ErrorResponse, FrameDecoder, ReadLacRequest, encode_frame
+from transports.metrics import exposition, read_samples, sample_value
 
 URI = "memory://secure"
 
@@ -110,7 +111,8 @@ async def test_bk_shell_reaches_a_secured_cluster_with_its_flags_and_not_without
 async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_cluster, ca, tmp_path, nursery):
     """The stream storage a bookie runs in its process (streamStorageEnabled) is a client of
     the cluster: it shows the bookies the secret and trusts tlsTrustStore. It serves gRPC over
-    TLS with the bookie's certificate and asks its clients for the same secret."""
+    TLS with the bookie's certificate and asks its clients for the same secret. Its metrics
+    are the bookie's."""
     pytest.importorskip("grpc")
     from bkcli.bookie_command import stream_storage_in_bookie
     from bkclient.storage_client import StorageClient
@@ -120,7 +122,8 @@ async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_clust
     config = BookieServerConfig(data_dir=str(tmp_path / "own"), auth_secret=b"s3cret", tls_cert_file=bookie.tls_cert_file,
                                 tls_key_file=bookie.tls_key_file, tls_trust_file=_ca_file(ca, tmp_path),
                                 stream_storage_port=free_port())
-    await nursery.start(stream_storage_in_bookie, URI, config)
+    registry = secure_cluster.bookies[0].server.registry
+    await nursery.start(stream_storage_in_bookie, URI, config, registry)
 
     def use_table() -> bytes:
         with StorageClient(f"127.0.0.1:{config.stream_storage_port}", tls_ca=_ca_file(ca, tmp_path),
@@ -130,6 +133,9 @@ async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_clust
             table.put(b"k", b"v")
             return table.get(b"k").value
     assert await trio.to_thread.run_sync(use_table) == b"v"
+    samples = read_samples(exposition(registry).decode())
+    assert sample_value(samples, "grpc_services_Put_grpc_completed") == 1
+    assert sample_value(samples, "grpc_services_Put_grpc_latency_micros_count", success="true") == 1
 
 
 async def test_stream_storage_serves_grpc_over_tls(secure_cluster, ca, tmp_path, nursery, capsys):

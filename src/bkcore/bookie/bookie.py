@@ -126,6 +126,8 @@ class BookieStatistics:
     journal_writes_count: int
     journal_records_count: int
     journal_written_size: int
+    added_size: int             # bytes of the entries of accepted adds (BookKeeper's WRITE_BYTES)
+    read_size: int              # bytes of the entries answered to reads (READ_BYTES)
     journal_group_size_peak: int
     pending_adds_peak: int
     pending_syncs_peak: int
@@ -233,6 +235,7 @@ class _Counts:
 
     __slots__ = ("adds_ok", "deferred_adds", "reads", "fences", "lac_writes", "forces", "long_polls_parked",
                  "long_polls_timed_out", "malformed", "journal_writes", "journal_records", "journal_written_size",
+                 "added_size", "read_size",
                  "journal_group_size_peak", "pending_adds_peak", "pending_syncs_peak")
 
     def __init__(self) -> None:
@@ -520,7 +523,12 @@ class Bookie:
         counts.journal_written_size += group.size
         if group.size > counts.journal_group_size_peak:     # (max(), spelled out: once per group)
             counts.journal_group_size_peak = group.size
-        self._effects.append(JournalWrite(token, b"".join(group.chunks)))
+        entry_count = 0
+        for request, _ in group.waiters:        # (once per group, not per add)
+            kind = type(request)
+            if kind is AddRequest or kind is AddBatchRequest:
+                entry_count += _entry_count(request)
+        self._effects.append(JournalWrite(token, b"".join(group.chunks), entry_count, group.started_at_ns))
 
     def _apply(self, record: JournalRecord) -> None:
         """Apply one durable record to storage; crash replay and live persistence share this.
@@ -678,6 +686,7 @@ class Bookie:
         group.waiters.append((request, source))
         counts = self._counts
         counts.journal_records += 1
+        counts.added_size += len(body)
         self._pending_adds_count += 1
         if self._pending_adds_count > counts.pending_adds_peak:
             counts.pending_adds_peak = self._pending_adds_count
@@ -708,6 +717,8 @@ class Bookie:
                     source: str, now_ns: int) -> None:
         ledger_id = request.ledger_id
         self._journal_key_if_new(ledger_id, request.master_key, now_ns)
+        self._counts.added_size += (len(request.body) if type(request) is AddRequest
+                                    else sum(map(len, request.bodies)))
         if request.is_deferred_sync:
             # Applied and answered now; journaled for durability by a later group or force.
             self.storage.set_master_key(ledger_id, request.master_key)
@@ -828,6 +839,7 @@ class Bookie:
             self._send_read(source, request, Code.NO_SUCH_ENTRY)
             return
         # The entry, with the LAC this bookie knows (_lac_of, its cached case spelled out).
+        self._counts.read_size += len(body)
         lac = self._known_lac.get(ledger_id)
         self._effects.append(Send(source, ReadResponse(request.request_id, _OK, ledger_id, entry_id, body,
                                                        self._lac_of(ledger_id) if lac is None else lac)))
@@ -857,6 +869,7 @@ class Bookie:
         except StorageIOError:
             self._send_read_batch(source, request, self._reject(Code.IO_ERROR), [])
             return
+        self._counts.read_size += sum(map(len, bodies))
         self._send_read_batch(source, request, _OK if bodies else Code.NO_SUCH_ENTRY, bodies)
 
     def _send_read_batch(self, source: str, request: ReadBatchRequest, code: Code, bodies: list[bytes]) -> None:
@@ -946,7 +959,8 @@ class Bookie:
             long_polls_parked_count=c.long_polls_parked, long_polls_timed_out_count=c.long_polls_timed_out,
             rejected_by_code=tuple(sorted(self._rejected.items())), malformed_count=c.malformed,
             journal_writes_count=c.journal_writes, journal_records_count=c.journal_records,
-            journal_written_size=c.journal_written_size, journal_group_size_peak=c.journal_group_size_peak,
+            journal_written_size=c.journal_written_size, added_size=c.added_size, read_size=c.read_size,
+            journal_group_size_peak=c.journal_group_size_peak,
             pending_adds_peak=c.pending_adds_peak, pending_syncs_peak=c.pending_syncs_peak,
             long_poll_waiters_peak=self._long_polls.peak_count)
 

@@ -196,6 +196,18 @@ class DurableLedgerStorage:
     def write_cache_size(self) -> int:
         return self._write_cache.size
 
+    @property
+    def write_cache_count(self) -> int:
+        return len(self._write_cache)
+
+    @property
+    def read_cache_size(self) -> int:
+        return self._read_cache.size
+
+    @property
+    def read_cache_count(self) -> int:
+        return len(self._read_cache)
+
     def get_entry(self, ledger_id: int, entry_id: int) -> bytes | None:
         body = self._write_cache.get(ledger_id, entry_id)
         if body is not None:
