@@ -1,15 +1,18 @@
 """TLS on the server side, one way for every listener here (bookies, the gRPC endpoint, the HTTP
-admin port): the context made from a certificate chain and key, and the handshake of an
-accepted connection, bounded in time."""
+admin port, raft-lite members): the context made from a certificate chain and key, the handshake
+of an accepted connection, bounded in time, and whether a client opened with a TLS handshake at
+all (so that one in the clear can be told, in the clear, what it lacks)."""
 
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 
 import trio
 
 HANDSHAKE_TIMEOUT_S = 10.0
+TLS_HANDSHAKE_RECORD = 0x16     # the first byte of a TLS client's first record
 
 log = logging.getLogger("bk.tls")
 
@@ -35,3 +38,15 @@ async def handshake(stream: trio.SSLStream, *, what: str) -> bool:
         log.warning("%s: TLS handshake with a client failed: %r", what, exc)
         await trio.aclose_forcefully(stream)
         return False
+
+
+async def is_tls_client(stream: trio.SocketStream) -> bool | None:
+    """Whether the client's first byte, read without taking it, opens a TLS handshake record;
+    None when it closes, fails or sends nothing within HANDSHAKE_TIMEOUT_S."""
+    with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+        try:
+            first = await stream.socket.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return None
+        return first[0] == TLS_HANDSHAKE_RECORD if first else None
+    return None
