@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import tempfile
 
 from bkcore.extras import require_extra
@@ -52,7 +53,16 @@ def cmd_stream_storage(args) -> int:
         print(f"bk stream-storage: {exc}", file=sys.stderr)
         return 2
     import trio
-    return trio.run(_serve, args)
+    try:
+        return trio.run(_serve, args)
+    except (ConnectionError, BaseExceptionGroup) as exc:
+        failed = exc.subgroup(ConnectionError) if isinstance(exc, BaseExceptionGroup) else exc
+        if failed is None:
+            raise
+        while isinstance(failed, BaseExceptionGroup):
+            failed = failed.exceptions[0]
+        print(f"bk stream-storage: {failed}", file=sys.stderr)     # no metastore, or it refuses this server
+        return 1
 
 
 async def _serve(args) -> int:

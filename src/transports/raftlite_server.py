@@ -271,7 +271,8 @@ class RaftServer:
             return None
         if security.tls is not None:
             stream = trio.SSLStream(stream, security.tls, server_side=True)
-            if not await tls_handshake(stream, what=f"metastore node {self.node_id}"):
+            if not await tls_handshake(stream, what=f"a connection from {source}",
+                                       report=lambda line: self._note_refusal(source, line)):
                 return None
         connection = RaftConnection(stream)
         with trio.move_on_after(HELLO_TIMEOUT_S):

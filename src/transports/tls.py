@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+from typing import Callable
 
 import trio
 
@@ -27,15 +28,20 @@ def server_context(cert_file: str, key_file: str | None = None, *, alpn: tuple[s
     return context
 
 
-async def handshake(stream: trio.SSLStream, *, what: str) -> bool:
+async def handshake(stream: trio.SSLStream, *, what: str, report: Callable[[str], None] | None = None) -> bool:
     """The server side of an accepted connection's handshake; False (the connection closed, a
-    line logged naming `what`) when the client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
+    line naming `what` logged, or handed to `report`, which may log it once of many) when the
+    client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await stream.do_handshake()
         return True
     except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-        log.warning("%s: TLS handshake with a client failed: %r", what, exc)
+        line = f"{what}: TLS handshake with a client failed: {exc.__cause__ or repr(exc)}"
+        if report is None:
+            log.warning("%s", line)
+        else:
+            report(line)
         await trio.aclose_forcefully(stream)
         return False
 

@@ -103,7 +103,8 @@ async def test_a_client_lacking_a_credential_is_refused_in_one_line(secured, ca,
 
 @pytest.mark.parametrize("hello, tls, reason", [(["client", b""], True, "no auth secret"),
                                                 (["client", b"wrong"], True, "wrong auth secret"),
-                                                (["client", SECRET], False, "TLS only")])
+                                                (["client", SECRET], False,
+                                                 "no TLS handshake; this member serves TLS only")])
 async def test_what_a_refused_client_sends_after_its_hello_is_not_applied(secured, ca, hello, tls, reason):
     """A raw client sends its hello, a session opening and a create in one go: every member is
     asked (the leader among them); the create is nowhere afterwards."""
@@ -126,14 +127,21 @@ async def test_what_a_refused_client_sends_after_its_hello_is_not_applied(secure
         assert (await store.execute(Get("/intruder"))).code is MetaCode.NO_NODE
 
 
-async def test_a_client_not_trusting_the_members_ca_is_refused(secured):
-    addresses, _ = secured
-    with pytest.raises(MetastoreRefused) as refused:
-        await open_metastore(f"raft+tls://{addresses[0]}", session_timeout_s=2.0, tls=trusting(trustme.CA()),
-                             auth_secret=SECRET)
-    assert str(refused.value).startswith(f"raft-lite metastore {addresses[0]} refused the connection: its "
-                                         f"certificate is not trusted (")
-    assert "pass the CA that signed the members' certificates with --tls-ca" in str(refused.value)
+async def test_a_client_not_trusting_the_members_ca_is_refused(secured, caplog):
+    addresses, servers = secured
+    with caplog.at_level(logging.WARNING, logger="bk"):
+        for _ in range(2):
+            with pytest.raises(MetastoreRefused) as refused:
+                await open_metastore(f"raft+tls://{addresses[0]}", session_timeout_s=2.0,
+                                     tls=trusting(trustme.CA()), auth_secret=SECRET)
+            assert str(refused.value).startswith(f"raft-lite metastore {addresses[0]} refused the connection: its "
+                                                 f"certificate is not trusted (")
+            assert "pass the CA that signed the members' certificates with --tls-ca" in str(refused.value)
+        with trio.fail_after(5):              # (the member hears of the failed handshake a moment later)
+            while servers[0].refused_connection_count < 2:
+                await trio.sleep(0.01)
+    logged = [r.getMessage() for r in caplog.records if "TLS handshake" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].startswith("metastore node 1: a connection from 127.0.0.1:")
 
 
 async def test_tls_to_a_member_in_the_clear_is_refused(nursery, tmp_path, ca):

@@ -30,7 +30,7 @@ HELLO_TIMEOUT_S = 10.0
 
 REFUSED_NO_SECRET = "no auth secret"
 REFUSED_WRONG_SECRET = "wrong auth secret"
-REFUSED_TLS_ONLY = "TLS only"
+REFUSED_TLS_ONLY = "no TLS handshake; this member serves TLS only"
 
 _SECRET_HINT = "--auth-secret-file or BK_AUTH_SECRET (a bookie: bookieAuthSecret)"
 # What a refused client is told to do, by the reason the member gave.
