@@ -38,6 +38,9 @@ def cmd_bookie(args) -> int:
     import trio
     try:
         return trio.run(run_bookie, uri, config)
+    except ConnectionError as exc:          # the metastore is not there, or refuses this bookie
+        print(f"bk bookie: {exc}", file=sys.stderr)
+        return 1
     except BaseExceptionGroup as group:
         stop = first_system_exit(group)
         if stop is None:
@@ -63,9 +66,10 @@ async def run_bookie(uri: str, config) -> int:
     from transports.gc_tuning import tune_gc
 
     parsed = parse_metastore_uri(uri)
-    async with await open_metastore(parsed) as store:
+    credentials = own_client_credentials(config)
+    async with await open_metastore(parsed, **credentials) as store:
         layout = await resolve_layout(store, parsed)
-        server = BookieServer(config, store, layout, reopen_store=lambda: open_metastore(parsed))
+        server = BookieServer(config, store, layout, reopen_store=lambda: open_metastore(parsed, **credentials))
         async with trio.open_nursery() as nursery:
             port = await nursery.start(server.serve)
             tune_gc()      # what startup made (replayed journals included) leaves the collector's sight
@@ -88,8 +92,10 @@ async def run_bookie(uri: str, config) -> int:
 
 
 def own_client_credentials(config) -> dict:
-    """What this bookie's own clients of the cluster show the bookies: TLS when the bookies speak
-    it (trusting tlsTrustStore, else the system's CAs), and the shared secret."""
+    """What this bookie's own clients of the cluster (its metastore session, autorecovery, stream
+    storage) show the bookies and a raft-lite metastore: TLS when the bookies speak it (trusting
+    tlsTrustStore, else the system's CAs; a raft+tls:// metastore is trusted the same way), and
+    the shared secret."""
     import ssl
 
     from bkcli.credentials import tls_context

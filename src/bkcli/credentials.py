@@ -71,17 +71,19 @@ def auth_secret(path: str | None, environ) -> bytes:
     return environ.get(AUTH_SECRET_ENV, "").encode()
 
 
-def server_tls_context(cert_file: str | None, key_file: str | None = None) -> ssl.SSLContext | None:
-    """A context to serve gRPC over TLS with (None without a certificate)."""
+def server_tls_context(cert_file: str | None, key_file: str | None = None, *, flag: str = "--grpc-tls",
+                       alpn: tuple[str, ...] = ("h2",)) -> ssl.SSLContext | None:
+    """A context to serve over TLS with (None without a certificate): gRPC by default (ALPN h2),
+    a raft-lite member with alpn=(). `flag` names the options in errors ({flag}-cert, {flag}-key)."""
     if not cert_file:
         if key_file:
-            raise CredentialsError("--grpc-tls-key needs --grpc-tls-cert")
+            raise CredentialsError(f"{flag}-key needs {flag}-cert")
         return None
     for path in (cert_file, key_file):
         if path and not os.path.isfile(path):
             raise CredentialsError(f"{path}: no such file")
-    from transports.grpc_trio import server_tls_context as make
+    from transports.tls import server_context
     try:
-        return make(cert_file, key_file)
+        return server_context(cert_file, key_file, alpn=alpn)
     except (ssl.SSLError, OSError) as exc:
         raise CredentialsError(f"cannot use the TLS files {cert_file}, {key_file}: {exc}") from None

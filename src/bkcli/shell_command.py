@@ -121,7 +121,9 @@ def cmd_shell(args) -> int:
     try:
         return trio.run(run_shell, args, sys.stdout)
     except (OSError, ConnectionError) as exc:
-        hint = "" if "running?" in str(exc) else "; is the cluster running? (bk standalone, or --metastore URI)"
+        from metastore.api import MetastoreRefused
+        is_said = isinstance(exc, MetastoreRefused) or "running?" in str(exc)
+        hint = "" if is_said else "; is the cluster running? (bk standalone, or --metastore URI)"
         print(f"bk shell {args.shell_command}: {exc}{hint}", file=sys.stderr)
         return 1
 

@@ -4,7 +4,9 @@ each its own process, data kept under --data-dir across restarts. Ctrl-C stops i
 --stream-storage-port (4181 by default) it also serves streams and tables over gRPC.
 
 With the default ports, every client command (`bk shell listbookies`, `bk shell simpletest`)
-finds it without flags.
+finds it without flags. Secured (--tls-dir D with ca.pem, cert.pem and key.pem, and/or
+--auth-secret-file F), every process asks for TLS and the secret, and the client commands need
+--metastore raft+tls://... --tls-ca D/ca.pem --auth-secret-file F (it prints them).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def add_parser(commands) -> None:
     standalone.add_argument("--stream-storage-servers", type=int, default=default_stream_storage_servers(),
                             help="stream storage servers sharing the tables and that port (one per two cores: "
                                  f"{default_stream_storage_servers()} here); ranges move to the others when one dies")
+    standalone.add_argument("--tls-dir", metavar="DIR",
+                            help="secure every process with TLS: DIR holds ca.pem, cert.pem (for 127.0.0.1, signed "
+                                 "by ca.pem) and key.pem; the metastore URI becomes raft+tls://")
+    standalone.add_argument("--auth-secret-file", metavar="FILE",
+                            help="every process (metastore members, bookies, stream storage) asks every connection "
+                                 "for the secret on this file's first line")
     standalone.set_defaults(run=cmd_standalone)
 
 
@@ -54,9 +62,24 @@ def _ask_stop(*_) -> None:
     raise _StopAsked()
 
 
+def standalone_security(args):
+    """The StandaloneSecurity --tls-dir and --auth-secret-file ask for (ValueError or
+    CredentialsError saying what will not do)."""
+    from bkcli.credentials import auth_secret
+    from bklocal.standalone import StandaloneSecurity
+    secret = auth_secret(args.auth_secret_file, {}) if args.auth_secret_file else b""
+    return StandaloneSecurity(tls_dir=args.tls_dir, auth_secret_file=args.auth_secret_file, auth_secret=secret)
+
+
 def cmd_standalone(args) -> int:
+    from bkcli.credentials import CredentialsError
     from bklocal.standalone import StandaloneCluster
 
+    try:
+        security = standalone_security(args)
+    except (ValueError, CredentialsError) as exc:
+        print(f"bk standalone: {exc}", file=sys.stderr)
+        return 2
     if args.log_level:
         os.environ[LEVEL_ENV] = args.log_level      # (the processes it starts log at it too)
     if args.stream_storage_port:
@@ -74,7 +97,7 @@ def cmd_standalone(args) -> int:
         http_ports=http_ports[:args.bookies], metastore_http_ports=http_ports[args.bookies:][:args.metastore_nodes],
         stream_storage_http_ports=http_ports[args.bookies + args.metastore_nodes:],
         bookie_extra={"autoRecoveryDaemonEnabled": True}, stream_storage_port=args.stream_storage_port,
-        stream_storage_server_count=max(1, args.stream_storage_servers))
+        stream_storage_server_count=max(1, args.stream_storage_servers), security=security)
     print(f"bk standalone: starting {args.metastore_nodes} raft-lite node(s) and {args.bookies} bookies "
           f"under {cluster.data_dir}", flush=True)
     # From the start, not once ready: a stop asked for while the processes start is honoured
@@ -91,9 +114,7 @@ def cmd_standalone(args) -> int:
             print(f"bk standalone: {exc}", file=sys.stderr)
             status = 1
         else:
-            print(f"\nready. metastore: {cluster.metastore_uri}\n"
-                  f"try: bk shell listbookies    bk shell simpletest    bk stream create --stream demo\n"
-                  f"     bk table incr -t demo -k counter -a 1    (Ctrl-C stops the cluster)", flush=True)
+            print(ready_text(cluster), flush=True)
             _wait_while_all_run(cluster)
     except (_StopAsked, KeyboardInterrupt):
         pass
@@ -103,6 +124,20 @@ def cmd_standalone(args) -> int:
     print("bk standalone: stopping stream storage and bookies, then the metastore", flush=True)
     cluster.stop()
     return status
+
+
+def ready_text(cluster) -> str:
+    """What to try once the cluster runs (with the flags a secured one asks of clients)."""
+    flags = cluster.security.client_flags()
+    if not flags:
+        return (f"\nready. metastore: {cluster.metastore_uri}\n"
+                f"try: bk shell listbookies    bk shell simpletest    bk stream create --stream demo\n"
+                f"     bk table incr -t demo -k counter -a 1    (Ctrl-C stops the cluster)")
+    return (f"\nready. metastore: {cluster.metastore_uri} (secured: clients need{flags})\n"
+            f"try: export BK_METASTORE={cluster.metastore_uri}\n"
+            f"     bk shell listbookies{flags}\n"
+            f"     bk shell simpletest{flags}\n"
+            f"     bk stream create --stream demo{flags}    (Ctrl-C stops the cluster)")
 
 
 def _wait_while_all_run(cluster) -> None:

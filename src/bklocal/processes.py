@@ -151,8 +151,9 @@ def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text
 
 
 def spawn_bookie(*, data_dir: str, metastore_uri: str, port: int = 0, extra: dict | None = None,
-                 timeout_s: float = 60.0) -> ChildProcess:
-    """A `bk bookie` child on 127.0.0.1 with its config and log in data_dir."""
+                 timeout_s: float = 60.0, env: dict | None = None) -> ChildProcess:
+    """A `bk bookie` child on 127.0.0.1 with its config and log in data_dir (`env`: variables
+    added to its environment, e.g. BK_bookieAuthSecret, kept out of the config file)."""
     os.makedirs(data_dir, exist_ok=True)
     port = port or free_port()
     config_path = os.path.join(data_dir, "bookie.toml")
@@ -160,4 +161,4 @@ def spawn_bookie(*, data_dir: str, metastore_uri: str, port: int = 0, extra: dic
                              **(extra or {})})
     return spawn_bk(f"bookie 127.0.0.1:{port}", ["bookie", "--config", config_path],
                     log_path=os.path.join(data_dir, "bookie.log"), port=port, ready_text="listening on",
-                    timeout_s=timeout_s)
+                    timeout_s=timeout_s, env=env)

@@ -11,17 +11,80 @@ stream storage port alone.
 Every process can serve its Prometheus metrics over HTTP (docs/metrics.md): a bookie on its
 HTTP admin port (http_ports), a metastore node and a stream storage server on a port of their
 own (metastore_http_ports, stream_storage_http_ports); start() prints where.
+
+Secured (StandaloneSecurity: `bk standalone --tls-dir D --auth-secret-file F`), every process
+asks for what the cluster has: the raft-lite members serve TLS and ask every connection for the
+secret (raft+tls://), the bookies too, their HTTP admin ports serve HTTPS, and the stream storage
+endpoint serves gRPC over TLS and asks for the secret; each process's own clients of the cluster
+show all of it. One certificate for 127.0.0.1 serves every process.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from bklocal.processes import free_ports, spawn_bk, spawn_bookie
 
 
-def raft_uri(ports) -> str:
-    return "raft://" + ",".join(f"127.0.0.1:{port}" for port in ports)
+TLS_FILES = ("ca.pem", "cert.pem", "key.pem")
+
+
+def raft_uri(ports, *, is_tls: bool = False) -> str:
+    return ("raft+tls://" if is_tls else "raft://") + ",".join(f"127.0.0.1:{port}" for port in ports)
+
+
+@dataclass(frozen=True)
+class StandaloneSecurity:
+    """What secures a standalone cluster: `tls_dir` holding TLS_FILES (the CA, and one
+    certificate for 127.0.0.1 with its key) and the shared secret, with the file it was read
+    from (the members and stream storage read the file; the bookies get the secret in their
+    environment, BK_bookieAuthSecret). Either may be left out."""
+    tls_dir: str | None = None
+    auth_secret_file: str | None = None
+    auth_secret: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.auth_secret_file and not self.auth_secret:
+            raise ValueError("StandaloneSecurity: give the secret read from auth_secret_file")
+        if self.tls_dir:
+            missing = [name for name in TLS_FILES if not os.path.isfile(self.path(name))]
+            if missing:
+                raise ValueError(f"--tls-dir {self.tls_dir} holds no {' and no '.join(missing)}; it needs "
+                                 f"{', '.join(TLS_FILES)} (a CA, and a certificate for 127.0.0.1 it signed: "
+                                 f"docs/deploy.md says how to make them)")
+
+    def path(self, name: str) -> str:
+        return os.path.abspath(os.path.join(self.tls_dir, name))
+
+    def _secret_args(self, *flags: str) -> list[str]:
+        if not self.auth_secret_file:
+            return []
+        return [part for flag in flags for part in (flag, os.path.abspath(self.auth_secret_file))]
+
+    def metastore_args(self) -> list[str]:
+        tls = ["--tls-cert", self.path("cert.pem"), "--tls-key", self.path("key.pem"),
+               "--tls-ca", self.path("ca.pem")] if self.tls_dir else []
+        return tls + self._secret_args("--auth-secret-file")
+
+    def bookie_config(self) -> dict:
+        if not self.tls_dir:
+            return {}
+        return {"tlsCertificatePath": self.path("cert.pem"), "tlsKeyPath": self.path("key.pem"),
+                "tlsTrustStore": self.path("ca.pem"), "httpServerTlsEnable": True}
+
+    def bookie_env(self) -> dict:
+        return {"BK_bookieAuthSecret": self.auth_secret.decode()} if self.auth_secret else {}
+
+    def stream_storage_args(self) -> list[str]:
+        tls = ["--tls-ca", self.path("ca.pem"), "--grpc-tls-cert", self.path("cert.pem"),
+               "--grpc-tls-key", self.path("key.pem")] if self.tls_dir else []
+        return tls + self._secret_args("--auth-secret-file", "--grpc-auth-secret-file")
+
+    def client_flags(self) -> str:
+        """What a `bk` client command adds to reach the cluster."""
+        tls = f" --tls-ca {self.path('ca.pem')}" if self.tls_dir else ""
+        return tls + "".join(f" {part}" for part in self._secret_args("--auth-secret-file"))
 
 
 class StandaloneCluster:
@@ -34,14 +97,16 @@ class StandaloneCluster:
                  http_ports: list[int] | None = None, bookie_extra: dict | None = None,
                  stream_storage_port: int = 0, stream_storage_server_count: int = 1,
                  metastore_http_ports: list[int] | None = None,
-                 stream_storage_http_ports: list[int] | None = None) -> None:
+                 stream_storage_http_ports: list[int] | None = None,
+                 security: StandaloneSecurity = StandaloneSecurity()) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.metastore_ports = list(metastore_ports)
         self.bookie_ports = list(bookie_ports)
         self.http_ports = list(http_ports) if http_ports else [0] * len(self.bookie_ports)
         self.metastore_http_ports = list(metastore_http_ports) if metastore_http_ports else [0] * len(metastore_ports)
-        self.metastore_uri = raft_uri(self.metastore_ports)
-        self.bookie_extra = bookie_extra or {}
+        self.security = security
+        self.metastore_uri = raft_uri(self.metastore_ports, is_tls=bool(security.tls_dir))
+        self.bookie_extra = {**security.bookie_config(), **(bookie_extra or {})}
         self.stream_storage_port = stream_storage_port
         self.stream_storage_server_count = stream_storage_server_count if stream_storage_port else 0
         self.stream_storage_http_ports = (list(stream_storage_http_ports) if stream_storage_http_ports
@@ -68,12 +133,14 @@ class StandaloneCluster:
             http_port = self.metastore_http_ports[index]
             self.metastore_nodes.append(spawn_bk(
                 f"metastore node {index + 1}", ["metastore", "--node-id", str(index + 1), "--peers", peers,
-                                                "--data-dir", node_dir, "--http-port", str(http_port)],
+                                                "--data-dir", node_dir, "--http-port", str(http_port),
+                                                *self.security.metastore_args()],
                 log_path=os.path.join(node_dir, "metastore.log"), port=port, ready_text="listening on"))
             log(f"  metastore node {index + 1}: 127.0.0.1:{port}{_metrics_at(http_port)}  (data {node_dir})")
         for index, port in enumerate(self.bookie_ports):
             self.start_bookie(index)
-            log(f"  bookie {index + 1}: 127.0.0.1:{port}{_metrics_at(self.http_ports[index])}  "
+            scheme = "https" if self.security.tls_dir else "http"      # (the bookie's admin port)
+            log(f"  bookie {index + 1}: 127.0.0.1:{port}{_metrics_at(self.http_ports[index], scheme)}  "
                 f"(data {self.bookie_dir(index)})")
         if self.stream_storage_server_count == 1:
             self.stream_storage_servers.append(self._spawn_stream_storage(0, self.stream_storage_port, []))
@@ -94,7 +161,8 @@ class StandaloneCluster:
         http_port = self.stream_storage_http_ports[max(0, number - 1)]
         return spawn_bk(name.replace("-", " "), ["stream-storage", "--metastore", self.metastore_uri,
                                                  "--port", str(port), "--data-dir", os.path.join(self.data_dir, name),
-                                                 "--http-port", str(http_port), *extra],
+                                                 "--http-port", str(http_port),
+                                                 *self.security.stream_storage_args(), *extra],
                         log_path=os.path.join(self.data_dir, f"{name}.log"), port=port,
                         ready_text="stream storage listening on")
 
@@ -106,7 +174,7 @@ class StandaloneCluster:
         if self.http_ports[index]:
             extra["httpServerPort"] = self.http_ports[index]
         bookie = spawn_bookie(data_dir=self.bookie_dir(index), metastore_uri=self.metastore_uri,
-                              port=self.bookie_ports[index], extra=extra)
+                              port=self.bookie_ports[index], extra=extra, env=self.security.bookie_env())
         if index < len(self.bookies):
             self.bookies[index] = bookie
         else:
@@ -122,5 +190,5 @@ class StandaloneCluster:
             child.stop()
 
 
-def _metrics_at(http_port: int) -> str:
-    return f", metrics http://127.0.0.1:{http_port}/metrics" if http_port else ""
+def _metrics_at(http_port: int, scheme: str = "http") -> str:
+    return f", metrics {scheme}://127.0.0.1:{http_port}/metrics" if http_port else ""

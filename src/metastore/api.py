@@ -33,6 +33,12 @@ from bkcore.metaops import Children, Get, MetaOp, MetaResult
 from metastore.watches import OneShotWatch
 
 
+class MetastoreRefused(ConnectionError):
+    """The metastore turned this client away: its credentials are missing or wrong (no secret,
+    a wrong one, the clear against a member that serves TLS, a certificate not trusted). The
+    message is one line naming what is missing and how to give it. Trying again cannot help."""
+
+
 class Watch(OneShotWatch):
     """A one-shot notification that something watched may have changed, for trio code."""
 

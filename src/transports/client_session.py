@@ -30,14 +30,17 @@ async def open_client(uri: str, *, config: ClientConfig = ClientConfig(), sessio
                       tls: ssl.SSLContext | None = None, auth_secret: bytes = b"",
                       renew_session: bool = False) -> AsyncIterator[ClientDriver]:
     """A driver of the cluster whose metastore `uri` names (memory://, raft://, zk://). With
-    `tls` bookie connections use TLS (the context verifies the bookies' certificates); with
-    `auth_secret` each bookie connection first proves the cluster's shared secret. With
+    `tls` bookie connections use TLS (the context verifies the bookies' certificates), and so
+    does a raft+tls:// metastore's; with `auth_secret` each bookie connection, and each
+    connection to a raft-lite member, first proves the cluster's shared secret. With
     `renew_session` an expired metastore session is replaced by a new one (metastore.renewing:
     for clients that own nothing through their session)."""
     parsed = parse_metastore_uri(uri)
-    store = await open_metastore(parsed, session_timeout_s=session_timeout_s)
+    def open_store():
+        return open_metastore(parsed, session_timeout_s=session_timeout_s, tls=tls, auth_secret=auth_secret)
+    store = await open_store()
     if renew_session:
-        store = RenewingStore(store, lambda: open_metastore(parsed, session_timeout_s=session_timeout_s))
+        store = RenewingStore(store, open_store)
     try:
         layout = await resolve_layout(store, parsed)
         driver = ClientDriver(store=store, layout=layout, config=config, tls=tls, auth_secret=auth_secret)

@@ -1,10 +1,11 @@
 """A raft-lite node over trio: peers and metastore clients on one TCP port.
 
 Every frame (bkcore.wire framing: length | crc32c | msgpack) holds one message, a list. A
-connection first says who it is: ["peer", node_id] or ["client"]. Peers then exchange the core's
-messages. Clients are first told ["hello", session_timeout_ms] (the cluster's session timeout, which
-they ping well within), then send requests and get ["r", request_id, error, payload] answers,
-plus ["w", watch_id] when a watch fires:
+connection first says who it is, ending with the cluster's secret: ["peer", node_id, secret] or
+["client", secret] (metastore.raftlite.connection opens every one, members' included). Accepted,
+it is told ["hello", session_timeout_ms] (the cluster's session timeout, which clients ping well
+within); peers then exchange the core's messages, clients send requests and get
+["r", request_id, error, payload] answers, plus ["w", watch_id] when a watch fires:
 
     ["open", rid]                        a new session            -> session id
     ["attach", rid, session]             continue a session (after a reconnect) -> True/False
@@ -22,31 +23,69 @@ one task, Save* in a worker thread (fsync) before anything after them.
 
 A node publishes its numbers in its registry (transports.raftlite_metrics), served at /metrics
 on its HTTP port when it has one.
+
+Security (RaftSecurity, all optional): with a certificate every connection is TLS, and a member
+dials the others over TLS, checking their certificates against the CA it trusts; with a secret
+every connection, client or member, must show it in its hello. A connection that fails either is
+answered ["refused", reason] (in the clear to a client that sent no TLS handshake) and closed,
+nothing after its hello read; the member logs it once per kind of refusal and source, counts it
+in `refused_connection_count`, and serves on.
 """
 
 from __future__ import annotations
 
 import functools
+import hmac
 import logging
 import random
+import ssl
+from dataclasses import dataclass
 
 import trio
 
 from bkcore.metaops import Children, Get, op_from_list, op_to_list
-from metastore.api import Watch
+from bkcore.wire import MalformedFrame
+from metastore.api import MetastoreRefused, Watch
 from metastore.raftlite.core import (
     Changed, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
 )
-from metastore.raftlite.connection import RaftConnection, encode, is_connection_failure
+from metastore.raftlite.connection import (
+    HELLO_TIMEOUT_S, REFUSED_NO_SECRET, REFUSED_TLS_ONLY, REFUSED_WRONG_SECRET, RaftConnection, encode,
+    is_connection_failure, open_connection,
+)
 from metastore.raftlite.storage import RaftStorage
 from metastore.watches import WatchTable
 from transports.metrics import new_registry, publish, serve_metrics
 from transports.raftlite_metrics import metastore_families
 from transports.timer import CoreTimer, now_ns
+from transports.tls import handshake as tls_handshake, is_tls_client
 
 log = logging.getLogger("bk.metastore")
 
 EFFECT_BACKLOG_MAX = 1000      # effect batches waiting to be performed before inputs pause
+PEER_CONNECT_TIMEOUT_S = 2.0
+PEER_REFUSED_RETRY_S = 2.0     # a member that refuses this one is dialled again after this long
+REFUSALS_LOGGED_MAX = 256      # distinct refusals logged (a warning each); later ones are only counted
+DRAIN_SIZE_MAX = 1024 * 1024   # what a refused connection may still send before it is closed
+DRAIN_QUIET_S = 0.25           # ... or the silence after which it is closed (it waits for an answer)
+
+
+@dataclass(frozen=True)
+class RaftSecurity:
+    """What a member asks of connections and shows the members it dials (all optional).
+
+    tls: the server context (its certificate and key; transports.tls.server_context), or None to
+    serve in the clear. peer_tls: the client context it dials members with when serving TLS (it
+    trusts the members' CA; None: the system's CAs). auth_secret: the cluster's shared secret,
+    asked of every connection and shown to members (b"": none asked, none shown)."""
+    tls: ssl.SSLContext | None = None
+    peer_tls: ssl.SSLContext | None = None
+    auth_secret: bytes = b""
+
+    def dialling_context(self) -> ssl.SSLContext | None:
+        if self.tls is None:
+            return None
+        return self.peer_tls or ssl.create_default_context()
 
 
 class _RemoteWatch(Watch):
@@ -65,9 +104,13 @@ class _RemoteWatch(Watch):
 
 class RaftServer:
     def __init__(self, *, node_id: int, addresses: dict[int, tuple[str, int]], data_dir: str,
-                 config: RaftConfig = RaftConfig()) -> None:
+                 config: RaftConfig = RaftConfig(), security: RaftSecurity = RaftSecurity()) -> None:
         self.node_id = node_id
         self.addresses = addresses
+        self.security = security
+        self._peer_tls = security.dialling_context()
+        self.refused_connection_count = 0
+        self._refusals_logged: set[tuple[str, str]] = set()     # (source, line), at most REFUSALS_LOGGED_MAX
         self.storage = RaftStorage(data_dir)
         restored = self.storage.load()
         if self.storage.tail_problem:
@@ -150,25 +193,31 @@ class RaftServer:
 
     async def _peer_sender(self, peer: int) -> None:
         host, port = self.addresses[peer]
+        address = f"{host}:{port}"
         while True:
             try:
-                with trio.fail_after(2):
-                    stream = await trio.open_tcp_stream(host, port)
-            except (OSError, trio.TooSlowError):
+                connection, _ = await open_connection(address, hello=["peer", self.node_id], tls=self._peer_tls,
+                                                      auth_secret=self.security.auth_secret,
+                                                      timeout_s=PEER_CONNECT_TIMEOUT_S)
+            except MetastoreRefused as exc:
+                self._note_refusal(f"member {peer}", f"member {peer} refuses this one: {exc}")
+                self._peer_queues[peer].clear()
+                await trio.sleep(PEER_REFUSED_RETRY_S)
+                continue
+            except (OSError, trio.TooSlowError, trio.BrokenResourceError, MalformedFrame):
                 self._peer_queues[peer].clear()
                 await trio.sleep(0.1)
                 continue
             try:
-                await stream.send_all(encode(["peer", self.node_id]))
                 while True:
                     await self._peer_wakeups[peer].wait()
                     self._peer_wakeups[peer] = trio.Event()
                     queue, self._peer_queues[peer] = self._peer_queues[peer], []
-                    await stream.send_all(b"".join(encode(m) for m in queue))
+                    await connection.stream.send_all(b"".join(encode(m) for m in queue))
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await trio.sleep(0.05)
             finally:
-                await trio.aclose_forcefully(stream)
+                await trio.aclose_forcefully(connection.stream)
 
     # -- serving --------------------------------------------------------------------------------
 
@@ -186,23 +235,23 @@ class RaftServer:
             task_status.started(listeners[0].socket.getsockname()[1])
 
     async def _handle(self, stream: trio.SocketStream) -> None:
-        connection = RaftConnection(stream)
+        accepted = None
         try:
+            accepted = await self._accept(stream)
+            if accepted is None:
+                return
+            connection, hello = accepted
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.write_loop)
-                messages = connection.messages()
-                hello = await messages.__anext__()
-                if hello[0] == "peer" and isinstance(hello[1], int):
-                    async for message in messages:
+                if hello[0] == "peer":
+                    async for message in connection.messages():
                         await self._wait_for_backlog()
                         self.core.receive(hello[1], message, now_ns())
                         self._pump()
-                elif hello[0] == "client":
-                    # Sessions live as long as the cluster says: the client pings often enough.
-                    connection.send(["hello", self.core.config.session_timeout_ns // 1_000_000])
+                else:
                     self.client_connection_count += 1
                     try:
-                        async for message in messages:
+                        async for message in connection.messages():
                             await self._wait_for_backlog()
                             self._on_client(connection, message)
                             self._pump()
@@ -214,8 +263,61 @@ class RaftServer:
             if not (is_connection_failure(exc) or _is_bad_input(exc)):
                 raise
         finally:
-            connection.is_closed = True
+            if accepted is not None:
+                accepted[0].is_closed = True
             await trio.aclose_forcefully(stream)
+
+    async def _accept(self, stream: trio.SocketStream) -> tuple[RaftConnection, list] | None:
+        """TLS (when served) and the hello with the secret: the connection and its hello once
+        both pass, answered ["hello", ...]; None once refused (answered, logged, closed)."""
+        security = self.security
+        source = _source_of(stream)
+        speaks_tls = await is_tls_client(stream)
+        if speaks_tls is None:
+            return None                         # closed, or silent (a port probe)
+        if speaks_tls != (security.tls is not None):
+            if speaks_tls:                      # (it cannot read an answer in the clear)
+                self._note_refusal(source, f"refused a TLS connection from {source}: this member serves no TLS "
+                                           f"(give it --tls-cert, or the client a raft:// URI)")
+                await _drain_and_close(stream)
+            else:
+                await self._refuse(RaftConnection(stream), source, REFUSED_TLS_ONLY)
+            return None
+        if security.tls is not None:
+            stream = trio.SSLStream(stream, security.tls, server_side=True)
+            if not await tls_handshake(stream, what=f"a connection from {source}",
+                                       report=lambda line: self._note_refusal(source, line)):
+                return None
+        connection = RaftConnection(stream)
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            hello = await connection.receive_message()
+            if not _is_hello(hello):
+                return None
+            refusal = _secret_refusal(hello[-1], security.auth_secret)
+            if refusal:
+                await self._refuse(connection, source if hello[0] == "client" else f"member {hello[1]}", refusal)
+                return None
+            await stream.send_all(encode(["hello", self.core.config.session_timeout_ns // 1_000_000]))
+            return connection, hello
+        return None
+
+    async def _refuse(self, connection: RaftConnection, source: str, reason: str) -> None:
+        """Tell the other end why, then close (once it has read that, or after a while)."""
+        self._note_refusal(source, f"refused a connection from {source}: {reason}")
+        with trio.move_on_after(HELLO_TIMEOUT_S):
+            await connection.stream.send_all(encode(["refused", reason]))
+        await _drain_and_close(connection.stream)
+
+    def _note_refusal(self, source: str, line: str) -> None:
+        """Count a refusal (by this member, or of it by a member it dials); log `line` the first
+        time it is said of `source` (a host, for clients: a client retrying is not logged again)."""
+        self.refused_connection_count += 1
+        key = (source.rpartition(":")[0] or source, line.replace(source, ""))
+        if key in self._refusals_logged or len(self._refusals_logged) >= REFUSALS_LOGGED_MAX:
+            log.debug("metastore node %d: %s", self.node_id, line)
+            return
+        self._refusals_logged.add(key)
+        log.warning("metastore node %d: %s", self.node_id, line)
 
     def _on_client(self, connection: RaftConnection, message: list) -> None:
         kind, request_id = message[0], message[1]
@@ -255,6 +357,48 @@ class RaftServer:
 _CLIENT_REQUEST_KINDS = frozenset({"open", "attach", "ping", "op", "close", "status"})
 
 
+def _is_hello(message) -> bool:
+    """["client", secret] or ["peer", node_id, secret]."""
+    if not isinstance(message, list) or not message or not isinstance(message[-1], bytes):
+        return False
+    if message[0] == "client":
+        return len(message) == 2
+    return message[0] == "peer" and len(message) == 3 and isinstance(message[1], int)
+
+
+def _secret_refusal(shown: bytes, secret: bytes) -> str:
+    """Why a hello showing `shown` is refused by a member asking for `secret` ("" if it is not)."""
+    if not secret or hmac.compare_digest(shown, secret):
+        return ""
+    return REFUSED_WRONG_SECRET if shown else REFUSED_NO_SECRET
+
+
+def _source_of(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "a client"
+    return f"{host}:{port}"
+
+
+async def _drain_and_close(stream: trio.abc.Stream) -> None:
+    """Read what the other end still sends until it closes or falls silent for DRAIN_QUIET_S
+    (bounded in bytes and time), then close: closing with unread bytes would reset the
+    connection, and the other end could lose the answer it was sent before reading it."""
+    received = 0
+    with trio.move_on_after(HELLO_TIMEOUT_S):
+        try:
+            while received < DRAIN_SIZE_MAX:
+                with trio.move_on_after(DRAIN_QUIET_S) as quiet:
+                    data = await stream.receive_some(64 * 1024)
+                if quiet.cancelled_caught or not data:
+                    break
+                received += len(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    await trio.aclose_forcefully(stream)
+
+
 def _is_bad_input(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_is_bad_input(e) or is_connection_failure(e) for e in exc.exceptions)
@@ -275,13 +419,13 @@ def parse_peers(text: str) -> dict[int, tuple[str, int]]:
 
 async def run_raft_node(*, node_id: int, peers: dict[int, tuple[str, int]], data_dir: str,
                         config: RaftConfig = RaftConfig(), http_port: int = 0,
-                        task_status=trio.TASK_STATUS_IGNORED) -> None:
+                        security: RaftSecurity = RaftSecurity(), task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve node `node_id` (its address is peers[node_id]) until cancelled; with an
     http_port, its /metrics there too (on the node's host). task_status.started() gets
     (port, HTTP port or None)."""
     if node_id not in peers:
         raise ValueError(f"node {node_id} is not among the peers {sorted(peers)}")
-    server = RaftServer(node_id=node_id, addresses=peers, data_dir=data_dir, config=config)
+    server = RaftServer(node_id=node_id, addresses=peers, data_dir=data_dir, config=config, security=security)
     host, port = peers[node_id]
     try:
         async with trio.open_nursery() as nursery:

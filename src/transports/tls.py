@@ -1,15 +1,19 @@
 """TLS on the server side, one way for every listener here (bookies, the gRPC endpoint, the HTTP
-admin port): the context made from a certificate chain and key, and the handshake of an
-accepted connection, bounded in time."""
+admin port, raft-lite members): the context made from a certificate chain and key, the handshake
+of an accepted connection, bounded in time, and whether a client opened with a TLS handshake at
+all (so that one in the clear can be told, in the clear, what it lacks)."""
 
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
+from typing import Callable
 
 import trio
 
 HANDSHAKE_TIMEOUT_S = 10.0
+TLS_HANDSHAKE_RECORD = 0x16     # the first byte of a TLS client's first record
 
 log = logging.getLogger("bk.tls")
 
@@ -24,14 +28,31 @@ def server_context(cert_file: str, key_file: str | None = None, *, alpn: tuple[s
     return context
 
 
-async def handshake(stream: trio.SSLStream, *, what: str) -> bool:
+async def handshake(stream: trio.SSLStream, *, what: str, report: Callable[[str], None] | None = None) -> bool:
     """The server side of an accepted connection's handshake; False (the connection closed, a
-    line logged naming `what`) when the client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
+    line naming `what` logged, or handed to `report`, which may log it once of many) when the
+    client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await stream.do_handshake()
         return True
     except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-        log.warning("%s: TLS handshake with a client failed: %r", what, exc)
+        line = f"{what}: TLS handshake with a client failed: {exc.__cause__ or repr(exc)}"
+        if report is None:
+            log.warning("%s", line)
+        else:
+            report(line)
         await trio.aclose_forcefully(stream)
         return False
+
+
+async def is_tls_client(stream: trio.SocketStream) -> bool | None:
+    """Whether the client's first byte, read without taking it, opens a TLS handshake record;
+    None when it closes, fails or sends nothing within HANDSHAKE_TIMEOUT_S."""
+    with trio.move_on_after(HANDSHAKE_TIMEOUT_S):
+        try:
+            first = await stream.socket.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return None
+        return first[0] == TLS_HANDSHAKE_RECORD if first else None
+    return None

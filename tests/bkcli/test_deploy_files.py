@@ -21,12 +21,14 @@ def test_the_deploy_bookie_conf_loads_with_nothing_left_out():
 
 def test_the_units_run_bk_commands_that_parse():
     parser = build_parser()
-    for name in ("bk-bookie.service", "bk-stream-storage.service"):
+    environment = {"${STREAM_STORAGE_HOST}": "10.0.0.21", "${METASTORE_NODE_ID}": "1",
+                   "${METASTORE_PEERS}": "1=10.0.0.11:2281,2=10.0.0.12:2281,3=10.0.0.13:2281"}
+    for name in ("bk-bookie.service", "bk-stream-storage.service", "bk-metastore.service"):
         unit = configparser.ConfigParser(interpolation=None, strict=False)
         unit.read(ROOT / "deploy" / "systemd" / name)
         command = unit["Service"]["ExecStart"].replace("\\\n", " ").split()
         assert command[0] == "/opt/bookkeeper/venv/bin/bk"
-        parser.parse_args([arg.replace("${STREAM_STORAGE_HOST}", "10.0.0.21") for arg in command[1:]])
+        parser.parse_args([environment.get(arg, arg) for arg in command[1:]])
 
 
 def test_the_deploy_document_names_every_file():

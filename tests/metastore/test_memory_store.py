@@ -43,6 +43,13 @@ def test_uri_parsing():
     assert (raft.backend, raft.root, raft.layout) == ("raft", "/ledgers", None)
     memory = parse_metastore_uri("memory://")
     assert (memory.backend, memory.name) == ("memory", "default")
-    for bad in ["127.0.0.1:2181", "etcd://x:1", "zk+tree://h:1", "zk://h", "zk://h:99999", "zk://h:1/a//b", "zk://a:1;;b:2"]:
+    # raft+tls://: members that serve TLS; "tls" and a layout in either order.
+    for text in ["raft+tls+flat://h:1/l", "raft+flat+tls://h:1/l"]:
+        secured = parse_metastore_uri(text)
+        assert (secured.backend, secured.is_tls, secured.layout, str(secured)) == ("raft", True, "flat",
+                                                                                   "raft+tls+flat://h:1/l")
+    assert not raft.is_tls
+    for bad in ["127.0.0.1:2181", "etcd://x:1", "zk+tree://h:1", "zk://h", "zk://h:99999", "zk://h:1/a//b", "zk://a:1;;b:2",
+                "zk+tls://h:1", "memory+tls://", "raft+tls+tls://h:1", "raft+flat+hierarchical://h:1"]:
         with pytest.raises(MetastoreUriError):
             parse_metastore_uri(bad)

@@ -5,7 +5,10 @@ with the leader's address and the client follows it (or tries the next member). 
 refused was not carried out, so the client sends it again to the leader it finds (for up to a
 session timeout); so is a read whose leader lost its leadership before answering. A write
 pending when its leader lost its leadership may or may not be committed by the next leader: it
-answers CONNECTION_LOSS, as ZooKeeper's would. The session
+answers CONNECTION_LOSS, as ZooKeeper's would. Every connection is opened by
+connection.open_connection, over TLS when given a context and showing the secret given; a
+member that refuses it (no secret, a wrong one, TLS expected) ends the client: start() raises
+MetastoreRefused, later calls answer SESSION_EXPIRED (retrying cannot help). The session
 opened on first connect is kept alive by pings every third of its timeout and re-attached after
 a reconnect; if the cluster says it is gone, `session_lost` becomes true and every later call
 answers SESSION_EXPIRED. When a connection drops, requests in flight answer CONNECTION_LOSS
@@ -17,12 +20,13 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import ssl
 
 import trio
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult, op_to_list, result_from_list
-from metastore.api import MetadataStore, Watch
-from metastore.raftlite.connection import RaftConnection, is_connection_failure
+from metastore.api import MetadataStore, MetastoreRefused, Watch
+from metastore.raftlite.connection import RaftConnection, is_connection_failure, open_connection
 
 log = logging.getLogger("bk.metastore.client")
 
@@ -47,9 +51,13 @@ class _NotLeader(Exception):
 
 
 class RaftStore(MetadataStore):
-    def __init__(self, hosts: tuple[tuple[str, int], ...], *, session_timeout_s: float) -> None:
+    def __init__(self, hosts: tuple[tuple[str, int], ...], *, session_timeout_s: float,
+                 tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> None:
         self.hosts = [f"{h}:{p}" for h, p in hosts]
         self.session_timeout_s = session_timeout_s
+        self.tls = tls
+        self.auth_secret = auth_secret
+        self.refusal: MetastoreRefused | None = None     # why a member turned this client away
         self._cluster_timeout_s = session_timeout_s     # until a member says otherwise
         self.session_id: int | None = None
         self._lost = False
@@ -74,6 +82,8 @@ class RaftStore(MetadataStore):
         await self._wait_connected(max(REQUEST_TIMEOUT_S, self.session_timeout_s))
         if self._connection is None:
             await self.aclose()
+            if self.refusal is not None:
+                raise self.refusal
             raise ConnectionError(f"raft://{','.join(self.hosts)}: no member answered with a session; "
                                   f"is the metastore running? (bk standalone, or bk metastore)")
 
@@ -96,6 +106,9 @@ class RaftStore(MetadataStore):
             try:
                 hint = await self._serve_connection(address)
                 backoff = 0.05
+            except MetastoreRefused as exc:       # (before the next: it is a ConnectionError too)
+                self.refusal = exc
+                self._mark_lost(str(exc))
             except BaseException as exc:
                 if not is_connection_failure(exc):
                     raise
@@ -106,10 +119,10 @@ class RaftStore(MetadataStore):
 
     async def _serve_connection(self, address: str) -> str | None:
         """Talk to one member until the connection fails; returns a leader hint if redirected."""
-        host, _, port = address.rpartition(":")
-        with trio.fail_after(CONNECT_TIMEOUT_S):
-            stream = await trio.open_tcp_stream(host, int(port))
-        connection = RaftConnection(stream)
+        connection, hello = await open_connection(address, hello=["client"], tls=self.tls,
+                                                  auth_secret=self.auth_secret, timeout_s=CONNECT_TIMEOUT_S)
+        # Sessions live as long as the cluster says: pings go well within its timeout.
+        self._cluster_timeout_s = hello[1] / 1000
         redirect: list[str | None] = []
         self._redirect_to = None
         try:
@@ -117,7 +130,6 @@ class RaftStore(MetadataStore):
                 self._connection_scope = nursery.cancel_scope
                 nursery.start_soon(connection.write_loop)
                 nursery.start_soon(self._read, connection, nursery)
-                connection.send(["client"])
                 try:
                     await self._converse(connection)
                 except _NotLeader as exc:            # caught here, inside: never in a group
@@ -125,7 +137,7 @@ class RaftStore(MetadataStore):
                 nursery.cancel_scope.cancel()
         finally:
             connection.is_closed = True
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(connection.stream)
         return redirect[0] if redirect else self._redirect_to
 
     async def _converse(self, connection: RaftConnection) -> None:
@@ -167,8 +179,6 @@ class RaftStore(MetadataStore):
                     if waiter is not None:
                         waiter[1].extend([message[2], message[3]])
                         waiter[0].set()
-                elif message[0] == "hello":
-                    self._cluster_timeout_s = message[1] / 1000
                 elif message[0] == "w":
                     watch = self._watches.pop(message[1], None)
                     if watch is not None:
@@ -203,7 +213,7 @@ class RaftStore(MetadataStore):
             watch.fire("connection lost")
 
     def _mark_lost(self, why: str) -> None:
-        if not self._lost:
+        if not self._lost and self.session_id is not None:      # (start() says why it had none)
             log.warning("raft-lite session %s lost: %s", self.session_id, why)
         self._lost = True
         self._notify()
@@ -277,28 +287,28 @@ class RaftStore(MetadataStore):
         self._drop_connection()
 
 
-async def open_raft_store(hosts: tuple[tuple[str, int], ...], *, session_timeout_s: float) -> MetadataStore:
-    """Connect to a raft-lite cluster and open a session."""
-    store = RaftStore(hosts, session_timeout_s=session_timeout_s)
+async def open_raft_store(hosts: tuple[tuple[str, int], ...], *, session_timeout_s: float,
+                          tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> MetadataStore:
+    """Connect to a raft-lite cluster (over TLS with `tls`, showing `auth_secret`) and open a session."""
+    store = RaftStore(hosts, session_timeout_s=session_timeout_s, tls=tls, auth_secret=auth_secret)
     await store.start()
     return store
 
 
-async def member_status(address: str, *, timeout_s: float = 2.0) -> dict:
+async def member_status(address: str, *, timeout_s: float = 2.0, tls: ssl.SSLContext | None = None,
+                        auth_secret: bytes = b"") -> dict:
     """What one raft-lite member says of itself: node, role, term, leader, commit_index."""
-    host, _, port = address.rpartition(":")
     with trio.fail_after(timeout_s):
-        stream = await trio.open_tcp_stream(host, int(port))
-        connection = RaftConnection(stream)
+        connection, _ = await open_connection(address, hello=["client"], tls=tls, auth_secret=auth_secret,
+                                              timeout_s=timeout_s)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.write_loop)
-                connection.send(["client"])
                 connection.send(["status", 1])
                 async for message in connection.messages():
                     if message[0] == "r":
                         nursery.cancel_scope.cancel()
                         return message[3]
         finally:
-            await trio.aclose_forcefully(stream)
+            await trio.aclose_forcefully(connection.stream)
     raise ConnectionError(f"raft-lite member {address} closed without answering")
