@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import logging
 import math
 import os
@@ -52,6 +51,7 @@ from urllib.parse import quote
 
 import trio
 
+from transports.auth import is_bearer
 from transports.tls import handshake as tls_handshake, server_context as tls_server_context
 from transports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
 
@@ -483,7 +483,6 @@ class GrpcServer:
         self.methods = methods
         self._tls = tls
         self.auth_secret = auth_secret
-        self._expected_authorization = b"Bearer " + auth_secret
         self.is_stopping = False
         self._connections: set[_Connection] = set()
         self._nursery: trio.Nursery | None = None
@@ -492,7 +491,7 @@ class GrpcServer:
     def is_authorized(self, headers: list) -> bool:
         for name, value in headers:
             if name == AUTHORIZATION_HEADER:
-                return hmac.compare_digest(value, self._expected_authorization)
+                return is_bearer(value, self.auth_secret)
         return False
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:

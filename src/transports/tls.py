@@ -1,6 +1,6 @@
 """TLS on the server side, one way for every listener here (bookies, the gRPC endpoint, the HTTP
-admin port): the context made from a certificate chain and key, and the handshake of an
-accepted connection, bounded in time."""
+admin port, the channel between stream storage servers): the context made from a certificate
+chain and key, and the handshake of an accepted connection, bounded in time."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import logging
 import ssl
 
 import trio
+
+from transports.auth import RefusalLog, peer_host
 
 HANDSHAKE_TIMEOUT_S = 10.0
 
@@ -24,14 +26,19 @@ def server_context(cert_file: str, key_file: str | None = None, *, alpn: tuple[s
     return context
 
 
-async def handshake(stream: trio.SSLStream, *, what: str) -> bool:
+async def handshake(stream: trio.SSLStream, *, what: str, refusals: RefusalLog | None = None) -> bool:
     """The server side of an accepted connection's handshake; False (the connection closed, a
-    line logged naming `what`) when the client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
+    line logged naming `what`, or the failure handed to `refusals`, which logs a host once) when
+    the client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await stream.do_handshake()
         return True
     except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-        log.warning("%s: TLS handshake with a client failed: %r", what, exc)
+        cause = exc.__cause__ or exc            # (trio wraps the SSLError that says why)
+        if refusals is not None:
+            refusals.refused(peer_host(stream), f"TLS handshake failed: {cause!r}")
+        else:
+            log.warning("%s: TLS handshake with a client failed: %r", what, cause)
         await trio.aclose_forcefully(stream)
         return False
