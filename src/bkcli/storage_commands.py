@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import tempfile
 
 from bkcore.extras import require_extra
