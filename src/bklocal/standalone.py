@@ -26,13 +26,17 @@ class StandaloneCluster:
 
     def __init__(self, data_dir: str, *, bookie_ports: list[int], metastore_ports: list[int],
                  http_ports: list[int] | None = None, bookie_extra: dict | None = None,
-                 stream_storage_port: int = 0, stream_storage_server_count: int = 1) -> None:
+                 stream_storage_port: int = 0, stream_storage_server_count: int = 1,
+                 stream_storage_extra: list[str] | None = None) -> None:
+        """bookie_extra: more options of every bookie's config (TOML keys); stream_storage_extra:
+        more arguments of every `bk stream-storage` (its credentials, say)."""
         self.data_dir = os.path.abspath(data_dir)
         self.metastore_ports = list(metastore_ports)
         self.bookie_ports = list(bookie_ports)
         self.http_ports = list(http_ports) if http_ports else [0] * len(self.bookie_ports)
         self.metastore_uri = raft_uri(self.metastore_ports)
         self.bookie_extra = bookie_extra or {}
+        self.stream_storage_extra = list(stream_storage_extra or [])
         self.stream_storage_port = stream_storage_port
         self.stream_storage_server_count = stream_storage_server_count if stream_storage_port else 0
         self.metastore_nodes = []
@@ -61,7 +65,8 @@ class StandaloneCluster:
             log(f"  metastore node {index + 1}: 127.0.0.1:{port}  (data {node_dir})")
         for index, port in enumerate(self.bookie_ports):
             self.start_bookie(index)
-            http = f", http://127.0.0.1:{self.http_ports[index]}/metrics" if self.http_ports[index] else ""
+            scheme = "https" if self.bookie_extra.get("httpServerTlsEnable") else "http"
+            http = f", {scheme}://127.0.0.1:{self.http_ports[index]}/metrics" if self.http_ports[index] else ""
             log(f"  bookie {index + 1}: 127.0.0.1:{port}{http}  (data {self.bookie_dir(index)})")
         if self.stream_storage_server_count == 1:
             self.stream_storage_servers.append(self._spawn_stream_storage("", self.stream_storage_port, []))
@@ -78,7 +83,7 @@ class StandaloneCluster:
         name = f"stream-storage{suffix}"
         return spawn_bk(name.replace("-", " "), ["stream-storage", "--metastore", self.metastore_uri,
                                                  "--port", str(port), "--data-dir", os.path.join(self.data_dir, name),
-                                                 *extra],
+                                                 *extra, *self.stream_storage_extra],
                         log_path=os.path.join(self.data_dir, f"{name}.log"), port=port,
                         ready_text="stream storage listening on")
 

@@ -422,7 +422,7 @@ class ClientDriver:
                     waiter.done.set()
             elif type(message) is AuthResponse:
                 if message.code != Code.OK:
-                    log.warning("bookie %s refused our auth secret", source)
+                    log.info("bookie %s refused our auth secret", source)       # (the error says it)
                     self._refusals[source] = f"refused this client's auth secret: it asks for another ({_SECRET_HINT})"
             else:
                 if type(message) is ErrorResponse and message.code == Code.UNAUTHORIZED:
