@@ -296,3 +296,11 @@ async def test_a_client_the_bookies_refuse_is_told_what_credential_it_lacks(secu
         message = str(refused.value)
         bookie_ids = sorted(bookie.bookie_id for bookie in secure_cluster.bookies)
         assert f"bookies {', '.join(bookie_ids)} {reason}" in message, message
+
+
+def test_bk_stream_storage_names_a_credential_file_it_cannot_use(tmp_path, capsys):
+    pytest.importorskip("grpc")
+    from bkcli.main import main
+    missing = tmp_path / "missing.pem"
+    assert main(["stream-storage", "--metastore", "raft://127.0.0.1:1", "--grpc-tls-cert", str(missing)]) == 2
+    assert capsys.readouterr().err == f"bk stream-storage: {missing}: no such file\n"
