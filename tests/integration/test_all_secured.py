@@ -133,9 +133,10 @@ def grpc_refused(cluster, security, bk) -> None:
     address = f"127.0.0.1:{cluster.stream_storage_port}"
     with storage(cluster, security) as client:
         client.create_stream("default", "guarded")
-    for credentials, reason in [([], "did not answer"), (["--tls-ca", security.ca_file], "asks for the cluster's secret"),
-                                (["--tls-ca", security.ca_file, "--auth-secret-file", wrong_secret_file(security)],
-                                 "asks for the cluster's secret")]:
+    cases = [([], "did not answer"), (["--tls-ca", security.ca_file], "asks for the cluster's secret"),
+             (["--tls-ca", security.ca_file, "--auth-secret-file", wrong_secret_file(security)],
+              "asks for the cluster's secret")]
+    for credentials, reason in cases:
         for argv in (["stream", "create", "--stream", "unwanted"],
                      ["table", "put", "-t", "guarded", "-k", "unwanted", "-v", "x"]):
             status, out, err = run_bk(*argv, "-s", address, *credentials)
