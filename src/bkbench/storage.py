@@ -20,7 +20,6 @@ import shutil
 import tempfile
 import threading
 import time
-import urllib.request
 
 from bkbench import announce
 from bkbench.journal import MIB, percentile
@@ -44,16 +43,21 @@ BOOKIE_COUNTERS = {"entries": ("bookkeeper_server_ADD_ENTRY_REQUEST_count", {"su
                    "lac_writes": ("bookie_lac_writes_total", {})}
 
 
-def _bookie_counters(http_ports: list[int]) -> dict[str, int] | None:
-    """BOOKIE_COUNTERS so far, summed over the bookies; None if one cannot be read."""
+def _bookie_counters(cluster) -> dict[str, int] | None:
+    """BOOKIE_COUNTERS so far, summed over the cluster's bookies; None if one cannot be read
+    (their HTTP admin ports ask for the cluster's secret when the bookies have one)."""
+    from transports.http_admin_client import admin_request
     from transports.metrics import read_samples, sample_value
+    secret = str(cluster.bookie_extra.get("bookieAuthSecret", "")).encode()
     totals = dict.fromkeys(BOOKIE_COUNTERS, 0)
-    for port in http_ports:
+    for port in cluster.http_ports:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-                samples = read_samples(response.read().decode())
+            status, text = admin_request(f"http://127.0.0.1:{port}/metrics", auth_secret=secret)
         except OSError:
             return None
+        if status != 200:
+            return None
+        samples = read_samples(text)
         for key, (name, labels) in BOOKIE_COUNTERS.items():
             totals[key] += int(sample_value(samples, name, **labels) or 0)
     return totals
@@ -156,10 +160,10 @@ def bench_table(args) -> int:
             processes = {"server": [server.process.pid for server in cluster.stream_storage_servers],
                          "bookies": [bookie.process.pid for bookie in cluster.bookies],
                          "metastore": [node.process.pid for node in cluster.metastore_nodes]}
-            counted = _bookie_counters(cluster.http_ports)
+            counted = _bookie_counters(cluster)
             announce("puts")
             puts = _run_clients(address, args, "put", value, processes=processes, clients=clients)
-            puts.update(_per_replica_per_op(counted, _bookie_counters(cluster.http_ports), args.bookies, puts["ops"]))
+            puts.update(_per_replica_per_op(counted, _bookie_counters(cluster), args.bookies, puts["ops"]))
             announce("gets")
             gets = _gets_of_puts(address, args, value, puts, processes, clients)
             announce("increments")

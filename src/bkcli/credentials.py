@@ -13,11 +13,9 @@ from __future__ import annotations
 import os
 import ssl
 
+from transports.credentials import CredentialsError, read_secret_file, tls_context as _tls_context
+
 AUTH_SECRET_ENV = "BK_AUTH_SECRET"
-
-
-class CredentialsError(ValueError):
-    """A certificate, key or secret file that cannot be used; the message names it."""
 
 
 def add_security_arguments(parser) -> None:
@@ -37,37 +35,19 @@ def client_credentials(args, environ=None) -> dict:
             "auth_secret": auth_secret(getattr(args, "auth_secret_file", None), environ)}
 
 
-def tls_context(ca_file: str | None, cert_file: str | None = None, key_file: str | None = None) -> ssl.SSLContext | None:
+def tls_context(ca_file: str | None, cert_file: str | None = None,
+                key_file: str | None = None) -> ssl.SSLContext | None:
     """A client context trusting `ca_file` (None: no TLS unless a certificate is given, then the
-    system's CAs), presenting `cert_file` if given."""
-    if not (ca_file or cert_file):
-        return None
+    system's CAs), presenting `cert_file` if given (transports.credentials.tls_context)."""
     if key_file and not cert_file:
         raise CredentialsError("--tls-key needs --tls-cert")
-    for path in (ca_file, cert_file, key_file):
-        if path and not os.path.isfile(path):
-            raise CredentialsError(f"{path}: no such file")
-    try:
-        context = ssl.create_default_context(cafile=ca_file or None)
-        if cert_file:
-            context.load_cert_chain(cert_file, key_file or None)
-    except (ssl.SSLError, OSError) as exc:
-        which = ", ".join(path for path in (ca_file, cert_file, key_file) if path)
-        raise CredentialsError(f"cannot use the TLS files {which}: {exc}") from None
-    return context
+    return _tls_context(ca_file, cert_file, key_file)
 
 
 def auth_secret(path: str | None, environ) -> bytes:
     """The secret in `path` (its first line), else in ${AUTH_SECRET_ENV}; b"" when neither."""
     if path:
-        try:
-            with open(path, "rb") as file:
-                lines = file.read().splitlines()
-        except OSError as exc:
-            raise CredentialsError(f"cannot read the auth secret file {path}: {exc.strerror}") from None
-        if not lines or not lines[0]:
-            raise CredentialsError(f"the auth secret file {path} holds no secret on its first line")
-        return lines[0]
+        return read_secret_file(path)
     return environ.get(AUTH_SECRET_ENV, "").encode()
 
 

@@ -39,7 +39,8 @@ def add_parser(commands) -> None:
     server.add_argument("--grpc-tls-cert", metavar="PEM", help="serve gRPC over TLS with this certificate chain")
     server.add_argument("--grpc-tls-key", metavar="PEM", help="the private key of --grpc-tls-cert")
     server.add_argument("--grpc-auth-secret-file", metavar="FILE",
-                        help="answer only gRPC clients that prove the secret in this file (the stock client cannot)")
+                        help="answer only gRPC clients that prove the secret in this file (the stock client cannot); "
+                             "the other servers' table calls must prove it too")
     server.add_argument("--data-dir", default=None,
                         help="where the table indexes (lmdb) live; rebuilt from the range journals when "
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")

@@ -98,7 +98,10 @@ class StandaloneCluster:
                  stream_storage_port: int = 0, stream_storage_server_count: int = 1,
                  metastore_http_ports: list[int] | None = None,
                  stream_storage_http_ports: list[int] | None = None,
-                 security: StandaloneSecurity = StandaloneSecurity()) -> None:
+                 security: StandaloneSecurity = StandaloneSecurity(),
+                 stream_storage_extra: list[str] | None = None) -> None:
+        """bookie_extra: more options of every bookie's config (TOML keys); stream_storage_extra:
+        more arguments of every `bk stream-storage` (its credentials, say)."""
         self.data_dir = os.path.abspath(data_dir)
         self.metastore_ports = list(metastore_ports)
         self.bookie_ports = list(bookie_ports)
@@ -107,6 +110,7 @@ class StandaloneCluster:
         self.security = security
         self.metastore_uri = raft_uri(self.metastore_ports, is_tls=bool(security.tls_dir))
         self.bookie_extra = {**security.bookie_config(), **(bookie_extra or {})}
+        self.stream_storage_extra = list(stream_storage_extra or [])
         self.stream_storage_port = stream_storage_port
         self.stream_storage_server_count = stream_storage_server_count if stream_storage_port else 0
         self.stream_storage_http_ports = (list(stream_storage_http_ports) if stream_storage_http_ports
@@ -139,7 +143,7 @@ class StandaloneCluster:
             log(f"  metastore node {index + 1}: 127.0.0.1:{port}{_metrics_at(http_port)}  (data {node_dir})")
         for index, port in enumerate(self.bookie_ports):
             self.start_bookie(index)
-            scheme = "https" if self.security.tls_dir else "http"      # (the bookie's admin port)
+            scheme = "https" if self.bookie_extra.get("httpServerTlsEnable") else "http"   # (its admin port)
             log(f"  bookie {index + 1}: 127.0.0.1:{port}{_metrics_at(self.http_ports[index], scheme)}  "
                 f"(data {self.bookie_dir(index)})")
         if self.stream_storage_server_count == 1:
@@ -162,7 +166,8 @@ class StandaloneCluster:
         return spawn_bk(name.replace("-", " "), ["stream-storage", "--metastore", self.metastore_uri,
                                                  "--port", str(port), "--data-dir", os.path.join(self.data_dir, name),
                                                  "--http-port", str(http_port),
-                                                 *self.security.stream_storage_args(), *extra],
+                                                 *self.security.stream_storage_args(), *extra,
+                                                 *self.stream_storage_extra],
                         log_path=os.path.join(self.data_dir, f"{name}.log"), port=port,
                         ready_text="stream storage listening on")
 

@@ -1,9 +1,11 @@
 """The source's and sink's calls into the store, from blocking Spark code.
 
 Spark calls the data source from plain threads (the driver's planner, Python workers). Each
-process keeps one blocking client per metastore URI (bkclient.sync, a trio thread), opened on
-first use and reused by every task the worker runs, since connecting costs a metastore session.
-The coroutines here run on that client's thread through SyncBookKeeper.run().
+process keeps one blocking client per metastore URI and credentials (bkclient.sync, a trio
+thread), opened on first use and reused by every task the worker runs, since connecting costs a
+metastore session. It shows the cluster the credentials the options name (tlsCa, tlsCert, tlsKey,
+authSecretFile), their files read here, in the process that connects. The coroutines here run
+on that client's thread through SyncBookKeeper.run().
 """
 
 from __future__ import annotations
@@ -15,20 +17,39 @@ from bkclient.sync import connect as sync_connect
 from bkcore.errors import NoSuchEntry, NoSuchLedger
 from bkcore.stream.records import unpack_entry
 from bkcore.stream.segments import SegmentState
+from bkspark.options import Credentials, OptionError, SourceOptions
 from bkspark.planning import ReadSpan, StreamView, extent_of
 from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
+from transports.credentials import CredentialsError, read_secret_file, tls_context
 
-_clients: dict[str, SyncBookKeeper] = {}
+_clients: dict[tuple[str, Credentials], SyncBookKeeper] = {}
 _clients_lock = threading.Lock()
 
 
-def client(metastore: str) -> SyncBookKeeper:
-    """This process's client of the cluster whose metastore is `metastore`."""
+def client(options: SourceOptions) -> SyncBookKeeper:
+    """This process's client of the cluster whose metastore is options.metastore, showing it the
+    options' credentials."""
+    key = (options.metastore, options.credentials)
     with _clients_lock:
-        bk = _clients.get(metastore)
+        bk = _clients.get(key)
         if bk is None:
-            bk = _clients[metastore] = sync_connect(metastore)
+            bk = _clients[key] = sync_connect(options.metastore, **connect_credentials(options.credentials))
         return bk
+
+
+def connect_credentials(credentials: Credentials) -> dict:
+    """bkclient.connect's tls and auth_secret from the credentials' files; an OptionError naming
+    the option of a file that cannot be used here."""
+    try:
+        tls = tls_context(credentials.tls_ca, credentials.tls_cert, credentials.tls_key)
+    except CredentialsError as exc:
+        raise OptionError(f"options tlsCa, tlsCert, tlsKey: {exc} (each file must be on every machine "
+                          f"Spark runs on)") from None
+    path = credentials.auth_secret_file
+    try:
+        return {"tls": tls, "auth_secret": read_secret_file(path) if path else b""}
+    except CredentialsError as exc:
+        raise OptionError(f'option "authSecretFile": {exc} (the file must be on every machine Spark runs on)') from None
 
 
 def close_clients() -> None:

@@ -3,6 +3,10 @@
 Every error names the option and how to fix it. Option names follow Spark's own sources
 (startingOffsets, failOnDataLoss, maxEntriesPerTrigger ...); Spark hands them over
 case-insensitively, so they are looked up lower-cased.
+
+A secured cluster's credentials are files, named by tlsCa, tlsCert, tlsKey and authSecretFile
+(as `bk` takes them: --tls-ca, --tls-cert, --tls-key, --auth-secret-file), read by each process
+that makes a client (bkspark.cluster): the secret never travels in the plan Spark ships.
 """
 
 from __future__ import annotations
@@ -21,6 +25,17 @@ DEFAULT_MAX_TRIGGER_DELAY_S = 15 * 60
 
 class OptionError(ValueError):
     """An option of the bookkeeper source or sink that is missing or wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """The files of a client's credentials (None: not given): a CA that signed the bookies'
+    certificates (TLS), this client's own certificate and key, the cluster's secret."""
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    auth_secret_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +60,7 @@ class SourceOptions:
     writer_id: str | None = None
     filter_pushdown: bool = False
     checkpoint_location: str | None = None
+    credentials: Credentials = Credentials()
 
     @property
     def stream_name(self) -> str:
@@ -90,7 +106,17 @@ def parse_options(raw: dict) -> SourceOptions:
         max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_S),
         cursor=options.get("cursor") or None, writer_id=options.get("writerid") or None,
         filter_pushdown=_boolean(options, "filterPushdown", False),
-        checkpoint_location=options.get("checkpointlocation") or None)
+        checkpoint_location=options.get("checkpointlocation") or None, credentials=_credentials(options))
+
+
+def _credentials(options: dict) -> Credentials:
+    credentials = Credentials(tls_ca=options.get("tlsca") or None, tls_cert=options.get("tlscert") or None,
+                              tls_key=options.get("tlskey") or None,
+                              auth_secret_file=options.get("authsecretfile") or None)
+    if credentials.tls_key and not credentials.tls_cert:
+        raise OptionError('option "tlsKey" is the key of a certificate: give the certificate too, '
+                          '.option("tlsCert", "client.pem")')
+    return credentials
 
 
 def require_stream(options: SourceOptions, what: str) -> None:

@@ -62,7 +62,7 @@ class _Sink:
             raise OptionError(f"column \"txid\" must be an integer (long), not {fields['txid'].simpleString()}")
         self.options = options
         self.writer_id = writer_id
-        metadata = cluster.client(options.metastore).run(
+        metadata = cluster.client(options).run(
             lambda bk: bk.streams.catalog.get_stream(options.namespace, options.stream))
         self.settings = metadata.settings.to_list()
 
@@ -78,7 +78,7 @@ class _Sink:
         async def attach(bk):
             return await bk.streams.attach_segments(options.namespace, options.stream, writer_id=self.writer_id,
                                                     batch_id=batch_id, ledgers=ledgers)
-        outcome = cluster.client(options.metastore).run(attach)
+        outcome = cluster.client(options).run(attach)
         if not outcome.applied:
             kept = {ledger.ledger_id for ledger in outcome.committed.ledgers}
             log.warning("batch %d of writer %r was committed to %s before; this run's ledgers are deleted",
@@ -124,7 +124,7 @@ class StreamingSink(_Sink, DataSourceStreamArrowWriter):
 def write_task(options: SourceOptions, settings: StreamSettings,
                batches: Iterator[pa.RecordBatch]) -> AttachedLedger | None:
     """One task: rows packed into entries of a new ledger, closed; deleted if anything fails."""
-    bk = cluster.client(options.metastore)
+    bk = cluster.client(options)
     context = TaskContext.get()
     partition_index = context.partitionId() if context is not None else 0
     ledger = state = None
@@ -191,4 +191,4 @@ def _delete(options: SourceOptions, ledger_ids: list[int]) -> None:
             except NoSuchLedger:
                 pass
     if ledger_ids:
-        cluster.client(options.metastore).run(delete)
+        cluster.client(options).run(delete)

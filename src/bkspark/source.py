@@ -77,7 +77,7 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[SpanPartition]:
         options = self.options
-        bk = cluster.client(options.metastore)
+        bk = cluster.client(options)
         if options.stream is None:
             extents = bk.run(cluster.ledger_extents, options.ledgers, options.password)
             return [SpanPartition(s) for s in ledger_spans(extents, max_entries=options.max_entries_per_partition)]

@@ -45,7 +45,7 @@ def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
     most), and batches go to Spark a few reads' worth at a time (bkspark.read_sizing). A
     ledger deleted since planning fails the task (failOnDataLoss=true) or is skipped with a
     warning."""
-    bk = cluster.client(options.metastore)
+    bk = cluster.client(options)
     handle = bk.run(cluster.open_span, span, options.password)
     if handle is None:
         _on_lost_ledger(options, span)

@@ -45,14 +45,14 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets --------------------------------------------------------------------------------
 
     def _view(self) -> StreamView:
-        return cluster.client(self.options.metastore).run(cluster.stream_view, self.options.namespace,
+        return cluster.client(self.options).run(cluster.stream_view, self.options.namespace,
                                                           self.options.stream)
 
     def initialOffset(self) -> dict:
         view = self._view()
         spec = self.options.starting
         if spec.kind == "txid":
-            position = cluster.client(self.options.metastore).run(_txid_position, self.options, spec.value)
+            position = cluster.client(self.options).run(_txid_position, self.options, spec.value)
             return encode(StreamOffset(position, view.ledger_at(position)))
         offset, _ = resolve_start(view, spec)
         return encode(offset)
@@ -132,7 +132,7 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         async def commit_cursor(bk) -> None:
             await bk.streams.commit_cursor(options.namespace, options.stream, options.cursor, consumed)
-        cluster.client(options.metastore).run(commit_cursor)
+        cluster.client(options).run(commit_cursor)
 
     def stop(self) -> None:
         pass

@@ -37,7 +37,7 @@ class TableReader(DataSourceReader):
 
     def partitions(self) -> list[RangePartition]:
         options = self.options
-        bk = cluster.client(options.metastore)
+        bk = cluster.client(options)
         cuts = bk.run(plan_cuts, options.namespace, options.table, now_ms=int(time.time() * 1000))
         return [RangePartition(cut) for cut in cuts]
 
@@ -45,7 +45,7 @@ class TableReader(DataSourceReader):
         if not isinstance(partition, RangePartition):
             return       # no range has a journal: PySpark reads one InputPartition(None) instead of none
         options, cut = self.options, partition.cut
-        snapshot = read_cut(cluster.client(options.metastore), cut, chunk_entries=options.read_batch_entries)
+        snapshot = read_cut(cluster.client(options), cut, chunk_entries=options.read_batch_entries)
         for first in range(0, len(snapshot.kvs), ROWS_PER_BATCH):
             yield table_batch(cut.table, cut.range_id, snapshot.revision,
                               snapshot.kvs[first:first + ROWS_PER_BATCH], options.value_format)

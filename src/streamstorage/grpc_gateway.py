@@ -26,6 +26,7 @@ table key is (r_key, key), BookKeeper's (pKey, lKey).
 from __future__ import annotations
 
 import socket
+import ssl
 from typing import Awaitable, Callable
 
 import msgpack
@@ -522,12 +523,14 @@ class GrpcGateway:
     def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  checkpoint_every: int | None = None, index_dir: str | None = None,
                  shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"",
-                 call_stats: dict | None = None) -> None:
+                 call_stats: dict | None = None, peer_tls=None) -> None:
         """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
         the range journals whenever a range is opened); None keeps them in memory. tls: serve
         gRPC over TLS with this context (transports.grpc_trio.server_tls_context). auth_secret:
         answer only clients that prove it (StorageClient(auth_secret=...)). call_stats: where
-        the gRPC calls are counted and timed (transports.grpc_trio.GrpcServer's).
+        the gRPC calls are counted and timed (transports.grpc_trio.GrpcServer's). The channel
+        between the servers asks for the same secret and, with tls, speaks TLS too: peer_tls is
+        the client context this server verifies the others with (None: the system's CAs).
 
         port is this server's own (its id among the servers, where the others forward what it
         owns: no other process may listen there); shared_port, when given, is also listened on
@@ -543,6 +546,7 @@ class GrpcGateway:
         self._tls = tls
         self._auth_secret = auth_secret
         self._call_stats = call_stats
+        self._peer_tls = (peer_tls or ssl.create_default_context()) if tls is not None else None
         self._checkpoint_every = checkpoint_every
         self.tables: Tables | None = None
         # The servers' own channel, once running: calls for ranges owned elsewhere go out on
@@ -571,10 +575,12 @@ class GrpcGateway:
                     self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
                                          server_id=f"{self.host}:{self.port}",
                                          indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
-                    self.peer_server = await peer_calls.start(PeerServer(self.tables, host=self.host,
-                                                                         port=self.peer_port).run)
+                    self.peer_server = await peer_calls.start(PeerServer(
+                        self.tables, host=self.host, port=self.peer_port, tls=self._tls,
+                        auth_secret=self._auth_secret).run)
                     self.peer_port = self.peer_server.port
-                    self.peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=peer_calls)
+                    self.peers = PeerClient(store=self._bk.store, root=self._bk.layout.root, nursery=peer_calls,
+                                            tls=self._peer_tls, auth_secret=self._auth_secret)
                     server = GrpcServer(self._methods(nursery), tls=self._tls, auth_secret=self._auth_secret,
                                         call_stats=self._call_stats)
                     await nursery.start(server.serve, listeners)

@@ -34,6 +34,14 @@ again: the owner may have restarted elsewhere). A call not answered within timeo
 a ConnectionError too; like any request that timed out, its command may or may not have been
 carried out.
 
+Security: with the cluster's secret (the gRPC endpoint's), a server takes calls only from
+servers that prove it: the first call on a connection is a PeerAuth carrying it (bkcore.table.
+peer_wire), sent without waiting for an answer, as a bookie client sends its AuthRequest; a
+connection that starts otherwise is answered Unauthorized (to call id 0) and closed before any
+of its calls is run, and the first refusal of each host is logged. When the gRPC endpoint speaks
+TLS, so does this channel, with the same certificate; the servers verify each other with the
+CAs their client of the bookies trusts (the system's when it has none).
+
 Limits: a call or an answer is at most PACKED_SIZE_MAX bytes (larger ones are refused with a
 TableError before they are sent); a client has at most PENDING_CALLS_MAX calls waiting per owner
 and a server at most CALLS_IN_FLIGHT_MAX calls running (more are refused with a ConnectionError,
@@ -45,20 +53,24 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 from dataclasses import dataclass
 
 import trio
 
+from bkcore.errors import Unauthorized
 from bkcore.table.commands import Command, RangeRead, RangeResult, TableError
 from bkcore.table.ownership import peer_address_of
 from bkcore.table.kv import WatchEvent
 from bkcore.table.peer_wire import (
-    CANCEL_WATCH, WATCH_ENDED, CancelWatch, TableAnswer, TableCall, WatchCreated, WatchOperation, decode_answers,
-    decode_calls, frame_of, pack_answer, pack_call,
+    AUTH_CALL_ID, CANCEL_WATCH, WATCH_ENDED, CancelWatch, PeerAuth, TableAnswer, TableCall, WatchCreated,
+    WatchOperation, decode_answers, decode_calls, frame_of, pack_answer, pack_call,
 )
 from bkcore.table.range import WatchTooSlow
 from bkcore.wire import FRAME_SIZE_MAX
+from transports.auth import RefusalLog, is_secret
 from transports.connection import FrameCodec, FramedConnection
+from transports.tls import handshake as tls_handshake
 
 log = logging.getLogger("bk.stream-storage")
 
@@ -87,6 +99,7 @@ class PeerServerStatistics:
     received_frame_count: int
     sent_frame_count: int
     malformed_frame_count: int
+    refused_connection_count: int    # without the secret, or failing the TLS handshake
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +114,32 @@ class PeerClientStatistics:
     malformed_frame_count: int
 
 
+class _Incoming:
+    """One connection from another server: its watches by call id, and whether it has proved
+    the secret (always, when this server asks for none)."""
+
+    __slots__ = ("peer", "calls", "watches", "is_authenticated")
+
+    def __init__(self, peer: str, calls: trio.Nursery, *, is_authenticated: bool) -> None:
+        self.peer = peer
+        self.calls = calls
+        self.watches: dict[int, trio.CancelScope] = {}
+        self.is_authenticated = is_authenticated
+
+
 class PeerServer:
     """Answers the table calls of other servers against this server's Tables."""
 
-    def __init__(self, tables, *, host: str, port: int = 0) -> None:
-        """port 0: any free port (`port` holds the one listened on once run() has started)."""
+    def __init__(self, tables, *, host: str, port: int = 0, tls: ssl.SSLContext | None = None,
+                 auth_secret: bytes = b"") -> None:
+        """port 0: any free port (`port` holds the one listened on once run() has started).
+        tls: serve over TLS with this server context; auth_secret: take calls only from servers
+        that prove it (b"": from any)."""
         self._tables = tables
         self.host, self.port = host, port
+        self._tls = tls
+        self._auth_secret = auth_secret
+        self._refusals = RefusalLog(log, "table calls")
         self._calls_in_flight = 0
         self._call_count = self._refused_call_count = self._calls_in_flight_peak = 0
         # Frames of the connections that ended; the live ones are in _connections.
@@ -121,50 +153,29 @@ class PeerServer:
         except OSError as exc:
             raise OSError(f"cannot listen for table calls on {self.host}:{self.port}: {exc}") from exc
         self.port = listeners[0].socket.getsockname()[1]
+        self._refusals.what = f"table calls on {self.host}:{self.port}"
         task_status.started(self)
         await trio.serve_listeners(self._serve, listeners)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         peer = "%s:%d" % stream.socket.getpeername()[:2]
+        if self._tls is not None:
+            stream = trio.SSLStream(stream, self._tls, server_side=True)
+            if not await tls_handshake(stream, what="table calls", refusals=self._refusals):
+                return
         connection = None
-        watches: dict[int, trio.CancelScope] = {}      # this connection's, by call id
         try:
             async with trio.open_nursery() as calls:
-                def on_messages(batch: list[TableCall], connection: FramedConnection) -> None:
-                    for call in batch:
-                        kind = type(call.operation)
-                        if kind is CancelWatch:
-                            scope = watches.get(call.call_id)
-                            if scope is not None:
-                                scope.cancel()
-                            continue
-                        if kind is WatchOperation:
-                            if len(watches) >= WATCHES_PER_CONNECTION_MAX:
-                                connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
-                                    f"{self.host}:{self.port} has {WATCHES_PER_CONNECTION_MAX} watches from "
-                                    f"{peer}; retry"))))
-                                continue
-                            watches[call.call_id] = trio.CancelScope()
-                            calls.start_soon(self._serve_watch, call, connection, watches)
-                            continue
-                        if self._calls_in_flight >= CALLS_IN_FLIGHT_MAX:
-                            self._refused_call_count += 1
-                            connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
-                                f"{self.host}:{self.port} has {CALLS_IN_FLIGHT_MAX} table calls running; retry"))))
-                            continue
-                        self._calls_in_flight += 1
-                        self._calls_in_flight_peak = max(self._calls_in_flight_peak, self._calls_in_flight)
-                        calls.start_soon(self._answer, call, connection)
-
-                connection = FramedConnection(stream, name=f"table calls from {peer}", on_messages=on_messages,
-                                              codec=_SERVER_CODEC)
+                incoming = _Incoming(peer, calls, is_authenticated=not self._auth_secret)
+                connection = FramedConnection(stream, name=f"table calls from {peer}", codec=_SERVER_CODEC,
+                                              on_messages=lambda batch, c: self._take_calls(batch, c, incoming))
                 self._connections.add(connection)
                 await connection.run()
                 if connection.malformed_frame_count:
                     log.warning("table calls from %s: %s; connection closed", peer, connection.close_reason)
                 # The calls still running finish (their commands are in the journal's hands);
                 # their answers have nowhere to go. The watches have nobody to tell: they end.
-                for scope in watches.values():
+                for scope in incoming.watches.values():
                     scope.cancel()
         finally:
             if connection is not None:
@@ -172,6 +183,56 @@ class PeerServer:
                 self._received_frame_count += connection.received_frame_count
                 self._sent_frame_count += connection.sent_frame_count
                 self._malformed_frame_count += connection.malformed_frame_count
+
+    def _take_calls(self, batch: list[TableCall], connection: FramedConnection, incoming: _Incoming) -> None:
+        if connection.is_closed:            # (refused: what it sent after is not looked at)
+            return
+        if not incoming.is_authenticated:
+            batch = self._authenticated(batch, connection, incoming)
+        for call in batch:
+            kind = type(call.operation)
+            if kind is CancelWatch:
+                scope = incoming.watches.get(call.call_id)
+                if scope is not None:
+                    scope.cancel()
+                continue
+            if kind is PeerAuth:            # (from a server with a secret, to one that asks for none)
+                continue
+            if kind is WatchOperation:
+                if len(incoming.watches) >= WATCHES_PER_CONNECTION_MAX:
+                    connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
+                        f"{self.host}:{self.port} has {WATCHES_PER_CONNECTION_MAX} watches from "
+                        f"{incoming.peer}; retry"))))
+                    continue
+                incoming.watches[call.call_id] = trio.CancelScope()
+                incoming.calls.start_soon(self._serve_watch, call, connection, incoming.watches)
+                continue
+            if self._calls_in_flight >= CALLS_IN_FLIGHT_MAX:
+                self._refused_call_count += 1
+                connection.send(pack_answer(TableAnswer(call.call_id, error=ConnectionError(
+                    f"{self.host}:{self.port} has {CALLS_IN_FLIGHT_MAX} table calls running; retry"))))
+                continue
+            self._calls_in_flight += 1
+            self._calls_in_flight_peak = max(self._calls_in_flight_peak, self._calls_in_flight)
+            incoming.calls.start_soon(self._answer, call, connection)
+
+    def _authenticated(self, batch: list[TableCall], connection: FramedConnection,
+                       incoming: _Incoming) -> list[TableCall]:
+        """The calls after a first PeerAuth with the secret; none (Unauthorized answered, the
+        connection closing, no call run) when the connection starts otherwise."""
+        first = batch[0]
+        if type(first.operation) is PeerAuth and is_secret(first.operation.secret, self._auth_secret):
+            incoming.is_authenticated = True
+            return batch[1:]
+        reason = ("a wrong secret" if type(first.operation) is PeerAuth
+                  else "a table call without the cluster's secret")
+        self._refusals.refused(incoming.peer.rpartition(":")[0], f"{reason}; its calls are not run")
+        connection.send(pack_answer(TableAnswer(AUTH_CALL_ID, error=Unauthorized(
+            f"stream storage server {self.host}:{self.port} takes table calls only from servers that show the "
+            f"cluster's secret, and {incoming.peer} sent {reason}: give every server the same one "
+            f"(--grpc-auth-secret-file, or the bookies' bookieAuthSecret)"))))
+        connection.close("refused: no secret")
+        return []
 
     async def _answer(self, call: TableCall, connection: FramedConnection) -> None:
         self._call_count += 1
@@ -229,7 +290,7 @@ class PeerServer:
             self._call_count, self._refused_call_count, self._calls_in_flight_peak,
             self._received_frame_count + sum(c.received_frame_count for c in live),
             self._sent_frame_count + sum(c.sent_frame_count for c in live),
-            self._malformed_frame_count + sum(c.malformed_frame_count for c in live))
+            self._malformed_frame_count + sum(c.malformed_frame_count for c in live), self._refusals.count)
 
 
 class _Pending:
@@ -272,13 +333,14 @@ class _Link:
     or failed (`failure`). Invariant: `pending` holds only calls sent on `connection`, each
     answered, failed or given up (and removed) by its caller; so does `watches`."""
 
-    __slots__ = ("owner", "ready", "connection", "failure", "pending", "watches")
+    __slots__ = ("owner", "ready", "connection", "failure", "refusal", "pending", "watches")
 
     def __init__(self, owner: str) -> None:
         self.owner = owner
         self.ready = trio.Event()
         self.connection: FramedConnection | None = None
         self.failure = ""
+        self.refusal = ""           # why the owner refused this server (its Unauthorized answer)
         self.pending: dict[int, _Pending] = {}
         self.watches: dict[int, _Watch] = {}
 
@@ -286,17 +348,22 @@ class _Link:
 class PeerClient:
     """Sends table calls to the servers that own their ranges (see the module's docstring)."""
 
-    def __init__(self, *, store, root: str, nursery: trio.Nursery, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(self, *, store, root: str, nursery: trio.Nursery, timeout_s: float = CALL_TIMEOUT_S,
+                 tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> None:
         """store, root: the metastore and layout root where servers register (their peer
-        addresses); nursery: where the connections run (they end with it)."""
+        addresses); nursery: where the connections run (they end with it). tls: reach the
+        owners over TLS, verifying them with this client context; auth_secret: prove it first."""
         self._store, self._root, self._nursery = store, root, nursery
         self.timeout_s = timeout_s
+        self._tls = tls
+        self._auth_secret = auth_secret
         # One per owner with an open or opening connection; removed when it fails or breaks.
         self._links: dict[str, _Link] = {}
         self._call_ids = itertools.count(1)
         self._call_count = self._connect_count = self._connection_failure_count = 0
         self._timeout_count = self._late_answer_count = self._malformed_frame_count = 0
         self._closed_sent_frame_count = self._closed_received_frame_count = 0
+        self._refusal_logged = False    # (a refusal is logged once; the calls say it each time)
 
     async def execute(self, owner: str, namespace: str, stream: str, pkey: bytes, command: Command) -> object:
         """Tables.execute(namespace, stream, pkey, command) on server `owner` (its id)."""
@@ -397,18 +464,16 @@ class PeerClient:
 
     async def _run_link(self, link: _Link) -> None:
         try:
-            with trio.fail_after(CONNECT_TIMEOUT_S):
-                address = await peer_address_of(self._store, self._root, link.owner)
-                host, _, port = address.rpartition(":")
-                stream = await trio.open_tcp_stream(host, int(port))
-        except (OSError, ValueError, trio.TooSlowError) as exc:
-            self._end_link(link, f"cannot reach stream storage server {link.owner} for table calls: "
-                                 f"{exc or 'no answer in %g s' % CONNECT_TIMEOUT_S}; retry")
+            address, stream = await self._connect(link.owner)
+        except ConnectionError as exc:
+            self._end_link(link, str(exc))
             return
         self._connect_count += 1
         connection = link.connection = FramedConnection(
             stream, name=f"table calls to {link.owner}", on_messages=lambda answers, _: self._on_answers(link, answers),
             codec=_CLIENT_CODEC)
+        if self._auth_secret:           # (the first call on the connection, before any other)
+            connection.send(pack_call(TableCall(AUTH_CALL_ID, "", "", b"", PeerAuth(self._auth_secret))))
         link.ready.set()
         try:
             await connection.run()
@@ -419,11 +484,42 @@ class PeerClient:
             if connection.malformed_frame_count:
                 log.warning("table calls to %s (%s): %s; connection closed", link.owner, address,
                             connection.close_reason)
-            self._end_link(link, f"the table call connection to stream storage server {link.owner} ({address}) "
-                                 f"ended: {connection.close_reason or 'closed'}; retry")
+            self._end_link(link, link.refusal or f"the table call connection to stream storage server {link.owner} "
+                                                 f"({address}) ended: {connection.close_reason or 'closed'}; retry")
+
+    async def _connect(self, owner: str) -> tuple[str, trio.abc.Stream]:
+        """(owner's peer address, a stream to it, over TLS if this client speaks it); a
+        ConnectionError saying why not."""
+        stream = None
+        try:
+            with trio.fail_after(CONNECT_TIMEOUT_S):
+                address = await peer_address_of(self._store, self._root, owner)
+                host, _, port = address.rpartition(":")
+                stream = await trio.open_tcp_stream(host, int(port))
+                if self._tls is not None:
+                    stream = trio.SSLStream(stream, self._tls, server_hostname=host)
+                    await stream.do_handshake()
+                return address, stream
+        except trio.BrokenResourceError as exc:          # (only the TLS handshake raises it here)
+            await trio.aclose_forcefully(stream)
+            raise ConnectionError(f"TLS handshake with stream storage server {owner} ({address}) for table calls "
+                                  f"failed: {exc.__cause__ or exc}; its certificate must be signed by a CA this "
+                                  f"server trusts (--tls-ca, or the bookie's tlsTrustStore)") from None
+        except (OSError, ValueError, trio.TooSlowError) as exc:
+            if stream is not None:
+                await trio.aclose_forcefully(stream)
+            raise ConnectionError(f"cannot reach stream storage server {owner} for table calls: "
+                                  f"{exc or 'no answer in %g s' % CONNECT_TIMEOUT_S}; retry") from None
 
     def _on_answers(self, link: _Link, answers: list[TableAnswer]) -> None:
         for answer in answers:
+            if answer.call_id == AUTH_CALL_ID and isinstance(answer.error, Unauthorized):
+                link.refusal = f"{answer.error}; retry once it does"
+                if not self._refusal_logged:
+                    self._refusal_logged = True
+                    log.warning("table calls to %s: refused: %s", link.owner, answer.error)
+                link.connection.close("refused by the owner")
+                return
             pending = link.pending.pop(answer.call_id, None)
             if pending is None:
                 watch = link.watches.get(answer.call_id)

@@ -37,8 +37,10 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
     send table calls (0: a free port, kept by later sessions). tls, auth_secret: what its client
     shows the bookies of a secured cluster (bkclient.connect's). serve_tls: serve gRPC over TLS
     with this context (transports.grpc_trio.server_tls_context); serve_auth_secret: answer only
-    gRPC clients that prove it. registry: the prometheus_client registry its metrics are
-    published in (None: not published)."""
+    gRPC clients that prove it. The other servers must show that secret too, and with serve_tls
+    they are reached over TLS, verified with the CAs of `tls` (the system's without it).
+    registry: the prometheus_client registry its metrics are published in (None: not
+    published)."""
     metrics = StreamStorageMetrics()
     if registry is not None:
         publish(registry, metrics.families)
@@ -50,7 +52,7 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
                 gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
                                                           shared_port=shared_port, peer_port=peer_port,
                                                           tls=serve_tls, auth_secret=serve_auth_secret,
-                                                          call_stats=metrics.calls).run)
+                                                          call_stats=metrics.calls, peer_tls=tls).run)
                 metrics.gateway = gateway
                 port, peer_port = gateway.port, gateway.peer_port
                 if is_first:

@@ -62,7 +62,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("httpServerTlsEnable", "", "http_tls", bool,
            help="serve the HTTP admin port as HTTPS, with tlsCertificatePath and tlsKeyPath (false)"),
     Option("bookieAuthSecret", "", "auth_secret", str, to_field=str.encode, from_field=bytes.decode, is_secret=True,
-           help="shared secret every client connection must present first (empty: none)"),
+           help="shared secret every client connection must present first, and every HTTP admin request as a "
+                "bearer token (Authorization: Bearer ...) (empty: none)"),
     Option("tlsCertificatePath", "", "tls_cert_file", str, help="TLS certificate chain, PEM (empty: no TLS)"),
     Option("tlsKeyPath", "", "tls_key_file", str, help="private key of the TLS certificate, PEM"),
     Option("tlsTrustStore", "", "tls_trust_file", str,

@@ -62,6 +62,7 @@ from bkcore.wire import (
     ReadResponse,
 )
 from metastore.api import MetadataStore
+from transports.auth import is_secret
 from transports.connection import FramedConnection, ReceiveGate
 from transports.timer import CoreTimer, now_ns
 from transports import stall_recorder
@@ -246,7 +247,8 @@ class BookieServer:
                 await self._register()
                 nursery.start_soon(self._registration_loop)
                 if self.config.http_port:
-                    admin = AdminHttpServer(admin_routes(self), tls=self._http_tls_context())
+                    admin = AdminHttpServer(admin_routes(self), tls=self._http_tls_context(),
+                                            auth_secret=self.config.auth_secret)
                     self.http_port = await nursery.start(admin.serve, self.config.http_port, self.config.host)
                 self._listen_scope = trio.CancelScope()
 
@@ -358,7 +360,7 @@ class BookieServer:
     def _authenticate(self, messages: list, connection: FramedConnection) -> list:
         """The first message must be an AuthRequest with the secret; anything else closes."""
         first = messages[0]
-        if type(first) is AuthRequest and hmac.compare_digest(first.secret, self.config.auth_secret):
+        if type(first) is AuthRequest and is_secret(first.secret, self.config.auth_secret):
             self._unauthenticated.discard(connection.name)
             connection.send(AuthResponse(first.request_id, int(Code.OK)))
             return messages[1:]

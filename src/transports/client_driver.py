@@ -18,10 +18,17 @@ can write, or else when it can: once the connection's writer task has written wh
 meanwhile, in any number of pumps, leave as one AddBatchRequest per run, made by the core.
 Adds started with start_add (pipelined) are pumped together once the caller yields, so a burst
 of them makes one batch per bookie (a long burst, one per PIPELINED_ADDS_PER_PUMP_MAX adds).
+
+A bookie that refuses this client's credentials (no secret, a wrong one, a TLS handshake that
+fails, or, for a client in the clear, a connection closed before any answer) is remembered
+until it answers; an operation that fails for want of bookies (NotEnoughBookies, Timeout, ...)
+meanwhile says so in its message, naming the credential to give, rather than only that too few
+bookies answered.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import random
@@ -35,8 +42,8 @@ from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, HeldSends, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, MetaCode, MetaResult
-from bkcore.errors import BKException, Code
-from bkcore.wire import AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse
+from bkcore.errors import BKException, BookieIOError, Code, NotEnoughBookies, Timeout, Unauthorized
+from bkcore.wire import AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse, ErrorResponse
 from metastore.api import MetadataStore
 from transports import stall_recorder
 from transports.connection import FramedConnection
@@ -53,6 +60,9 @@ CONNECT_TIMEOUT_S = 5.0
 PIPELINED_ADDS_PER_PUMP_MAX = 256
 RECONNECT_BACKOFF_MIN_S = 0.1
 RECONNECT_BACKOFF_MAX_S = 2.0
+# The errors of an operation that could not reach enough bookies: a refusal explains them.
+_UNREACHED_ERRORS = (NotEnoughBookies, Timeout, BookieIOError, Unauthorized)
+_SECRET_HINT = "--auth-secret-file, or BK_AUTH_SECRET"
 
 
 def parse_address(bookie_id: str) -> tuple[str, int]:
@@ -110,6 +120,9 @@ class ClientDriver:
         self._info_waiters: dict[int, _Call] = {}
         # A pump asked for by start_add, run by _pump_when_asked once the caller yields.
         self._pump_asked = trio.Event()
+        # Bookie id -> why it refused this client's credentials, said after its id (one per
+        # bookie dialled; gone once it answers).
+        self._refusals: dict[str, str] = {}
         self._started_since_pump = 0
         self._burst_started_ns = 0
         self._is_pumping = False        # pump() is taking effects (start_add need not ask for one)
@@ -213,6 +226,8 @@ class ClientDriver:
             for effect in effects:
                 kind = type(effect)
                 if kind is Completed:         # most effects: one per add, a Send per batch
+                    if effect.error is not None and self._refusals:
+                        effect = self._explained(effect)
                     # (_complete, with the pipelined adds' lookup spelled out)
                     on_done = on_completed_pop(effect.op_id, None)
                     if on_done is not None:
@@ -229,6 +244,19 @@ class ClientDriver:
                     self._nursery.start_soon(self._call_metastore, effect)
                 else:
                     raise AssertionError(f"client effect {effect!r}")
+
+    def _explained(self, effect: Completed) -> Completed:
+        """The effect, its error's message extended by the bookies' refusals when it is one
+        that their refusals may cause."""
+        error = effect.error
+        if not isinstance(error, _UNREACHED_ERRORS):
+            return effect
+        refused_by: dict[str, list[str]] = {}
+        for bookie_id in sorted(self._refusals):
+            refused_by.setdefault(self._refusals[bookie_id], []).append(bookie_id)
+        reasons = "; ".join(f"{'bookies' if len(ids) > 1 else 'bookie'} {', '.join(ids)} {reason}"
+                            for reason, ids in refused_by.items())
+        return dataclasses.replace(effect, error=type(error)(f"{error}: {reasons}"))
 
     def _writable_now(self, destinations: list[str]) -> list[str]:
         """Of these bookies, those whose sends can be written now. The others are connecting
@@ -344,6 +372,9 @@ class ClientDriver:
                     stream = trio.SSLStream(stream, self.tls, server_hostname=host)
                     await stream.do_handshake()
         except (OSError, trio.TooSlowError, trio.BrokenResourceError, ValueError) as exc:
+            if isinstance(exc, trio.BrokenResourceError):         # (only the TLS handshake raises it)
+                self._refusals[link.bookie_id] = (f"failed the TLS handshake ({exc.__cause__ or exc}): --tls-ca must "
+                                                  f"name the CA that signed the bookies' certificates")
             link.is_connecting = False
             link.retry_after = trio.current_time() + link.backoff_s
             link.backoff_s = min(link.backoff_s * 2, RECONNECT_BACKOFF_MAX_S)
@@ -373,6 +404,9 @@ class ClientDriver:
         finally:
             if link.connection is connection:
                 link.connection = None
+            if self.tls is None and not connection.received_frame_count and link.bookie_id not in self._refusals:
+                self._refusals[link.bookie_id] = ("closed the connection unanswered (does it speak TLS? then "
+                                                  "pass --tls-ca)")
             log.info("connection to bookie %s closed: %s", link.bookie_id, connection.close_reason)
             self.client.on_connection_lost(link.bookie_id, now_ns=now_ns())
             self._pull_wanted(link)           # to the next connection, or failed at once
@@ -382,6 +416,8 @@ class ClientDriver:
         client = self.client
         at_ns = now_ns()
         source = connection.name
+        if self._refusals:
+            self._refusals.pop(source, None)            # (it answered; a refusal below says otherwise)
         for message in messages:
             if type(message) is BookieInfoResponse:
                 waiter = self._info_waiters.pop(message.request_id, None)
@@ -390,7 +426,11 @@ class ClientDriver:
                     waiter.done.set()
             elif type(message) is AuthResponse:
                 if message.code != Code.OK:
-                    log.warning("bookie %s refused our auth secret", source)
+                    log.info("bookie %s refused our auth secret", source)       # (the error says it)
+                    self._refusals[source] = f"refused this client's auth secret: it asks for another ({_SECRET_HINT})"
             else:
+                if type(message) is ErrorResponse and message.code == Code.UNAUTHORIZED:
+                    self._refusals[source] = (f"asked for the cluster's auth secret, which this client lacks "
+                                              f"({_SECRET_HINT})")
                 client.receive(message, source=source, now_ns=at_ns)
         self.pump()

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hmac
 import logging
 import math
 import os
@@ -56,6 +55,7 @@ from urllib.parse import quote
 import trio
 
 from transports.metrics import CallStats
+from transports.auth import is_bearer
 from transports.tls import handshake as tls_handshake, server_context as tls_server_context
 from transports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
 
@@ -498,7 +498,6 @@ class GrpcServer:
         self.call_stats = {} if call_stats is None else call_stats
         self._tls = tls
         self.auth_secret = auth_secret
-        self._expected_authorization = b"Bearer " + auth_secret
         self.is_stopping = False
         self._connections: set[_Connection] = set()
         self._nursery: trio.Nursery | None = None
@@ -513,7 +512,7 @@ class GrpcServer:
     def is_authorized(self, headers: list) -> bool:
         for name, value in headers:
             if name == AUTHORIZATION_HEADER:
-                return hmac.compare_digest(value, self._expected_authorization)
+                return is_bearer(value, self.auth_secret)
         return False
 
     async def serve(self, listeners: list[trio.SocketListener], *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -14,7 +14,11 @@ bookie's) and transports.metrics' (/metrics, in every process).
 - Arguments: query parameters and the fields of a JSON object body, the body's first; typed
   (Request.text/boolean/integer), so that a bad one is 400 with a line saying what was wrong.
 - Answers: JSON (application/json) or text. Every error is one plain-text line; a handler that
-  fails unexpectedly is 500, with the traceback in the process's log, never on the wire.
+  fails unexpectedly is 500, with the traceback in the bookie's log, never on the wire.
+- Authentication: a server given the cluster's secret answers a request on any path, known or
+  not, only if it carries "Authorization: Bearer <secret>" (compared in constant time); any other
+  gets 401 with a WWW-Authenticate header (RFC 6750: error="invalid_token" when a wrong one came)
+  and one line saying what to send. The first refusal of each client host is logged.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 import trio
 
+from transports.auth import RefusalLog, is_bearer, peer_host
 from transports.tls import handshake as tls_handshake
 
 log = logging.getLogger("bk.http")
@@ -42,6 +47,7 @@ RECEIVE_SIZE = 16 * 1024
 CLOSE_LINGER_S = 1.0
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json"
+AUTH_REALM = "bookkeeper"
 
 
 class HttpError(Exception):
@@ -80,6 +86,7 @@ class Request:
     path: str
     query: dict[str, list[str]]
     body: bytes = b""
+    authorization: bytes | None = None          # the Authorization header's value, if sent
     _body_fields: dict | None = field(default=None, repr=False)
 
     def argument(self, name: str) -> object | None:
@@ -148,10 +155,13 @@ Routes = dict[str, dict[str, Handler]]
 
 
 class AdminHttpServer:
-    def __init__(self, routes: Routes, *, tls: ssl.SSLContext | None = None) -> None:
-        """tls: serve HTTPS with this server context (BookKeeper's httpServerTlsEnable)."""
+    def __init__(self, routes: Routes, *, tls: ssl.SSLContext | None = None, auth_secret: bytes = b"") -> None:
+        """tls: serve HTTPS with this server context (BookKeeper's httpServerTlsEnable).
+        auth_secret: answer only requests with "Authorization: Bearer <auth_secret>" (b"": all)."""
         self.routes = routes
         self._tls = tls
+        self._auth_secret = auth_secret
+        self.refusals = RefusalLog(log, "HTTP admin")
 
     async def serve(self, port: int, host: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -185,7 +195,8 @@ class AdminHttpServer:
                     return
                 if request is None:
                     return
-                response = await self._answer(request)
+                refusal = self._refusal(request, stream)
+                response = error_response(refusal) if refusal is not None else await self._answer(request)
                 await self._send(connection, stream, response, has_body=request.method != "HEAD")
                 if connection.our_state is not h11.DONE or connection.their_state is not h11.DONE:
                     return          # one of us asked to close
@@ -232,7 +243,20 @@ class AdminHttpServer:
             raise HttpError(400, f"the request target cannot be read: {exc}") from None
         path = unquote(target.path).rstrip("/") or "/"
         return Request(head.method.decode("ascii"), path, parse_qs(target.query, keep_blank_values=True),
-                       bytes(body))
+                       bytes(body), authorization=_header(head, b"authorization"))
+
+    def _refusal(self, request: Request, stream: trio.abc.Stream) -> HttpError | None:
+        """401 for a request without the secret, when this server asks for one; else None."""
+        if not self._auth_secret or is_bearer(request.authorization, self._auth_secret):
+            return None
+        if request.authorization is None:
+            challenge = f'Bearer realm="{AUTH_REALM}"'
+            reason = "this endpoint asks for the cluster's secret: send the header Authorization: Bearer <secret>"
+        else:
+            challenge = f'Bearer realm="{AUTH_REALM}", error="invalid_token"'
+            reason = "the Authorization header does not carry this endpoint's secret (Bearer <secret>)"
+        self.refusals.refused(peer_host(stream), f"{request.method} {request.path}: {reason}")
+        return HttpError(401, reason, headers=(("WWW-Authenticate", challenge),))
 
     async def _answer(self, request: Request) -> Response:
         methods = self.routes.get(request.path)
@@ -298,7 +322,14 @@ def _head_size(request: h11.Request) -> int:
 
 
 def _content_length(request: h11.Request) -> int | None:
-    for name, value in request.headers:
-        if name == b"content-length":
-            return int(value)           # (h11 has checked it is a number)
+    value = _header(request, b"content-length")
+    return None if value is None else int(value)        # (h11 has checked it is a number)
+
+
+def _header(request: h11.Request, name: bytes) -> bytes | None:
+    """The value of the header `name` (lower case, as h11 gives names), or None."""
+    for each, value in request.headers:
+        if each == name:
+            return value
     return None
+

@@ -285,8 +285,7 @@ class RaftServer:
             return None
         if security.tls is not None:
             stream = trio.SSLStream(stream, security.tls, server_side=True)
-            if not await tls_handshake(stream, what=f"a connection from {source}",
-                                       report=lambda line: self._note_refusal(source, line)):
+            if not await tls_handshake(stream, what=f"a connection from {source}", refusals=_NotedRefusals(self)):
                 return None
         connection = RaftConnection(stream)
         with trio.move_on_after(HELLO_TIMEOUT_S):
@@ -355,6 +354,16 @@ class RaftServer:
 
 
 _CLIENT_REQUEST_KINDS = frozenset({"open", "attach", "ping", "op", "close", "status"})
+
+
+class _NotedRefusals:
+    """A failed TLS handshake, noted as the member notes every refusal (tls.handshake's refusals)."""
+
+    def __init__(self, server: RaftServer) -> None:
+        self._server = server
+
+    def refused(self, host: str, reason: str) -> None:
+        self._server._note_refusal(host, f"refused a connection from {host}: {reason}")
 
 
 def _is_hello(message) -> bool:

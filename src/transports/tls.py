@@ -1,7 +1,8 @@
 """TLS on the server side, one way for every listener here (bookies, the gRPC endpoint, the HTTP
-admin port, raft-lite members): the context made from a certificate chain and key, the handshake
-of an accepted connection, bounded in time, and whether a client opened with a TLS handshake at
-all (so that one in the clear can be told, in the clear, what it lacks)."""
+admin port, raft-lite members, the channel between stream storage servers): the context made from
+a certificate chain and key, the handshake of an accepted connection, bounded in time, and whether
+a client opened with a TLS handshake at all (so that one in the clear can be told, in the clear,
+what it lacks)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import ssl
 from typing import Callable
 
 import trio
+
+from transports.auth import RefusalLog, peer_host
 
 HANDSHAKE_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_RECORD = 0x16     # the first byte of a TLS client's first record
@@ -28,20 +31,20 @@ def server_context(cert_file: str, key_file: str | None = None, *, alpn: tuple[s
     return context
 
 
-async def handshake(stream: trio.SSLStream, *, what: str, report: Callable[[str], None] | None = None) -> bool:
+async def handshake(stream: trio.SSLStream, *, what: str, refusals: RefusalLog | None = None) -> bool:
     """The server side of an accepted connection's handshake; False (the connection closed, a
-    line naming `what` logged, or handed to `report`, which may log it once of many) when the
-    client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
+    line logged naming `what`, or the failure handed to `refusals`, which logs a host once) when
+    the client fails it or takes longer than HANDSHAKE_TIMEOUT_S."""
     try:
         with trio.fail_after(HANDSHAKE_TIMEOUT_S):
             await stream.do_handshake()
         return True
     except (trio.BrokenResourceError, trio.TooSlowError) as exc:
-        line = f"{what}: TLS handshake with a client failed: {exc.__cause__ or repr(exc)}"
-        if report is None:
-            log.warning("%s", line)
+        cause = exc.__cause__ or exc            # (trio wraps the SSLError that says why)
+        if refusals is not None:
+            refusals.refused(peer_host(stream), f"TLS handshake failed: {cause!r}")
         else:
-            report(line)
+            log.warning("%s: TLS handshake with a client failed: %r", what, cause)
         await trio.aclose_forcefully(stream)
         return False
 

@@ -68,6 +68,8 @@ def test_trigger_options():
      'option "failOnDataLoss"=\'maybe\' must be true or false'),
     ({"metastore": METASTORE, "stream": "s", "maxTriggerDelay": "5 minutes"},
      'option "maxTriggerDelay"=\'5 minutes\' is not a duration such as 500ms, 30s, 5m or 1h'),
+    ({"metastore": METASTORE, "stream": "s", "tlsKey": "client.key"},
+     'option "tlsKey" is the key of a certificate: give the certificate too, .option("tlsCert", "client.pem")'),
 ])
 def test_errors_name_the_option_and_the_fix(options, complaint):
     with pytest.raises(OptionError) as failure:
@@ -78,3 +80,33 @@ def test_errors_name_the_option_and_the_fix(options, complaint):
 def test_offset_option_errors_come_from_the_offset_parser():
     with pytest.raises(OffsetError, match="option startingOffsets='soon' is neither earliest, latest nor JSON"):
         parse(stream="s", startingOffsets="soon")
+
+
+def test_credentials_are_files_read_where_a_client_is_made(tmp_path):
+    """tlsCa, tlsCert, tlsKey and authSecretFile, whatever their case, name files; the client
+    bkspark.cluster makes from them trusts the CA, presents the certificate and carries the
+    secret. A file that cannot be used is named with its option."""
+    import ssl
+
+    import trustme
+
+    from bkspark.cluster import connect_credentials
+    ca = trustme.CA()
+    client_cert = ca.issue_cert("spark-client")
+    ca_path, cert_path, secret_path = tmp_path / "ca.pem", tmp_path / "client.pem", tmp_path / "secret"
+    ca.cert_pem.write_to_path(str(ca_path))
+    client_cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    secret_path.write_text("s3cret\nignored\n")
+    options = parse(stream="s", TLSCA=str(ca_path), tlscert=str(cert_path), authSecretFile=str(secret_path))
+    assert (options.credentials.tls_ca, options.credentials.tls_key) == (str(ca_path), None)
+    credentials = connect_credentials(options.credentials)
+    assert credentials["auth_secret"] == b"s3cret"
+    tls = credentials["tls"]
+    assert isinstance(tls, ssl.SSLContext) and tls.verify_mode is ssl.CERT_REQUIRED
+    assert tls.get_ca_certs() == ssl.create_default_context(cadata=ca.cert_pem.bytes().decode()).get_ca_certs()
+    assert connect_credentials(parse(stream="s").credentials) == {"tls": None, "auth_secret": b""}
+    with pytest.raises(OptionError, match=f'option "authSecretFile": cannot read the auth secret file {tmp_path}/no'):
+        connect_credentials(parse(stream="s", authSecretFile=str(tmp_path / "no")).credentials)
+    with pytest.raises(OptionError, match=f"options tlsCa, tlsCert, tlsKey: {tmp_path}/no.pem: no such file"):
+        connect_credentials(parse(stream="s", tlsCa=str(tmp_path / "no.pem")).credentials)
+

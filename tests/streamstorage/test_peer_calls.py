@@ -372,3 +372,46 @@ async def test_a_server_that_never_said_where_it_takes_calls_is_a_connection_err
             await servers.client_b.execute("127.0.0.1:4", NS, "t", P, Put(K, b"v"))
         with pytest.raises(ConnectionError, match="is not registered"):
             await servers.client_b.execute("127.0.0.1:5", NS, "t", P, Put(K, b"v"))
+
+
+async def test_a_secured_owner_runs_only_the_calls_of_servers_with_the_secret_over_tls(servers, caplog):
+    """An owner with the cluster's secret and TLS: a server in the clear, one without the
+    secret, one with a wrong secret and one that does not trust its certificate are each
+    refused with a line saying why, and none of their calls is run; the first refusal of the
+    host is logged once. A server with the CA and the secret is served."""
+    import ssl
+
+    import trustme
+    ca = trustme.CA()
+    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(serving)
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    table = tables_preferring_a(1)[0]
+    peer = await servers.nursery.start(PeerServer(servers.tables_a, host="127.0.0.1", tls=serving,
+                                                  auth_secret=b"s3cret").run)
+    await servers.tables_a.announce_peer_address(f"127.0.0.1:{peer.port}")
+
+    def client(**credentials) -> PeerClient:
+        return PeerClient(store=servers.bk_a.store, root=servers.bk_a.layout.root, nursery=servers.nursery,
+                          **credentials)
+    refused = [
+        (client(), "ended"),                                      # in the clear: the handshake fails there
+        (client(tls=trusting), "sent a table call without the cluster's secret"),
+        (client(tls=trusting, auth_secret=b"wrong"), "sent a wrong secret"),
+        (client(tls=ssl.create_default_context(), auth_secret=b"s3cret"), "TLS handshake with stream storage"),
+    ]
+    with trio.fail_after(60):
+        for index, (refused_client, reason) in enumerate(refused):
+            with pytest.raises(ConnectionError, match=reason):
+                await refused_client.execute(A, NS, table, P, Put(K, b"refused %d" % index))
+        secured = client(tls=trusting, auth_secret=b"s3cret")
+        result = await secured.execute(A, NS, table, P, Put(K, b"with the secret"))
+        read = await secured.read(A, NS, table, P, RangeRead(K))
+    assert [(kv.value, kv.version) for kv in read.kvs] == [(b"with the secret", 1)]
+    assert result.revision == 1                      # nothing before it was applied
+    statistics = peer.statistics()
+    assert statistics.call_count == 2 and statistics.refused_connection_count == len(refused)
+    lines = [r.getMessage() for r in caplog.records if r.name == "bk.stream-storage" and "refused 127.0.0.1" in
+             r.getMessage()]
+    assert len(lines) == 1, lines

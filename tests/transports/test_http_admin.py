@@ -55,12 +55,14 @@ class HttpConnection:
         self.buffer += chunk
 
 
-async def call(port: int, method: str, path: str, body: object = None) -> tuple[int, object]:
-    """One request on a connection of its own: (status, JSON answer, or the text of any other)."""
+async def call(port: int, method: str, path: str, body: object = None, *, secret: bytes = b"") -> tuple[int, object]:
+    """One request on a connection of its own: (status, JSON answer, or the text of any other);
+    with the secret as a bearer token, when given one."""
     connection = await HttpConnection.open(port)
     try:
         data = b"" if body is None else body if isinstance(body, bytes) else json.dumps(body).encode()
-        await connection.send(method, path, data)
+        authorization = f"Authorization: Bearer {secret.decode()}\r\n" if secret else ""
+        await connection.send(method, path, data, headers=authorization)
         status, headers, text = await connection.response()
     finally:
         await connection.stream.aclose()
@@ -376,10 +378,11 @@ async def test_the_secret_is_never_shown_and_other_bookies_are_asked_with_it(sta
     cluster = await start_cluster(URI, 0)
     bookie = await cluster.add_bookie(http_port=free_port(), auth_secret=b"hush-hush")
     port = bookie.server.http_port
+    assert (await call(port, "GET", "/api/v1/config/server_config"))[0] == 401      # (the port asks for it too)
     connection = await HttpConnection.open(port)
-    await connection.send("GET", "/api/v1/config/server_config")
+    await connection.send("GET", "/api/v1/config/server_config", headers="Authorization: Bearer hush-hush\r\n")
     status, _, text = await connection.response()
     assert status == 200 and json.loads(text)["bookieAuthSecret"] == "******" and "hush" not in text
-    status, info = await call(port, "GET", "/api/v1/bookie/list_bookie_info")
+    status, info = await call(port, "GET", "/api/v1/bookie/list_bookie_info", secret=b"hush-hush")
     assert status == 200 and list(info) == [bookie.bookie_id, "clusterInfo"]
     assert bookie.server.counts["auth_failures"] == 0

@@ -233,3 +233,80 @@ async def test_stream_storage_asks_grpc_clients_for_its_secret(secure_cluster, c
         err = capsys.readouterr().err
         assert status == 1 and err.count("\n") == 1 and "asks for the cluster's secret" in err
         nursery.cancel_scope.cancel()
+
+
+async def test_the_admin_port_of_a_bookie_with_a_secret_asks_every_request_for_it(start_cluster, ca, tmp_path,
+                                                                                 caplog):
+    """bookieAuthSecret guards the HTTP admin port too (over HTTPS here): a request without
+    "Authorization: Bearer <secret>", or with another one, on any path, is 401 with a
+    WWW-Authenticate header and one line, and does nothing; the first refusal is logged once.
+    With the secret the endpoint answers and acts."""
+    from bklocal.processes import free_port
+    from transports.http_admin_client import admin_request
+    cert = ca.issue_cert("127.0.0.1")
+    cert_path, key_path = tmp_path / "bookie.pem", tmp_path / "bookie.key"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    cluster = await start_cluster(URI, 1, http_port=free_port(), http_tls=True, auth_secret=b"s3cret",
+                                  tls_cert_file=str(cert_path), tls_key_file=str(key_path))
+    server = cluster.bookies[0].server
+    base, ca_file = f"https://127.0.0.1:{server.http_port}", _ca_file(ca, tmp_path)
+
+    def request(path, *, secret=b"", method="GET", body=None):
+        return admin_request(base + path, method=method, body=body, auth_secret=secret, tls_ca=ca_file)
+
+    def refused_and_accepted():
+        import urllib.request
+        answers = {"none": request("/api/v1/bookie/state/readonly", method="PUT", body={"readOnly": True}),
+                   "wrong": request("/heartbeat", secret=b"wrong"),
+                   "unknown path": request("/api/v1/nothing")}
+        with pytest.raises(urllib.error.HTTPError) as raw:      # the headers, as any client sees them
+            urllib.request.urlopen(urllib.request.Request(base + "/metrics"), timeout=5,
+                                   context=ssl.create_default_context(cafile=ca_file))
+        answers["header"] = raw.value.headers["WWW-Authenticate"]
+        raw.value.close()
+        answers["after"] = request("/api/v1/bookie/state/readonly", secret=b"s3cret")
+        answers["set"] = request("/api/v1/bookie/state/readonly", secret=b"s3cret", method="PUT",
+                                 body={"readOnly": True})
+        answers["heartbeat"] = request("/heartbeat", secret=b"s3cret")
+        return answers
+    answers = await trio.to_thread.run_sync(refused_and_accepted)
+    for name in ("none", "wrong", "unknown path"):
+        status, text = answers[name]
+        assert status == 401 and text.count("\n") == 1, (name, answers[name])
+    assert "send the header Authorization: Bearer <secret>" in answers["none"][1]
+    assert "does not carry this endpoint's secret" in answers["wrong"][1]
+    assert answers["header"] == 'Bearer realm="bookkeeper"'
+    assert answers["after"] == (200, '{"readOnly": false}\n')        # the refused PUT did nothing
+    assert answers["set"] == (200, '{"readOnly": true}\n') and answers["heartbeat"] == (200, "OK\n")
+    lines = [r.getMessage() for r in caplog.records if r.name == "bk.http" and "refused" in r.getMessage()]
+    assert len(lines) == 1 and "127.0.0.1" in lines[0]
+
+
+async def test_a_client_the_bookies_refuse_is_told_what_credential_it_lacks(secure_cluster, ca):
+    """The add fails for want of bookies, and its error names why they refused: in the clear
+    against TLS bookies, no secret, a wrong one, a CA that did not sign their certificates."""
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    cases = [({}, "closed the connection unanswered (does it speak TLS? then pass --tls-ca)"),
+             ({"tls": trusting}, "asked for the cluster's auth secret, which this client lacks"),
+             ({"tls": trusting, "auth_secret": b"wrong"}, "refused this client's auth secret"),
+             ({"tls": ssl.create_default_context(), "auth_secret": b"s3cret"},
+              "failed the TLS handshake (")]
+    for credentials, reason in cases:
+        async with bkclient.connect(URI, **credentials) as bk:
+            with pytest.raises(BKException) as refused:
+                with trio.fail_after(30):
+                    ledger = await bk.create_ledger(password=b"pw")
+                    await ledger.add(b"x")
+        message = str(refused.value)
+        bookie_ids = sorted(bookie.bookie_id for bookie in secure_cluster.bookies)
+        assert f"bookies {', '.join(bookie_ids)} {reason}" in message, message
+
+
+def test_bk_stream_storage_names_a_credential_file_it_cannot_use(tmp_path, capsys):
+    pytest.importorskip("grpc")
+    from bkcli.main import main
+    missing = tmp_path / "missing.pem"
+    assert main(["stream-storage", "--metastore", "raft://127.0.0.1:1", "--grpc-tls-cert", str(missing)]) == 2
+    assert capsys.readouterr().err == f"bk stream-storage: {missing}: no such file\n"

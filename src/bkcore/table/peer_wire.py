@@ -9,6 +9,11 @@ and the owner answers it from its own Tables, as if the request had come to it:
             [call_id, namespace, stream, pkey, ["watch", lkey, lkey_end, start_revision]]
                                                              a watch (Tables.watch)
             [call_id, "", "", b"", ["cancel"]]               ends the watch call_id
+            [0, "", "", b"", ["auth", secret]]               the first call on a connection to a
+                                                             server that asks for the cluster's
+                                                             secret (a bookie's AuthRequest);
+                                                             refused with an Unauthorized error
+                                                             answer to call id 0, then closed
     answer  [call_id, ANSWER_RESULT, result]
             [call_id, ANSWER_ERROR, [class name, message, *extra]]
             [call_id, ANSWER_WATCH_CREATED, [revision]]       the watch is in place: the changes
@@ -30,7 +35,7 @@ of these shapes raises MalformedFrame, and the connection that carried it is clo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgpack
 
@@ -85,6 +90,15 @@ class CancelWatch:
 
 CANCEL_WATCH = CancelWatch()
 
+AUTH_CALL_ID = 0            # (calls proper are numbered from 1)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAuth:
+    """The operation of the call that proves the cluster's secret."""
+
+    secret: bytes = field(repr=False)
+
 
 @dataclass(frozen=True, slots=True)
 class WatchCreated:
@@ -106,7 +120,7 @@ class TableCall:
     namespace: str
     stream: str
     pkey: bytes
-    operation: Command | RangeRead | WatchOperation | CancelWatch
+    operation: Command | RangeRead | WatchOperation | CancelWatch | PeerAuth
 
     @property
     def is_read(self) -> bool:
@@ -137,6 +151,8 @@ def _operation_to_list(operation) -> list:
         return ["watch", operation.lkey, operation.lkey_end, operation.start_revision]
     if kind is CancelWatch:
         return ["cancel"]
+    if kind is PeerAuth:
+        return ["auth", operation.secret]
     return op_to_list(operation)
 
 
@@ -222,6 +238,11 @@ def operation_from_list(items: list):
         return WatchOperation(lkey, lkey_end, start_revision)
     if items == ["cancel"]:
         return CANCEL_WATCH
+    if items and items[0] == "auth":
+        _, secret = items
+        if type(secret) is not bytes:
+            raise TypeError("a secret is not bytes")
+        return PeerAuth(secret)
     return op_from_list(items)
 
 
