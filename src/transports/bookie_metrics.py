@@ -23,6 +23,7 @@ from prometheus_client.core import Metric
 
 from bkcore.errors import Code
 from transports.metrics import OpStats, bk_counter, counter, gauge, op_stats
+from transports.stall_recorder import stall_families
 
 _OK = int(Code.OK)
 
@@ -170,4 +171,5 @@ def _own_families(server, statistics) -> list[Metric]:
                 server.write_cache_full_count),
         gauge("bookie_disk_usage_ratio", "used fraction of the data directory's disk, at the last check",
               server.monitor.usage),
+        *stall_families("bookie", server.stalls),
     ]

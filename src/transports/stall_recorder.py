@@ -31,8 +31,11 @@ from typing import Iterator
 
 import trio
 
+from transports.metrics import counter, gauge
+
 LOOP_STEP_FLOOR_S = 0.0002
 BUCKET_SECONDS = 3600
+STALL_WINDOW_S = 60.0        # what /metrics says is the longest: of the last minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,19 @@ class StallRecorder:
         events = [event for event in list(self.events) if event.at_s >= since_s][-limit:]
         return {"now_s": round(time.time(), 6), "threshold_ms": self.threshold_ms,
                 "longest_ms": self.longest_since(since_s), "events": [event.as_json() for event in events]}
+
+
+def stall_families(prefix: str, recorder: StallRecorder, *, window_s: float = STALL_WINDOW_S) -> list:
+    """Prometheus families of a recorder (transports.metrics): per kind, the longest in the last
+    window_s and the count of those at least threshold_ms long since the process started."""
+    longest = recorder.longest_since(time.time() - window_s)
+    return [
+        gauge(f"{prefix}_stall_longest_ms", f"the longest of each kind in the last {window_s:.0f} s (ms): loop is a "
+              "task step that held the trio loop, gc a garbage collector pass, the rest phases the process times",
+              [({"kind": kind}, value) for kind, value in sorted(longest.items())]),
+        counter(f"{prefix}_stalls", f"stalls of each kind at least {recorder.threshold_ms:g} ms long",
+                [({"kind": kind}, count) for kind, count in sorted(recorder.counts.items())]),
+    ]
 
 
 _RUN_RECORDER: trio.lowlevel.RunVar = trio.lowlevel.RunVar("stall_recorder")

@@ -10,6 +10,7 @@ import trio
 import bkclient
 from inprocess_cluster import free_port
 from transports import stall_recorder
+from transports.metrics import read_samples, sample_value
 from transports.stall_recorder import StallRecorder
 
 from test_http_admin import URI, call
@@ -94,5 +95,10 @@ async def test_a_bookie_answers_its_journal_checkpoint_and_loop_stalls_over_http
     assert sum(int(event["detail"].split()[0]) for event in checkpoints) == 20    # "N entries" each
     phases = {event["kind"] for event in answer["events"]}
     assert {"entry_log_write", "index_commit"} <= phases
+    status, text = await call(server.http_port, "GET", "/metrics")
+    samples = read_samples(text)
+    assert sample_value(samples, "bookie_stall_longest_ms", kind="journal_sync") > 0
+    assert sample_value(samples, "bookie_stall_longest_ms", kind="checkpoint") > 0
+    assert "# HELP bookie_stall_longest_ms" in text and "# HELP bookie_stalls_total" in text
     status, refusal = await call(server.http_port, "GET", "/api/v1/bookie/stalls?since=yesterday")
     assert status == 400 and "since must be wall-clock seconds" in str(refusal)
