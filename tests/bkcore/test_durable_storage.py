@@ -394,6 +394,25 @@ def test_get_entries_of_a_deleted_ledger_finds_nothing(stack):
     assert storage.get_entries(1, 0, 4, 1 << 20) == []
 
 
+def test_a_checkpoint_finishes_in_steps_with_its_entries_readable_between_them(stack):
+    # The driver serves other inputs between the steps (a bookie's loop is not held for the
+    # whole read cache fill): every flushed entry stays readable, a ledger deleted between two
+    # steps is not put back into the read cache, and only the last step ends the checkpoint.
+    storage = stack.storage(read_cache_count_max=4096)
+    fill(storage, 1, 1500)
+    fill(storage, 2, 1500)
+    plan = storage.begin_checkpoint()
+    storage.write_checkpoint(plan)
+    steps = storage.finish_checkpoint_steps(plan, step_count=256)
+    next(steps)
+    assert storage.get_entry(1, 0) == b"L1-E0" and storage.get_entry(2, 1499) == b"L2-E1499"
+    storage.delete_ledger(2)
+    pauses = 1 + sum(1 for _ in steps)
+    assert pauses == 7                 # 2,048 of the newest entries in 8 steps of 256
+    assert storage.get_entry(1, 1499) == b"L1-E1499" and storage.get_entry(2, 1499) is None
+    assert storage.begin_checkpoint() is not None         # the next checkpoint may begin
+
+
 @pytest.mark.parametrize("flush_size", [0, 1])
 def test_a_checkpoint_syncs_its_entry_log_a_slice_at_a_time(flush_size):
     """flushEntrylogBytes: with a flush size, every write-out that brings the unsynced bytes to

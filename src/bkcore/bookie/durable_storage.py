@@ -432,14 +432,25 @@ class DurableLedgerStorage:
         self._flushing = None
 
     def finish_checkpoint(self, plan: CheckpointPlan) -> CheckpointReport:
+        for _ in self.finish_checkpoint_steps(plan):
+            pass
+        return CheckpointReport(len(plan.cache), len(plan.ledger_puts))
+
+    def finish_checkpoint_steps(self, plan: CheckpointPlan, step_count: int = 256) -> Iterator[None]:
+        """finish_checkpoint in steps of step_count entries: a driver may serve other inputs
+        between two (until the last step the flushed entries stay readable from the plan's cache,
+        as while it was written)."""
         # The newest entries are the ones tailing readers ask for next: keep the tail of what was
         # flushed readable from memory (bounded by the read cache) instead of going to disk.
-        deleted = self._deleted_ledgers
+        newest = plan.cache.newest(self.config.read_cache_count_max // 2)
         put = self._read_cache.put                 # the newest end of the LRU order
-        for ledger_id, entry_id, body in plan.cache.newest(self.config.read_cache_count_max // 2):
-            if ledger_id not in deleted:
-                put(memory_key(ledger_id, entry_id), body)
+        for start in range(0, len(newest), step_count):
+            deleted = self._deleted_ledgers        # (a ledger may be deleted between two steps)
+            for ledger_id, entry_id, body in newest[start:start + step_count]:
+                if ledger_id not in deleted:
+                    put(memory_key(ledger_id, entry_id), body)
+            if start + step_count < len(newest):
+                yield
         self._flushing = None
         # Deletions the index now holds; ledgers deleted after begin wait for the next round.
         self._deleted_ledgers.difference_update(plan.deleted_ledger_ids)
-        return CheckpointReport(len(plan.cache), len(plan.ledger_puts))

@@ -14,6 +14,8 @@ Calls block on I/O: real drivers run them in a worker thread.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 from bkcore.bookie.bookie import Bookie, BookieConfig
 from bkcore.bookie.cookie import Cookie, check_cookies
 from bkcore.bookie.durable_storage import CheckpointPlan, DurableLedgerStorage, PhaseTimer, StorageConfig, untimed
@@ -97,6 +99,10 @@ class BookieStack:
 
     def finish_checkpoint(self, plan: CheckpointPlan) -> None:
         self.storage.finish_checkpoint(plan)
+
+    def finish_checkpoint_steps(self, plan: CheckpointPlan) -> Iterator[None]:
+        """finish_checkpoint in steps, other inputs allowed between two (DurableLedgerStorage's)."""
+        return self.storage.finish_checkpoint_steps(plan)
 
     def advance_last_mark(self, mark: LogMark) -> None:
         """Storage holds everything before `mark`: persist it, then drop journals behind it."""
