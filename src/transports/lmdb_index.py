@@ -8,11 +8,13 @@ created, and writing is refused (lmdb's readers may share it with a running book
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Iterable, Iterator, Mapping
 
 import lmdb
 
 MAP_SIZE_DEFAULT = 1 << 34   # address space only; the file grows as needed
+PUT_SLICE_COUNT = 2048
 
 
 def _after_prefix(prefix: bytes) -> bytes | None:
@@ -65,10 +67,16 @@ class LmdbIndexStore:
         return items
 
     def write(self, puts: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
+        """One transaction. Its puts go in slices of PUT_SLICE_COUNT: putmulti is a C loop that
+        keeps the GIL to its end, and a checkpoint's 20,000 keys in one call kept the bookie's
+        event loop waiting ~5 ms (a slice takes well under 1 ms)."""
+        items = iter(puts.items() if isinstance(puts, Mapping) else puts)
         with self.env.begin(write=True) as txn:
             for key in deletes:
                 txn.delete(key)
-            txn.cursor().putmulti(puts.items() if isinstance(puts, Mapping) else puts)
+            cursor = txn.cursor()
+            while batch := list(islice(items, PUT_SLICE_COUNT)):
+                cursor.putmulti(batch)
 
     def close(self) -> None:
         self.env.close()
