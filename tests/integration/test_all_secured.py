@@ -12,10 +12,11 @@ port (PORTS):
   BookKeeper's): they serve GET /metrics and /heartbeat only, numbers without names, and
   refuse every other path and method, so a client there can read counters and change nothing.
 
-For each port a client without the credentials, or with wrong ones, is refused with a clear
-error, and nothing it asked for is done (looked at afterwards by an authenticated client); an
-authenticated client is served. No process of the cluster listens on a port outside PORTS
-(test_every_port_the_cluster_listens_on_is_checked_here)."""
+For each secured port a client without the credentials, or with wrong ones, is refused with a
+clear error, and nothing it asked for is done (looked at afterwards by an authenticated client);
+an authenticated client is served (and so is the Spark source given the credentials: "spark").
+No process of the cluster (the bookies run their autorecovery daemons, as `bk standalone`'s do)
+listens on a port outside PORTS: test_every_port_the_cluster_listens_on_is_checked_here."""
 
 import functools
 import json
@@ -238,7 +239,8 @@ def spark_clients_get_the_credentials(cluster, security, bk) -> None:
     ledger.add_many([b"a", b"b", b"c"])
     ledger.close()
     secured = SourceOptions(metastore=cluster.metastore_uri,
-                            credentials=Credentials(tls_ca=ca_file(security), auth_secret_file=security.auth_secret_file))
+                            credentials=Credentials(tls_ca=ca_file(security),
+                                                    auth_secret_file=security.auth_secret_file))
     try:
         assert spark_cluster.client(secured).run(spark_cluster.ledger_extents, (ledger.ledger_id,), b"pw") == \
             [(ledger.ledger_id, 2)]
@@ -455,6 +457,7 @@ def metrics_served(cluster, security, bk) -> None:
 def checked_ports(cluster, security) -> dict[int, str]:
     """Every port the suite checks: the entry of PORTS that checks it."""
     servers = [f"127.0.0.1:{server.port}" for server in cluster.stream_storage_servers]
+    grpc_ports = [cluster.stream_storage_port, *(server.port for server in cluster.stream_storage_servers)]
 
     async def peer_ports() -> list[int]:
         store = await open_store(cluster, security)
@@ -464,7 +467,7 @@ def checked_ports(cluster, security) -> dict[int, str]:
             await store.aclose()
     return {**{port: "metastore" for port in cluster.metastore_ports},
             **{port: "bookie" for port in cluster.bookie_ports}, **{port: "http" for port in cluster.http_ports},
-            **{port: "grpc" for port in [cluster.stream_storage_port, *(s.port for s in cluster.stream_storage_servers)]},
+            **{port: "grpc" for port in grpc_ports},
             **{port: "peer" for port in trio.run(peer_ports)}, **{port: "metrics" for port in metrics_ports(cluster)}}
 
 

@@ -2,8 +2,9 @@
 `bk standalone --tls-dir D --auth-secret-file F` runs): three `bk metastore` processes serving
 TLS and asking for the secret elect a leader among themselves; `bk bookie`s configured with the
 credentials register through them, and their own clients (autorecovery) reach the cluster, as
-does `bk stream-storage` (serving gRPC over TLS, asking for the secret); `bk` commands with the flags are served, and without them are refused in one line
-that names what is missing, writing nothing."""
+does `bk stream-storage` (serving gRPC over TLS, asking for the secret); `bk` commands with the
+flags are served, and without them are refused in one line that names what is missing, writing
+nothing. The credentials are made as tests/secured_cluster.py makes them."""
 
 import json
 import os
