@@ -10,13 +10,18 @@ use): any server answers anything, so it needs only an address.
         ...
 
 Failures raise StorageError with BookKeeper's status name (STREAM_NOT_FOUND, BAD_REQUEST, ...)
-and the server's reason (which names the key and the rule) when it gave one. Tables follow
+and the server's reason (which names the key and the rule) when it gave one; a call the server
+did not answer raises ConnectionError, saying why where the client can tell: the server asks for
+the secret, or (a client without tls_ca) it speaks TLS, which a handshake of the client's own
+finds out after the failure. Tables follow
 BookKeeper's protocol (streamstorage.table_protocol): versions count from 0 and range ends are
 inclusive.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 import time
 from typing import Iterator
 
@@ -36,6 +41,7 @@ from bkcore.table.watch_rpc import (
 
 DEFAULT_SERVER = "127.0.0.1:4181"
 CALL_TIMEOUT_S = 30.0
+TLS_PROBE_TIMEOUT_S = 2.0       # (a server that got no answer is asked whether it speaks TLS)
 
 
 def status_name(status: int) -> str:
@@ -61,6 +67,24 @@ def _trailing(call) -> dict[str, str]:
     the range's owner (OWNER_HEADER)."""
     return {key: value.decode("utf-8", "replace") if isinstance(value, bytes) else value
             for key, value in call.trailing_metadata() or ()}
+
+
+def speaks_tls(server: str, *, timeout_s: float = TLS_PROBE_TIMEOUT_S) -> bool:
+    """Whether the endpoint at `server` ("host:port") completes a TLS handshake offering gRPC's
+    ALPN "h2". Its certificate is not checked: the answer words an error, nothing more."""
+    host, _, port = server.rpartition(":")
+    if not host or not port.isdigit():
+        return False
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as plain:
+            with context.wrap_socket(plain, server_hostname=host.strip("[]")):
+                return True             # (wrap_socket does the handshake)
+    except (OSError, ValueError):       # (ssl.SSLError is an OSError)
+        return False
 
 
 class _Authorization(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
@@ -95,6 +119,7 @@ class StorageClient:
         # A connection of its own (gRPC otherwise shares one per address in a process): clients
         # of an address several servers listen on (SO_REUSEPORT) are then spread over them.
         options = [("grpc.use_local_subchannel_pool", 1)]
+        self._is_tls = bool(tls_ca)
         if tls_ca:
             try:
                 with open(tls_ca, "rb") as file:
@@ -128,11 +153,20 @@ class StorageClient:
             answer, call = method.with_call(request, timeout=CALL_TIMEOUT_S, metadata=metadata)
             return answer, _trailing(call)
         except grpc.RpcError as exc:
-            if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
-                raise ConnectionError(f"stream storage at {self.server} refused the call: it asks for the cluster's "
-                                      f"secret (--auth-secret-file, or BK_AUTH_SECRET)") from None
-            raise ConnectionError(f"stream storage at {self.server} did not answer ({exc.code().name}); "
-                                  f"is it running (bk standalone, or bk stream-storage)?") from None
+            raise self._failure(exc.code()) from None
+
+    def _failure(self, code: grpc.StatusCode) -> ConnectionError:
+        """What a call that got no answer from the server raises, saying why where it can tell."""
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return ConnectionError(f"stream storage at {self.server} refused the call: it asks for the cluster's "
+                                   f"secret (--auth-secret-file, or BK_AUTH_SECRET)")
+        # A server that speaks TLS closes a client in the clear at once: gRPC says only UNAVAILABLE
+        # ("Socket closed"), as for a server that is down. A handshake of our own tells them apart.
+        if code is grpc.StatusCode.UNAVAILABLE and not self._is_tls and speaks_tls(self.server):
+            return ConnectionError(f"stream storage at {self.server} speaks TLS and this client does not: pass "
+                                   f"the CA that signed its certificate with --tls-ca (StorageClient's tls_ca)")
+        return ConnectionError(f"stream storage at {self.server} did not answer ({code.name}); "
+                               f"is it running (bk standalone, or bk stream-storage)?")
 
     def create_namespace(self, namespace: str) -> stream_pb2.NamespaceProperties:
         answer, reason = self._call(self._root.CreateNamespace, storage_pb2.CreateNamespaceRequest(

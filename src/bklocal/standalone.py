@@ -81,10 +81,14 @@ class StandaloneSecurity:
                "--grpc-tls-key", self.path("key.pem")] if self.tls_dir else []
         return tls + self._secret_args("--auth-secret-file", "--grpc-auth-secret-file")
 
+    def client_args(self) -> list[str]:
+        """What a `bk` client command is given to reach the cluster."""
+        tls = ["--tls-ca", self.path("ca.pem")] if self.tls_dir else []
+        return tls + self._secret_args("--auth-secret-file")
+
     def client_flags(self) -> str:
-        """What a `bk` client command adds to reach the cluster."""
-        tls = f" --tls-ca {self.path('ca.pem')}" if self.tls_dir else ""
-        return tls + "".join(f" {part}" for part in self._secret_args("--auth-secret-file"))
+        """client_args as they are printed (each after a space: "" when there are none)."""
+        return "".join(f" {part}" for part in self.client_args())
 
 
 class StandaloneCluster:

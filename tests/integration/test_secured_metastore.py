@@ -2,8 +2,9 @@
 `bk standalone --tls-dir D --auth-secret-file F` runs): three `bk metastore` processes serving
 TLS and asking for the secret elect a leader among themselves; `bk bookie`s configured with the
 credentials register through them, and their own clients (autorecovery) reach the cluster, as
-does `bk stream-storage` (serving gRPC over TLS, asking for the secret); `bk` commands with the flags are served, and without them are refused in one line
-that names what is missing, writing nothing."""
+does `bk stream-storage` (serving gRPC over TLS, asking for the secret); `bk` commands with the
+flags are served, and without them are refused in one line that names what is missing, writing
+nothing. The credentials are made as tests/secured_cluster.py makes them."""
 
 import json
 import os
@@ -12,28 +13,17 @@ import sys
 import time
 
 import pytest
-import trustme
 
 from bklocal.processes import spawn_bookie
-from bklocal.standalone import StandaloneCluster, StandaloneSecurity
-
-SECRET = "s3cret"
+from bklocal.standalone import StandaloneCluster
+from secured_cluster import make_security
 
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     pytest.importorskip("grpc")
     root = tmp_path_factory.mktemp("secured")
-    tls_dir = root / "tls"
-    tls_dir.mkdir()
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    ca.cert_pem.write_to_path(str(tls_dir / "ca.pem"))
-    cert.private_key_and_cert_chain_pem.write_to_path(str(tls_dir / "cert.pem"))
-    cert.private_key_pem.write_to_path(str(tls_dir / "key.pem"))
-    (root / "secret").write_text(SECRET + "\n")
-    security = StandaloneSecurity(tls_dir=str(tls_dir), auth_secret_file=str(root / "secret"),
-                                  auth_secret=SECRET.encode())
+    security = make_security(str(root))
     cluster = StandaloneCluster.on_free_ports(str(root / "cluster"), bookie_count=3, metastore_count=3,
                                               with_stream_storage=True, security=security,
                                               bookie_extra={"autoRecoveryDaemonEnabled": True})
@@ -51,7 +41,7 @@ def bk(*argv, env=None) -> subprocess.CompletedProcess:
 
 
 def flags(cluster) -> list[str]:
-    return cluster.security.client_flags().split()
+    return cluster.security.client_args()
 
 
 def test_the_uri_names_tls_and_the_members_elected_a_leader(secured):

@@ -167,7 +167,13 @@ async def test_stream_storage_serves_grpc_over_tls(secure_cluster, ca, tmp_path,
         def in_the_clear() -> int:
             return main(["table", "get", "-s", address, "-t", "tls", "-k", "k"])
         assert await trio.to_thread.run_sync(in_the_clear) == 1
+        said = (f"bk table get: stream storage at {address} speaks TLS and this client does not: pass the CA that "
+                f"signed its certificate with --tls-ca (StorageClient's tls_ca)")
+        assert said in capsys.readouterr().err.splitlines()     # (beside the server's log, in this process)
         nursery.cancel_scope.cancel()
+    # Once it is gone, the same client is told it did not answer (no TLS spoken there any more).
+    with pytest.raises(ConnectionError, match=r"did not answer \(UNAVAILABLE\); is it running"):
+        await trio.to_thread.run_sync(lambda: StorageClient(address).list_streams("default"))
 
 
 async def test_the_admin_port_serves_https_with_the_bookies_certificate(start_cluster, ca, tmp_path):
