@@ -207,12 +207,11 @@ class AdminApi:
         """The journal, entry log and index files (their names, each followed by a tab, as
         BookKeeper writes them), of one file_type or all."""
         file_type = request.text("file_type", choices=FILE_KINDS)
+        kinds = (file_type,) if file_type else FILE_KINDS
         config = self.bookie.config
-        rows = await trio.to_thread.run_sync(bookie_files, config.data_dir, config.journal,
-                                             (file_type,) if file_type else FILE_KINDS)
+        rows = await trio.to_thread.run_sync(bookie_files, config.data_dir, config.journal, kinds)
         return json_response({f"{kind} files": "".join(f"{os.path.basename(row['file'])}\t"
-                                                       for row in rows if row["kind"] == kind)
-                              for kind in ((file_type,) if file_type else FILE_KINDS)})
+                                                       for row in rows if row["kind"] == kind) for kind in kinds})
 
     async def sanity(self, request: Request) -> Response:
         """BookKeeper's bookie sanity check: SANITY_ENTRY_COUNT entries written to a ledger on
@@ -332,8 +331,9 @@ class AdminApi:
             hint = "; give the ledger's password as password" if password is None else ""
             raise HttpError(403, f"{exc}{hint}") from None
         except BKException as exc:
-            raise HttpError(503, f"ledger {ledger_id}: entries {first}..{last} cannot be read now: "
-                                 f"{type(exc).__name__}: {exc}") from None
+            raise HttpError(503, f"ledger {ledger_id} cannot be read now: {type(exc).__name__}: {exc}") from None
+        except ConnectionError as exc:
+            raise HttpError(503, f"the metastore cannot answer: {exc}") from None
         return json_response({**answer, **entries})
 
     # -- autorecovery -----------------------------------------------------------------------

@@ -119,7 +119,10 @@ class RecoveryJobs:
     async def _start(self, job: Job, check) -> None:
         """Check the job on a client (check raises HttpError), then start it, unless a job
         runs for one of its bookies or too many run."""
-        await self._with_client(lambda driver: check(BookKeeperClient(driver)))
+        try:
+            await self._with_client(lambda driver: check(BookKeeperClient(driver)))
+        except ConnectionError as exc:
+            raise HttpError(503, f"the metastore cannot answer: {exc}") from None
         # (no await from here on: what is checked is what is started)
         busy = [bookie for running in self._running for bookie in running.bookies if bookie in job.bookies]
         if busy:

@@ -540,7 +540,8 @@ async def test_compaction_is_suspended_and_resumed_while_gc_goes_on(cluster):
     assert (await call(port, "PUT", "/api/v1/bookie/gc/resume_compaction?resumeMajor=true"))[1] == {
         "isMajorGcSuspended": "false", "isMinorGcSuspended": "false"}
     for path, body, line in [(suspension, None, "suspendMajor or suspendMinor is required: true or false\n"),
-                             (suspension, {"suspendMajor": "maybe"}, 'suspendMajor must be true or false, not "maybe"\n'),
+                             (suspension, {"suspendMajor": "maybe"},
+                              'suspendMajor must be true or false, not "maybe"\n'),
                              ("/api/v1/bookie/gc/resume_compaction", {}, "resumeMajor or resumeMinor is required")]:
         status, text = await call(port, "PUT", path, body)
         assert status == 400 and text.startswith(line), text
