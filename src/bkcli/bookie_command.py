@@ -63,10 +63,11 @@ async def run_bookie(uri: str, config) -> int:
     from metastore.layout_node import resolve_layout
     from metastore.uri import open_metastore, parse_metastore_uri
     from transports.bookie_server import BookieServer
+    from transports.credentials import bookie_client_credentials
     from transports.gc_tuning import tune_gc
 
     parsed = parse_metastore_uri(uri)
-    credentials = own_client_credentials(config)
+    credentials = bookie_client_credentials(config)
     async with await open_metastore(parsed, **credentials) as store:
         layout = await resolve_layout(store, parsed)
         server = BookieServer(config, store, layout, reopen_store=lambda: open_metastore(parsed, **credentials))
@@ -91,20 +92,6 @@ async def run_bookie(uri: str, config) -> int:
     return 0
 
 
-def own_client_credentials(config) -> dict:
-    """What this bookie's own clients of the cluster (its metastore session, autorecovery, stream
-    storage) show the bookies and a raft-lite metastore: TLS when the bookies speak it (trusting
-    tlsTrustStore, else the system's CAs; a raft+tls:// metastore is trusted the same way), and
-    the shared secret."""
-    import ssl
-
-    from bkcli.credentials import tls_context
-    if not config.tls_cert_file:
-        return {"tls": None, "auth_secret": config.auth_secret}
-    tls = tls_context(config.tls_trust_file) if config.tls_trust_file else ssl.create_default_context()
-    return {"tls": tls, "auth_secret": config.auth_secret}
-
-
 async def run_autorecovery(uri: str, config, server) -> None:
     """The autorecovery daemon of this bookie: an auditor candidate and a replication worker. It
     is named by the bookie id, which the auditor node then holds (as BookKeeper's does), and
@@ -112,9 +99,10 @@ async def run_autorecovery(uri: str, config, server) -> None:
     metrics are the bookie's too, under BookKeeper's replication_ scope."""
     from transports.autorecovery import Autorecovery
     from transports.autorecovery_metrics import IN_BOOKIE_SCOPE
+    from transports.credentials import bookie_client_credentials
     from bkclient.library import connect
     # (its auditor node and locks are ephemeral: no session renewal)
-    async with connect(uri, renew_session=False, **own_client_credentials(config)) as bk:
+    async with connect(uri, renew_session=False, **bookie_client_credentials(config)) as bk:
         recovery = Autorecovery(bk, lost_bookie_recovery_delay_s=config.lost_bookie_recovery_delay_s,
                                 audit_interval_s=config.audit_interval_s, name=config.bookie_id,
                                 registry=server.registry, metrics_scope=IN_BOOKIE_SCOPE)
@@ -131,12 +119,13 @@ async def stream_storage_in_bookie(uri: str, config, registry, task_status) -> N
     from bkcli.credentials import server_tls_context
 
     from streamstorage.server import run_stream_storage
+    from transports.credentials import bookie_client_credentials
     async with trio.open_nursery() as nursery:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, uri, host=config.host, port=config.stream_storage_port,
             index_dir=os.path.join(config.data_dir, "stream-storage", "table-indexes"),
             serve_tls=server_tls_context(config.tls_cert_file or None, config.tls_key_file or None),
             serve_auth_secret=config.auth_secret, registry=registry,
-            **own_client_credentials(config)))
+            **bookie_client_credentials(config)))
         print(f"bookie {config.bookie_id}: stream storage listening on {gateway.host}:{gateway.port}", flush=True)
         task_status.started()

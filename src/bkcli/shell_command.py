@@ -305,17 +305,9 @@ async def _simpletest(bk, args):
 
 async def _bookiesanity(bk, args):
     """Every writable bookie, alone in an ensemble of one, takes and returns entries."""
-    bookies = await bk.list_bookies()
-    reports = []
-    for bookie in bookies:
-        ledger = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, bookies=[bookie],
-                                        password=b"bookiesanity")
-        await ledger.add_many([b"sanity %d" % i for i in range(args.num_entries)])
-        await ledger.close()
-        reader = await bk.open_ledger(ledger.ledger_id, password=b"bookiesanity", recovery=False)
-        ok = await reader.read(0, args.num_entries - 1) == [b"sanity %d" % i for i in range(args.num_entries)]
-        await bk.delete_ledger(ledger.ledger_id)
-        reports.append({"bookie": bookie, "ok": ok})
+    from transports.admin_ops import bookie_sanity
+    reports = [{"bookie": bookie, "ok": await bookie_sanity(bk, bookie, entry_count=args.num_entries)}
+               for bookie in await bk.list_bookies()]
     text = _lines(f"{r['bookie']}\t{'OK' if r['ok'] else 'FAILED'}" for r in reports)
     return text, reports
 
@@ -337,26 +329,26 @@ async def _listunderreplicated(bk, args):
     return text, {str(k): v for k, v in marks.items()}
 
 
-async def _check_cluster_bookie(bk, bookie: str) -> None:
-    """Refuse an address that never joined this cluster (every bookie that did has a cookie),
-    rather than "recovering" nothing from it."""
-    from bkcore.metaops import Get, MetaCode
-    result = await bk.store.execute(Get(bk.layout.cookie_path(bookie)))
-    if result.code is MetaCode.NO_NODE:
-        raise _ShellFailure(f"{bookie} is not a bookie of this cluster (no cookie at {bk.layout.cookie_path(bookie)}); "
-                            f"bk shell listbookies -a lists the registered ones\n")
+async def _refusing(check, bk, bookie: str) -> None:
+    """check(bk, bookie) from transports.admin_ops, its refusal as this command's failure."""
+    from transports.admin_ops import NotOfCluster, RecoveryRefused
+    try:
+        await check(bk, bookie)
+    except RecoveryRefused as exc:
+        hint = "; bk shell listbookies -a lists the registered ones" if isinstance(exc, NotOfCluster) else ""
+        raise _ShellFailure(f"{exc}{hint}\n") from None
 
 
 async def _recover(bk, args):
-    from transports.autorecovery import recover_bookie
     from bkcli.progress import Progress
-    await _check_cluster_bookie(bk, args.bookie)
+    from transports.admin_ops import check_cluster_bookie, recover
+    await _refusing(check_cluster_bookie, bk, args.bookie)
     dry_run = args.dry_run or args.query
     if not dry_run:
         await confirm(args, f"Are you sure to recover {args.bookie}'s ledger fragments onto other bookies?")
     with Progress("ledgers") as progress:
-        report = await recover_bookie(bk, args.bookie, dry_run=dry_run, ledger_ids=args.ledgers,
-                                      skip_open=args.skip_open, progress=progress)
+        report = await recover(bk, args.bookie, delete_cookie_after=args.delete_cookie, dry_run=dry_run,
+                               ledger_ids=args.ledgers, skip_open=args.skip_open, progress=progress)
     if args.query:
         return (_lines(f"{ledger_id}" for ledger_id in report.ledgers_on_lost),
                 {"bookie": args.bookie, "ledgers": report.ledgers_on_lost})
@@ -370,30 +362,21 @@ async def _recover(bk, args):
             "ledgers_skipped": report.ledgers_skipped}
     if report.failures:
         raise _ShellFailure(text)
-    if args.delete_cookie and not dry_run:
-        await _delete_cookie(bk, args.bookie)
+    if report.cookie_deleted:
         text += f"{args.bookie}'s cookie removed\n"
     return text, data
 
 
-async def _delete_cookie(bk, bookie: str) -> None:
-    from bkcore.metaops import Delete
-    await bk.store.execute(Delete(bk.layout.cookie_path(bookie)))
-
-
 async def _decommission(bk, args):
     from bkcli.progress import Progress
-    from transports.autorecovery import recover_bookie
-    await _check_cluster_bookie(bk, args.bookie)
-    if args.bookie in await bk.list_bookies() or args.bookie in await bk.list_bookies(readonly=True):
-        raise _ShellFailure(f"{args.bookie} is still registered: stop it before decommissioning it\n")
+    from transports.admin_ops import check_decommissionable, decommission
+    await _refusing(check_decommissionable, bk, args.bookie)
     await confirm(args, f"Are you sure to decommission {args.bookie} (its ledgers copied elsewhere, its cookie "
                         f"deleted)?")
     with Progress("ledgers") as progress:
-        report = await recover_bookie(bk, args.bookie, progress=progress)
+        report = await decommission(bk, args.bookie, progress=progress)
     if report.failures:
         raise _ShellFailure("".join(f"FAILED: {f}\n" for f in report.failures) + "its cookie is kept\n")
-    await _delete_cookie(bk, args.bookie)
     text = f"{args.bookie} decommissioned: {report.fragments_copied} fragments copied, cookie removed\n"
     return text, {"bookie": args.bookie, "fragments": report.fragments_copied}
 

@@ -149,19 +149,11 @@ def _readlogmetadata(_, args):
 
 def _listfilesondisc(_, args):
     from bkcore.bookie.journal_files import JournalConfig
+    from transports.filesystem import FILE_KINDS, bookie_files
     config = JournalConfig()
     _check_bookie_dir(args.data_dir, config.journal_dir, *config.ledger_dirs)
-    kinds = {"journal": (config.journal_dir, ".txn"), "entrylog": (config.ledger_dirs[0], ".log"),
-             "index": ("index", "")}
-    chosen = [kind for kind, flag in (("journal", args.journal), ("entrylog", args.entrylog), ("index", args.index))
-              if flag] or list(kinds)
-    rows = []
-    for kind in chosen:
-        directory, suffix = kinds[kind]
-        full = os.path.join(args.data_dir, directory)
-        names = sorted(os.listdir(full)) if os.path.isdir(full) else []
-        rows += [{"kind": kind, "file": os.path.join(full, name), "size": os.path.getsize(os.path.join(full, name))}
-                 for name in names if name.endswith(suffix) and os.path.isfile(os.path.join(full, name))]
+    chosen = tuple(kind for kind, flag in zip(FILE_KINDS, (args.journal, args.entrylog, args.index)) if flag)
+    rows = bookie_files(args.data_dir, config, chosen or FILE_KINDS)
     return lines(f"{row['kind']}\t{row['file']}\t{row['size']}" for row in rows), rows
 
 

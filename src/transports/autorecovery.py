@@ -18,7 +18,8 @@ the cluster's delay, which wins over each daemon's own; rewriting .../auditReque
 auditor for an audit now, marking what is missing at once (`bk shell autorecovery`,
 `lostbookierecoverydelay`, `triggeraudit`).
 
-recover_bookie() is the same copy for one bookie over every ledger, for `bk shell recover`.
+recover_bookie() is the same copy for one bookie over every ledger, for an operator's recovery
+(transports.admin_ops: `bk shell recover`, the HTTP admin's /api/v1/autorecovery/bookie).
 A daemon given a registry publishes its numbers there (transports.autorecovery_metrics).
 """
 
@@ -36,6 +37,7 @@ from bkcore.client.rereplication import fragments_on
 from bkcore.errors import BKException, NoSuchLedger
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
 from transports.autorecovery_metrics import STANDALONE_SCOPE, autorecovery_families
+from transports.metadata_walk import ledger_ids_in_metadata
 from transports.metrics import OpStats, publish
 
 log = logging.getLogger("bk.autorecovery")
@@ -49,6 +51,7 @@ class RecoveryReport:
     failures: list[str] = field(default_factory=list)
     ledgers_on_lost: list[int] = field(default_factory=list)     # those with a fragment on a lost bookie
     ledgers_skipped: list[int] = field(default_factory=list)     # open ones, when asked to skip them
+    cookie_deleted: bool = False                                  # (transports.admin_ops.recover)
 
 
 async def live_bookies(bk) -> tuple[set[str], set[str]]:
@@ -58,9 +61,10 @@ async def live_bookies(bk) -> tuple[set[str], set[str]]:
 
 
 async def replicate_ledger(bk, ledger_id: int, lost: set[str], *, dry_run: bool = False,
-                           report: RecoveryReport | None = None) -> bool:
-    """Copy every final fragment of the ledger that lies on a `lost` bookie. True when none is
-    left (or, with dry_run, when there was none)."""
+                           report: RecoveryReport | None = None, targets: set[str] | None = None) -> bool:
+    """Copy every final fragment of the ledger that lies on a `lost` bookie, each to a writable
+    bookie outside its ensemble (one of `targets`, when given). True when none is left (or,
+    with dry_run, when there was none)."""
     report = report if report is not None else RecoveryReport()
     try:
         metadata = await bk.ledger_metadata(ledger_id)
@@ -77,9 +81,10 @@ async def replicate_ledger(bk, ledger_id: int, lost: set[str], *, dry_run: bool 
                 report.fragments_copied += 1
                 continue
             ensemble = dict(metadata.ensembles)[fragment.ensemble_start]
-            candidates = sorted(writable - set(ensemble) - lost)
+            candidates = sorted((writable if targets is None else writable & targets) - set(ensemble) - lost)
             if not candidates:
-                report.failures.append(f"ledger {ledger_id}: no writable bookie outside {list(ensemble)}")
+                among = "" if targets is None else f" among {sorted(targets)}"
+                report.failures.append(f"ledger {ledger_id}: no writable bookie{among} outside {list(ensemble)}")
                 return False
             target = random.choice(candidates)
             try:
@@ -96,17 +101,18 @@ async def replicate_ledger(bk, ledger_id: int, lost: set[str], *, dry_run: bool 
 
 
 async def recover_bookie(bk, bookie: str, *, dry_run: bool = False, ledger_ids: list[int] | None = None,
-                         skip_open: bool = False,
+                         skip_open: bool = False, targets: set[str] | None = None,
                          progress: Callable[[int, int], None] = lambda done, total: None) -> RecoveryReport:
     """Re-replicate every ledger fragment on `bookie` (which should be down for good): of every
-    ledger, or of `ledger_ids`; skip_open leaves ledgers still open (being written) alone."""
+    ledger, or of `ledger_ids`; skip_open leaves ledgers still open (being written) alone;
+    targets: copy only to these bookies."""
     report = RecoveryReport()
-    ledger_ids = await bk.list_ledgers() if ledger_ids is None else ledger_ids
+    ledger_ids = await ledger_ids_in_metadata(bk.store, bk.layout) if ledger_ids is None else ledger_ids
     for index, ledger_id in enumerate(ledger_ids):
         if skip_open and await _is_open(bk, ledger_id):
             report.ledgers_skipped.append(ledger_id)
         else:
-            await replicate_ledger(bk, ledger_id, {bookie}, dry_run=dry_run, report=report)
+            await replicate_ledger(bk, ledger_id, {bookie}, dry_run=dry_run, report=report, targets=targets)
         progress(index + 1, len(ledger_ids))
     return report
 

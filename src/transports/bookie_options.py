@@ -68,8 +68,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("tlsKeyPath", "", "tls_key_file", str, help="private key of the TLS certificate, PEM"),
     Option("tlsTrustStore", "", "tls_trust_file", str,
            help="CA certificate(s), PEM, that this bookie's own clients of the cluster (its metastore session, "
-                "autorecovery, stream storage) trust to reach TLS bookies and a raft+tls:// metastore, when this bookie "
-                "serves TLS itself (empty: the system's)"),
+                "autorecovery, stream storage, the HTTP admin API's) trust to reach TLS bookies and a raft+tls:// "
+                "metastore, when this bookie serves TLS itself (empty: the system's)"),
     Option("autoRecoveryDaemonEnabled", "", "autorecovery", bool,
            help="run an autorecovery auditor candidate and replication worker in this bookie (false)"),
     Option("lostBookieRecoveryDelay", "", "lost_bookie_recovery_delay_s", int,

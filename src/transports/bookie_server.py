@@ -20,7 +20,8 @@ The thin driver around bkcore's BookieStack. What runs where:
   (a ReceiveGate) until that checkpoint is done, so memory stays bounded and the clients are
   slowed by TCP (BookKeeper's DbLedgerStorage throttles its adding threads the same way);
 - GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
-  a round runs every gc_wait_time_s, and at once when request_gc asks (the admin endpoint);
+  a round runs every gc_wait_time_s, and at once when request_gc asks (the admin endpoint),
+  its compaction major or minor unless an operator has suspended that kind (bookie_gc_status);
 - the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
   metastore session; a lost session opens a new one (reopen_store) and registers again.
@@ -63,11 +64,12 @@ from bkcore.wire import (
 )
 from metastore.api import MetadataStore
 from transports.auth import is_secret
+from transports.bookie_gc_status import GcStatus
 from transports.connection import FramedConnection, ReceiveGate
 from transports.timer import CoreTimer, now_ns
 from transports import stall_recorder
 from transports.worker_thread import WorkerThread
-from transports.filesystem import OsFileSystem
+from transports.filesystem import INDEX_DIR, OsFileSystem
 from transports.tls import handshake as tls_handshake, server_context as tls_server_context
 from transports.http_admin import AdminHttpServer
 from transports.http_admin_api import admin_routes
@@ -119,19 +121,6 @@ class BookieServerConfig:
     @property
     def bookie_id(self) -> str:
         return self.advertised_address or f"{self.host}:{self.port}"
-
-
-@dataclass
-class GcStatus:
-    """What the GC loop is doing and has done, for the admin endpoint (/api/v1/bookie/gc, gc_details)."""
-    is_force_wanted: bool = False       # a round asked for (request_gc) has not finished yet
-    is_force_major: bool = False        # ... and is to be a major one
-    running: str = ""                   # "major" or "minor" while a round (GC, then compaction) runs
-    is_running_forced: bool = False     # the running round is one asked for
-    last_major_ms: int = 0              # when the last round of each kind ended (epoch ms; 0: none yet)
-    last_minor_ms: int = 0
-    major_count: int = 0                # rounds of each kind completed
-    minor_count: int = 0
 
 
 class BookieServer:
@@ -198,8 +187,8 @@ class BookieServer:
         result = await self.store.execute(Get(cookie_path))
         registered = (Cookie.from_text(result.data.decode("utf-8", "replace"), path=cookie_path)
                       if result.code is MetaCode.OK else None)
-        self.fs.makedirs("index")
-        stack = BookieStack(bookie_id=bookie_id, fs=self.fs, index=LmdbIndexStore(f"{config.data_dir}/index"),
+        self.fs.makedirs(INDEX_DIR)
+        stack = BookieStack(bookie_id=bookie_id, fs=self.fs, index=LmdbIndexStore(f"{config.data_dir}/{INDEX_DIR}"),
                             bookie_config=config.bookie, journal_config=config.journal, storage_config=config.storage)
         started = time.monotonic()
         replay = await trio.to_thread.run_sync(
@@ -247,7 +236,7 @@ class BookieServer:
                 await self._register()
                 nursery.start_soon(self._registration_loop)
                 if self.config.http_port:
-                    admin = AdminHttpServer(admin_routes(self), tls=self._http_tls_context(),
+                    admin = AdminHttpServer(admin_routes(self, nursery), tls=self._http_tls_context(),
                                             auth_secret=self.config.auth_secret)
                     self.http_port = await nursery.start(admin.serve, self.config.http_port, self.config.host)
                 self._listen_scope = trio.CancelScope()
@@ -603,19 +592,23 @@ class BookieServer:
             self._checkpoint_wanted = trio.Event()     # a wish made during this one: the next
             await self.checkpoint()
 
-    async def collect_garbage(self, *, is_major: bool = False) -> None:
-        """One GC round (deleted ledgers), then compaction of sparse entry logs."""
-        self.gc_status.running = "major" if is_major else "minor"
+    async def collect_garbage(self, *, is_major: bool = False, is_major_forced: bool = False,
+                              is_minor_forced: bool = False) -> None:
+        """One GC round (deleted ledgers), then compaction of sparse entry logs: major when
+        is_major and not suspended, else minor unless suspended (GcStatus.compaction_kind)."""
+        kind = self.gc_status.compaction_kind(is_major_due=is_major, is_major_forced=is_major_forced,
+                                              is_minor_forced=is_minor_forced)
+        self.gc_status.running = kind or "gc"
         started = time.perf_counter()
         is_done = False
         try:
-            await self._collect_garbage(is_major)
+            await self._collect_garbage(kind)
             is_done = True
         finally:
             self.gc_status.running = ""
             self.metrics.gc_rounds.observe(time.perf_counter() - started, is_success=is_done)
 
-    async def _collect_garbage(self, is_major: bool) -> None:
+    async def _collect_garbage(self, kind: str | None) -> None:
         storage = self.stack.storage
         list_children = blocking_children_lister(self.store)
         held = storage.ledger_ids()
@@ -627,26 +620,30 @@ class BookieServer:
         if report.deleted_ledger_ids:
             log.info("bookie %s: GC deleted ledgers %s", self.config.bookie_id, list(report.deleted_ledger_ids))
             await self.checkpoint()
+        if kind is None:
+            return                              # (both kinds suspended)
         config = self.config.compaction
-        threshold = config.major_compaction_threshold if is_major else config.minor_compaction_threshold
+        threshold = config.major_compaction_threshold if kind == "major" else config.minor_compaction_threshold
         async with self._storage_lock:
             try:
-                with self.stalls.timed("compaction", "major" if is_major else "minor", always=True):
+                with self.stalls.timed("compaction", kind, always=True):
                     compaction = Compactor(storage=storage, config=config).run(threshold=threshold)
             except DiskFullError:
                 await self._on_ledger_disk_full()
                 return
         self.counts["bytes_compacted"] += compaction.bytes_reclaimed
         status, now_ms = self.gc_status, int(time.time() * 1000)
-        if is_major:
+        if kind == "major":
             status.major_count, status.last_major_ms = status.major_count + 1, now_ms
         else:
             status.minor_count, status.last_minor_ms = status.minor_count + 1, now_ms
 
-    def request_gc(self, *, is_major: bool = False) -> None:
-        """Run a GC round now, or right after the one running; a major one if asked."""
+    def request_gc(self, *, is_major: bool = False, is_minor: bool = False) -> None:
+        """Run a GC round now, or right after the one running: a major one if asked (is_major),
+        that kind even while suspended when asked for explicitly (is_major, is_minor)."""
         self.gc_status.is_force_wanted = True
         self.gc_status.is_force_major |= is_major
+        self.gc_status.is_force_minor |= is_minor
         self._gc_wanted.set()
 
     async def _gc_loop(self) -> None:
@@ -658,15 +655,19 @@ class BookieServer:
             with trio.move_on_after(self.config.gc_wait_time_s):
                 await self._gc_wanted.wait()
             is_forced, self._gc_wanted = self._gc_wanted.is_set(), trio.Event()
+            is_major_forced = is_minor_forced = False
             if is_forced:
-                is_major, status.is_force_major = status.is_force_major, False
+                is_major_forced, is_minor_forced = status.is_force_major, status.is_force_minor
+                status.is_force_major = status.is_force_minor = False
+                is_major = is_major_forced
             else:
                 is_major = trio.current_time() - last_major >= self.config.major_compaction_interval_s
             if is_major:
                 last_major = trio.current_time()
             status.is_running_forced = is_forced
             try:
-                await self.collect_garbage(is_major=is_major)
+                await self.collect_garbage(is_major=is_major, is_major_forced=is_major_forced,
+                                           is_minor_forced=is_minor_forced)
             except ConnectionError as exc:
                 log.warning("bookie %s: %s; GC tries again next round", self.config.bookie_id, exc)
             finally:

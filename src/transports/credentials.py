@@ -46,3 +46,14 @@ def read_secret_file(path: str) -> bytes:
     if not lines or not lines[0]:
         raise CredentialsError(f"the auth secret file {path} holds no secret on its first line")
     return lines[0]
+
+
+def bookie_client_credentials(config) -> dict:
+    """What a bookie's own clients of the cluster (its metastore session, autorecovery, stream
+    storage, its HTTP admin API's client) show the bookies and a raft-lite metastore, from its
+    BookieServerConfig: TLS when the bookies speak it (trusting tlsTrustStore, else the system's
+    CAs; a raft+tls:// metastore is trusted the same way), and the shared secret."""
+    if not config.tls_cert_file:
+        return {"tls": None, "auth_secret": config.auth_secret}
+    tls = tls_context(config.tls_trust_file) if config.tls_trust_file else ssl.create_default_context()
+    return {"tls": tls, "auth_secret": config.auth_secret}

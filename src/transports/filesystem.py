@@ -15,6 +15,13 @@ import shutil
 
 from bkcore.bookie.fs import DiskFullError, FileSystemError
 
+INDEX_DIR = "index"                     # a bookie's lmdb index, under its dataDir
+# The files a bookie keeps, by kind: (the directory, given its JournalConfig; their suffix).
+_FILE_KINDS = {"journal": (lambda config: config.journal_dir, ".txn"),
+               "entrylog": (lambda config: config.ledger_dirs[0], ".log"),
+               "index": (lambda config: INDEX_DIR, "")}
+FILE_KINDS = tuple(_FILE_KINDS)
+
 # posix_fallocate's answers that mean "not here" (then zeros are written instead).
 _NO_FALLOCATE_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 ZERO_CHUNK_SIZE = 1024 * 1024
@@ -31,6 +38,22 @@ def _fallocate(fd: int, offset: int, size: int) -> bool:
             return False
         raise
     return True
+
+
+def bookie_files(data_dir: str, journal_config, kinds: tuple[str, ...] = FILE_KINDS) -> list[dict]:
+    """The journal, entry log and index files of the bookie whose dataDir and JournalConfig
+    these are, of `kinds` (of FILE_KINDS): {"kind", "file" (its path), "size"} each, by kind,
+    then by name (journal and entry log names grow with time)."""
+    rows = []
+    for kind in kinds:
+        directory_of, suffix = _FILE_KINDS[kind]
+        directory = os.path.join(data_dir, directory_of(journal_config))
+        names = sorted(os.listdir(directory)) if os.path.isdir(directory) else []
+        for name in names:
+            path = os.path.join(directory, name)
+            if name.endswith(suffix) and os.path.isfile(path):
+                rows.append({"kind": kind, "file": path, "size": os.path.getsize(path)})
+    return rows
 
 
 class OsFileSystem:

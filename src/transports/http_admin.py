@@ -125,6 +125,21 @@ class Request:
             raise HttpError(400, f"{name} must be {expected}, not {json.dumps(value)}")
         return value
 
+    def texts(self, name: str, *, required: bool = False) -> list[str]:
+        """One text or a JSON list of them (BookKeeper's bookie_src), as a list; [] when absent
+        and not required."""
+        value = self.argument(name)
+        expected = f'a text or a list of them (in a JSON body: "{name}": ["..."])'
+        if value is None:
+            if required:
+                raise HttpError(400, f"{name} is required: {expected}")
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not value or not all(isinstance(each, str) for each in value):
+            raise HttpError(400, f"{name} must be {expected}, not {json.dumps(value)}")
+        return value
+
     def boolean(self, name: str, *, default: bool | None = None) -> bool:
         """true/false, as JSON or as text in any case; required when there is no default."""
         value = self.argument(name)
@@ -138,10 +153,13 @@ class Request:
             raise HttpError(400, f"{name} must be true or false, not {json.dumps(value)}")
         return value
 
-    def integer(self, name: str, *, minimum: int, maximum: int) -> int:
-        """A required whole number in [minimum, maximum], as JSON or as decimal text."""
+    def integer(self, name: str, *, minimum: int, maximum: int, default: int | None = None) -> int:
+        """A whole number in [minimum, maximum], as JSON or as decimal text; required when there
+        is no default."""
         value = self.argument(name)
         if value is None:
+            if default is not None:
+                return default
             raise HttpError(400, f"{name} is required: a number from {minimum} to {maximum}")
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)

@@ -6,7 +6,7 @@ import trio
 
 import bkclient
 from bkcore.metaops import Children
-from bkcore.errors import LedgerFenced, NotEnoughBookies, Unauthorized
+from bkcore.errors import IllegalOperation, LedgerFenced, NotEnoughBookies, Unauthorized
 
 URI = "memory://library"
 
@@ -80,6 +80,23 @@ async def test_wrong_password_and_too_few_bookies_are_typed_errors(cluster):
             await bk.open_ledger(ledger.ledger_id, password=b"wrong")
         with pytest.raises(NotEnoughBookies):
             await bk.create_ledger(ensemble=5, write_quorum=3, ack_quorum=2)
+
+
+async def test_an_administrators_open_needs_no_password_where_the_digests_need_none(cluster):
+    """password=None: BookKeeperAdmin's read, of CRC32C ledgers only, never fencing the writer."""
+    async with bkclient.connect(URI) as bk:
+        crc = await bk.create_ledger(password=b"right")
+        for payload in (b"a", b"b", b"c"):         # one at a time: "c" carries LAC 1 to the bookies
+            await crc.add(payload)
+        reader = await bk.open_ledger(crc.ledger_id, password=None, recovery=False)
+        assert reader.last_add_confirmed >= 1 and await reader.read(0, 1) == [b"a", b"b"]
+        assert await crc.add(b"d") == 3                          # not fenced
+        with pytest.raises(IllegalOperation, match="an open without it cannot recover"):
+            await bk.open_ledger(crc.ledger_id, password=None)
+        hmac = await bk.create_ledger(password=b"right", digest="hmac")
+        await hmac.add(b"x")
+        with pytest.raises(Unauthorized, match="HMAC_SHA256 digests are checked with its password"):
+            await bk.open_ledger(hmac.ledger_id, password=None, recovery=False)
 
 
 async def test_sync_wrapper_from_a_plain_thread(cluster):

@@ -3,6 +3,7 @@ what an in-process cluster holds, and the HTTP/1.1 behaviour (keep-alive, limits
 
 import http.client
 import json
+import os
 import shutil
 
 import pytest
@@ -10,7 +11,7 @@ import trio
 
 import bkclient
 from inprocess_cluster import free_port
-from transports import http_admin
+from transports import http_admin, http_admin_api
 from transports.autorecovery import Autorecovery
 from transports.metrics import read_samples, sample_value
 
@@ -386,3 +387,162 @@ async def test_the_secret_is_never_shown_and_other_bookies_are_asked_with_it(sta
     status, info = await call(port, "GET", "/api/v1/bookie/list_bookie_info", secret=b"hush-hush")
     assert status == 200 and list(info) == [bookie.bookie_id, "clusterInfo"]
     assert bookie.server.counts["auth_failures"] == 0
+
+
+# -- reading ledgers ----------------------------------------------------------------------------
+
+async def test_ledger_read_gives_confirmed_entries_as_bookkeeper_encodes_them(cluster, monkeypatch):
+    port = cluster.bookies[1].server.http_port
+    payloads = [b"entry %d" % index for index in range(24)] + [b"caf\xc3\xa9\x00!"]
+    read = "/api/v1/ledger/read"
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=2, ack_quorum=2, password=b"pw")
+        await ledger.add_many(payloads)
+        # Open: what the bookies know to be confirmed, and the writer is not fenced.
+        status, entries = await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}")
+        assert status == 200 and 0 < len(entries) <= len(payloads)
+        assert entries == {str(index): payloads[index].decode("ascii", "replace") for index in range(len(entries))}
+        await ledger.add(b"after the read")
+        await ledger.close()
+    expected = {str(index): payload.decode("ascii", "replace") for index, payload in
+                enumerate(payloads + [b"after the read"])}
+    assert expected["24"] == "caf\ufffd\ufffd\x00!"                        # (US-ASCII, as BookKeeper decodes)
+    assert await call(port, "GET", f"{read}/?ledger_id={ledger.ledger_id}") == (200, expected)
+    for query, ids in [("&start_entry_id=5&end_entry_id=7", [5, 6, 7]), ("&start_entry_id=23", [23, 24, 25]),
+                       ("&end_entry_id=1", [0, 1]), ("&start_entry_id=24&end_entry_id=99", [24, 25]),
+                       ("&start_entry_id=26", [])]:
+        assert await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}{query}") == (
+            200, {str(i): expected[str(i)] for i in ids}), query
+    assert await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}&page=1&start_entry_id=20") == (
+        200, {"Entries for page: ": "1", **{str(i): expected[str(i)] for i in range(20, 26)}})
+    assert await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}&page=2") == (
+        200, {"Entries for page: ": "2"})
+    assert await call(port, "GET", f"{read}?ledger_id=999999") == (404, "ledger 999999 does not exist\n")
+    for query, line in [("", "ledger_id is required: a number from 0 to 9999999999\n"),
+                        (f"ledger_id={ledger.ledger_id}&start_entry_id=9&end_entry_id=3",
+                         "start_entry_id 9 is after end_entry_id 3\n"),
+                        (f"ledger_id={ledger.ledger_id}&start_entry_id=-1", "start_entry_id must be a number from 0"),
+                        (f"ledger_id={ledger.ledger_id}&page=0", "page must be a number from 1")]:
+        status, text = await call(port, "GET", f"{read}?{query}")
+        assert status == 400 and text.startswith(line) and text.count("\n") == 1, (query, text)
+    # What one read answers is bounded, in entries and in bytes.
+    monkeypatch.setattr(http_admin_api, "READ_ENTRY_COUNT_MAX", 10)
+    status, text = await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}")
+    assert status == 400 and text == (f"ledger {ledger.ledger_id}: entries 0..25 are 26, over the 10 one read "
+                                      f"answers; ask fewer (end_entry_id, or page)\n")
+    assert len((await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}&end_entry_id=9"))[1]) == 10
+    monkeypatch.setattr(http_admin_api, "READ_SIZE_MAX", 30)
+    status, text = await call(port, "GET", f"{read}?ledger_id={ledger.ledger_id}&end_entry_id=9")
+    assert status == 400 and "entries 0..4 hold over 30 bytes" in text          # (7 bytes each)
+
+
+async def test_ledger_read_of_an_hmac_ledger_needs_its_password(cluster):
+    port = cluster.bookies[0].server.http_port
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"secret", digest="hmac")
+        await ledger.add_many([b"one", b"two"])
+        await ledger.close()
+    path = f"/api/v1/ledger/read?ledger_id={ledger.ledger_id}"
+    assert await call(port, "GET", path) == (403, (
+        f"ledger {ledger.ledger_id}: its HMAC_SHA256 digests are checked with its password, so it cannot be "
+        f"read without it; give the ledger's password as password\n"))
+    assert await call(port, "GET", path, {"password": "wrong"}) == (403, f"ledger {ledger.ledger_id}: wrong password\n")
+    assert await call(port, "GET", path, {"password": "secret"}) == (200, {"0": "one", "1": "two"})
+
+
+# -- listing, files, sanity, compaction --------------------------------------------------------
+
+async def test_ledger_list_pages_its_metadata(cluster, monkeypatch):
+    port = cluster.bookies[0].server.http_port
+    async with bkclient.connect(URI) as bk:
+        ids = [(await closed_ledger(bk, 1)).ledger_id for _ in range(3)]
+    monkeypatch.setattr(http_admin_api, "LIST_PAGE_LEDGER_COUNT", 2)
+    listing = "/api/v1/ledger/list?print_metadata=true"
+    assert list((await call(port, "GET", f"{listing}&page=1"))[1]) == [str(i) for i in ids[:2]]
+    status, page = await call(port, "GET", f"{listing}&page=2&decode_meta=true")
+    assert status == 200 and list(page) == [str(ids[2])] and page[str(ids[2])]["state"] == "CLOSED"
+    assert await call(port, "GET", f"{listing}&page=3") == (200, {})
+    assert list((await call(port, "GET", listing))[1]) == [str(i) for i in ids]
+    assert (await call(port, "GET", f"{listing}&page=0"))[0] == 400
+
+
+async def test_list_disk_file_names_the_bookies_files(cluster):
+    server = cluster.bookies[0].server
+    port = server.http_port
+    async with bkclient.connect(URI) as bk:
+        await closed_ledger(bk)
+    await server.checkpoint()
+    status, files = await call(port, "GET", "/api/v1/bookie/list_disk_file")
+    assert status == 200 and set(files) == {"journal files", "entrylog files", "index files"}
+    assert all(text.endswith("\t") for text in files.values())          # (each name followed by a tab)
+    journals = files["journal files"].split("\t")[:-1]
+    assert journals == [f"{journal_id:x}.txn" for journal_id in server.stack.journal.journal_ids()]
+    ledger_dir = os.path.join(server.config.data_dir, server.config.journal.ledger_dirs[0])
+    assert files["entrylog files"].split("\t")[:-1] == sorted(n for n in os.listdir(ledger_dir) if n.endswith(".log"))
+    assert files["entrylog files"] and "data.mdb" in files["index files"].split("\t")
+    assert await call(port, "GET", "/api/v1/bookie/list_disk_file?file_type=journal") == (
+        200, {"journal files": files["journal files"]})
+    status, text = await call(port, "GET", "/api/v1/bookie/list_disk_file?file_type=rocksdb")
+    assert status == 400 and text == 'file_type must be one of journal, entrylog, index, not "rocksdb"\n'
+
+
+async def test_sanity_writes_and_reads_on_this_bookie_alone(cluster, monkeypatch):
+    bookie, *others = cluster.bookies
+    port = bookie.server.http_port
+
+    async def adds(member) -> float:
+        samples = read_samples((await call(member.server.http_port, "GET", "/metrics"))[1])
+        return sample_value(samples, "bookkeeper_server_ADD_ENTRY_REQUEST_count", success="true") or 0
+
+    assert await call(port, "GET", "/api/v1/bookie/sanity") == (200, {"passed": True, "readOnly": False})
+    assert await adds(bookie) == http_admin_api.SANITY_ENTRY_COUNT
+    assert [await adds(other) for other in others] == [0, 0]
+    assert await call(port, "GET", "/api/v1/ledger/list") == (200, {})          # its ledger deleted
+    # A check that does not finish in time has failed.
+    monkeypatch.setattr(http_admin_api, "SANITY_TIMEOUT_S", 0.000001)
+    assert await call(port, "GET", "/api/v1/bookie/sanity") == (200, {"passed": False, "readOnly": False})
+    # A readonly bookie is not checked.
+    await call(port, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": True})
+    assert await call(port, "GET", "/api/v1/bookie/sanity") == (200, {"passed": False, "readOnly": True})
+
+
+async def test_compaction_is_suspended_and_resumed_while_gc_goes_on(cluster):
+    server = cluster.bookies[0].server
+    port = server.http_port
+    suspension = "/api/v1/bookie/gc/suspend_compaction"
+    assert await call(port, "GET", suspension) == (200, {"isMajorGcSuspended": "false",
+                                                         "isMinorGcSuspended": "false"})
+    assert await call(port, "PUT", suspension, {"suspendMajor": True, "suspendMinor": "true"}) == (
+        200, {"isMajorGcSuspended": "true", "isMinorGcSuspended": "true"})
+    async with bkclient.connect(URI) as bk:
+        ledger = await closed_ledger(bk)
+        await server.checkpoint()
+        await bk.delete_ledger(ledger.ledger_id)
+
+    async def round_done(counters: tuple[int, int]) -> None:
+        async def done() -> bool:
+            details = (await call(port, "GET", "/api/v1/bookie/gc_details"))[1][0]
+            return (await call(port, "GET", "/api/v1/bookie/gc"))[1] == {"is_in_force_gc": "false"} and (
+                details["majorCompactionCounter"], details["minorCompactionCounter"]) == counters
+        await wait_until(done)
+
+    for body in (None, {"forceMajor": False}):                   # no compaction while both are suspended
+        assert (await call(port, "PUT", "/api/v1/bookie/gc", body))[0] == 200
+        await round_done((0, 0))
+    assert server.counts["gc_rounds"] == 2 and ledger.ledger_id not in server.stack.storage.ledger_ids()
+    # Asked for by name, a kind runs even while suspended (BookKeeper's forceGC(major, minor)).
+    assert (await call(port, "PUT", "/api/v1/bookie/gc", {"forceMinor": True}))[0] == 200
+    await round_done((0, 1))
+    assert await call(port, "PUT", "/api/v1/bookie/gc/resume_compaction", {"resumeMinor": True}) == (
+        200, {"isMajorGcSuspended": "true", "isMinorGcSuspended": "false"})
+    assert (await call(port, "PUT", "/api/v1/bookie/gc"))[0] == 200
+    await round_done((0, 2))
+    assert (await call(port, "PUT", "/api/v1/bookie/gc/resume_compaction?resumeMajor=true"))[1] == {
+        "isMajorGcSuspended": "false", "isMinorGcSuspended": "false"}
+    for path, body, line in [(suspension, None, "suspendMajor or suspendMinor is required: true or false\n"),
+                             (suspension, {"suspendMajor": "maybe"},
+                              'suspendMajor must be true or false, not "maybe"\n'),
+                             ("/api/v1/bookie/gc/resume_compaction", {}, "resumeMajor or resumeMinor is required")]:
+        status, text = await call(port, "PUT", path, body)
+        assert status == 400 and text.startswith(line), text
+    assert (await call(port, "GET", "/api/v1/bookie/gc/resume_compaction"))[0] == 405

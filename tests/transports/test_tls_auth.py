@@ -316,3 +316,30 @@ def test_bk_stream_storage_names_a_credential_file_it_cannot_use(tmp_path, capsy
     missing = tmp_path / "missing.pem"
     assert main(["stream-storage", "--metastore", "raft://127.0.0.1:1", "--grpc-tls-cert", str(missing)]) == 2
     assert capsys.readouterr().err == f"bk stream-storage: {missing}: no such file\n"
+
+
+async def test_the_admin_apis_client_speaks_tls_to_the_bookies_trusting_tls_trust_store(start_cluster, ca, tmp_path):
+    """The endpoints that ask the other bookies (list_bookie_info, ledger/read, ...) show them
+    what the bookie's other clients do: TLS trusting tlsTrustStore, and the secret."""
+    from bklocal.processes import free_port
+    from test_http_admin import call
+    cert = ca.issue_cert("127.0.0.1")
+    cert_path, key_path = tmp_path / "bookie.pem", tmp_path / "bookie.key"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    cluster = await start_cluster(URI, 0)
+    for _ in range(3):
+        await cluster.add_bookie(http_port=free_port(), auth_secret=b"s3cret", tls_cert_file=str(cert_path),
+                                 tls_key_file=str(key_path), tls_trust_file=_ca_file(ca, tmp_path))
+    port = cluster.bookies[0].server.http_port
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    async with bkclient.connect(URI, tls=context, auth_secret=b"s3cret") as bk:
+        ledger = await bk.create_ledger(password=b"pw")
+        await ledger.add_many([b"a", b"b"])
+        await ledger.close()
+    status, info = await call(port, "GET", "/api/v1/bookie/list_bookie_info", secret=b"s3cret")
+    assert status == 200 and sorted(info) == sorted([b.bookie_id for b in cluster.bookies] + ["clusterInfo"])
+    assert await call(port, "GET", f"/api/v1/ledger/read?ledger_id={ledger.ledger_id}", secret=b"s3cret") == (
+        200, {"0": "a", "1": "b"})
+    assert sum(b.server.counts["auth_failures"] for b in cluster.bookies) == 0

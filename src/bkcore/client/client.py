@@ -23,7 +23,9 @@ from bkcore.client.recovery import LedgerRecovery
 from bkcore.client.rereplication import FragmentReplication
 from bkcore.client.writer import LedgerWriter
 from bkcore.digest import Digester, DigestType, master_key
-from bkcore.errors import BKException, MetadataError, NoSuchLedger, NotEnoughBookies, Unauthorized
+from bkcore.errors import (
+    BKException, IllegalOperation, MetadataError, NoSuchLedger, NotEnoughBookies, Unauthorized,
+)
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.ledger.metadata import LedgerMetadata, password_hash
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode
@@ -112,14 +114,20 @@ class Client:
         self.ctx.now_ns = now_ns
         _CreateLedger(self.ctx, op_id, spec, password).start(now_ns)
 
-    def open_ledger(self, op_id: int, ledger_id: int, *, password: bytes, is_recovery: bool = True,
+    def open_ledger(self, op_id: int, ledger_id: int, *, password: bytes | None, is_recovery: bool = True,
                     is_forced: bool = False, now_ns: int) -> None:
-        """Completed result: a LedgerReader. With recovery the ledger is fenced and closed first."""
+        """Completed result: a LedgerReader. With recovery the ledger is fenced and closed first.
+        password None: an administrator's open without the password (BookKeeperAdmin's
+        openLedgerNoRecovery), for reading only, of a ledger whose digests need no password."""
         self.ctx.now_ns = now_ns
         ctx = self.ctx
+        if password is None and is_recovery:
+            ctx.complete(op_id, error=IllegalOperation(
+                f"ledger {ledger_id}: recovery fences with the ledger's password; an open without it cannot recover"))
+            return
 
         def reader_for(metadata: LedgerMetadata, lac: int) -> LedgerReader:
-            return LedgerReader(ctx=ctx, metadata=metadata, password=password, last_add_confirmed=lac)
+            return LedgerReader(ctx=ctx, metadata=metadata, password=password or b"", last_add_confirmed=lac)
 
         if is_recovery:
             def on_recovered(metadata, error, at_ns: int) -> None:
@@ -130,14 +138,14 @@ class Client:
             return
 
         def on_metadata(metadata, error, at_ns: int) -> None:
-            if error is None and metadata.password_hash != password_hash(password):
-                error = Unauthorized(f"ledger {ledger_id}: wrong password")
+            if error is None:
+                error = _password_refusal(metadata, password)
             if error is not None:
                 ctx.complete(op_id, error=error)
             elif metadata.is_closed:
                 ctx.complete(op_id, result=reader_for(metadata, metadata.last_entry_id))
             else:
-                digester = Digester(ledger_id=ledger_id, digest_type=metadata.digest_type, password=password)
+                digester = Digester(ledger_id=ledger_id, digest_type=metadata.digest_type, password=password or b"")
                 LacRead(ctx=ctx, metadata=metadata, digester=digester,
                         on_done=lambda lac, lac_error, t: ctx.complete(
                             op_id, result=None if lac_error else reader_for(metadata, lac), error=lac_error)
@@ -175,6 +183,20 @@ class Client:
                 ctx.complete(op_id, error=MetadataError(f"ledger {ledger_id}: delete failed: {result.code.name}"))
 
         ctx.call_metadata(Delete(path), on_result)
+
+
+def _password_refusal(metadata: LedgerMetadata, password: bytes | None) -> BKException | None:
+    """Why `password` cannot open the ledger for reading, or None. None as the password is an
+    administrator's open: it needs none where the digests need none (CRC32C); HMAC digests are
+    keyed by the password, which the metadata does not hold (only a hash of it)."""
+    if password is None:
+        if metadata.digest_type is DigestType.CRC32C:
+            return None
+        return Unauthorized(f"ledger {metadata.ledger_id}: its {metadata.digest_type.value} digests are checked "
+                            f"with its password, so it cannot be read without it")
+    if metadata.password_hash != password_hash(password):
+        return Unauthorized(f"ledger {metadata.ledger_id}: wrong password")
+    return None
 
 
 class _CreateLedger:

@@ -237,10 +237,12 @@ class BookKeeperClient:
         writer.lac_push_delay_ns = lac_push_delay_ns      # (no add yet: nothing scheduled)
         return WriteHandle(self._driver, writer)
 
-    async def open_ledger(self, ledger_id: int, *, password: bytes = b"", recovery: bool = True,
+    async def open_ledger(self, ledger_id: int, *, password: bytes | None = b"", recovery: bool = True,
                           force_recovery: bool = False) -> ReadHandle:
         """Open for reading. With recovery (the default) the ledger is fenced and closed first,
-        so its end is final; without, it is read while its writer may still be adding."""
+        so its end is final; without, it is read while its writer may still be adding.
+        password=None (with recovery=False): an administrator's read, without the password, of
+        a ledger whose digests need none (CRC32C); Unauthorized for one whose digests do."""
         reader = await self._driver.call(lambda op_id, now_ns: self._driver.client.open_ledger(
             op_id, ledger_id, password=password, is_recovery=recovery, is_forced=force_recovery, now_ns=now_ns))
         return ReadHandle(self._driver, reader)
