@@ -144,6 +144,8 @@ def _own_families(server, statistics) -> list[Metric]:
     connections = server.connections.values()
     return [
         counter("bookie_connections_accepted", "client connections accepted", counts["connections"]),
+        counter("bookie_add_requests", "add requests answered, a batch of entries (AddBatchRequest) counting once",
+                counts["add_requests"]),
         gauge("bookie_connections", "client connections open now", len(server.connections)),
         gauge("bookie_send_queue_bytes", "answers queued to be sent, over every connection",
               sum(c.send_queue_size for c in connections)),

@@ -153,7 +153,8 @@ class BookieServer:
         self.is_registered_readonly: bool | None = None
         self.listen_port: int | None = None
         self.counts = {"checkpoints": 0, "gc_rounds": 0, "ledgers_collected": 0, "bytes_compacted": 0,
-                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0}
+                       "connections": 0, "malformed_frames": 0, "readonly_transitions": 0, "auth_failures": 0,
+                       "add_requests": 0}
         self._unauthenticated: set[str] = set()     # connections that still owe the secret
         self._tls = self._tls_context()
         # Its /metrics: the process's registry, BookKeeper's families read from this bookie at
@@ -428,8 +429,10 @@ class BookieServer:
         kind = type(message)
         if kind is AddResponse:
             key, stats, entry_count = ("add", message.request_id), self.metrics.add_requests, 1
+            self.counts["add_requests"] += 1
         elif kind is AddBatchResponse:
             key, stats, entry_count = ("add", message.request_id), self.metrics.add_requests, message.count
+            self.counts["add_requests"] += 1
         elif kind is ReadResponse:
             key, stats, entry_count = ("read", message.request_id), self.metrics.read_requests, 1
         elif kind is ReadBatchResponse:

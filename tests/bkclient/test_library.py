@@ -150,7 +150,7 @@ async def test_a_long_burst_of_pipelined_adds_leaves_in_batches_of_the_pump_limi
     async with bkclient.connect(URI) as bk:
         ledger = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=b"pw")
         (bookie,) = [b for b in cluster.bookies if b.bookie_id in ledger.metadata.last_ensemble]
-        before = bookie.server.add_latency.count
+        before = bookie.server.counts["add_requests"]
         done = trio.Event()
         acked: list[int] = []
 
@@ -168,6 +168,6 @@ async def test_a_long_burst_of_pipelined_adds_leaves_in_batches_of_the_pump_limi
             with trio.fail_after(10):
                 await done.wait()
             assert acked == sorted(acked) and len(acked) == count
-            requests = bookie.server.add_latency.count - before
+            requests = bookie.server.counts["add_requests"] - before
             before += requests
             assert requests == (1 if count < limit else 3), (count, requests)
