@@ -385,10 +385,12 @@ class BookieServer:
                         continue            # the bookie is stopping: nothing more is written
                     # A small one, with the journal thread idle (so nothing is written before
                     # it), is written and synced here and now: a thread handoff would cost as
-                    # much as its fdatasync. Not while a checkpoint writes the entry logs: on a
-                    # shared disk the sync then waits behind them, tens of ms with the loop held.
+                    # much as its fdatasync. (Also while a checkpoint writes the entry logs, when
+                    # the sync may wait behind them with the loop held: handing those syncs to the
+                    # thread instead doubled the p50 of adds paced at a quarter and half of the
+                    # peak, bench/compare_revisions.py, 3 rounds.)
                     if (len(effect.data) <= self._sync_inline_size_max and not self._journal.outstanding
-                            and not has_synced_inline and not self._is_flushing_cache):
+                            and not has_synced_inline):
                         has_synced_inline = True
                         started = time.perf_counter()
                         try:
