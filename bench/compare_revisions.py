@@ -6,8 +6,7 @@
 
 BASE and NEW are git revisions of this repository (NEW: the working tree as it is). Each is
 checked out in a temporary worktree (the working tree is used in place) and run through its
-own src/ — with the src/ folders that setup.py installs under other names (RENAMED) linked
-under those names — by this interpreter, so both use the same installed dependencies. The
+own src/ by this interpreter, so both use the same installed dependencies. The
 rounds alternate (base, new, base, new, ...) so that a machine whose speed drifts affects both
 alike. It prints one JSON object: each field's values per round for base and new, their
 medians, and new/base.
@@ -16,7 +15,6 @@ medians, and new/base.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import pathlib
@@ -28,24 +26,10 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _renamed_folders(tree: pathlib.Path) -> dict[str, str]:
-    """setup.py's RENAMED (import name -> folder) at that revision; {} without one."""
-    setup = tree / "setup.py"
-    if not setup.exists():
-        return {}
-    for node in ast.parse(setup.read_text()).body:
-        if isinstance(node, ast.Assign) and [target.id for target in node.targets] == ["RENAMED"]:
-            return ast.literal_eval(node.value)
-    return {}
-
-
-def import_path(tree: pathlib.Path, scratch: pathlib.Path) -> str:
-    """PYTHONPATH that imports this tree's packages under their installed names."""
-    links = scratch / "renamed"
-    links.mkdir(parents=True, exist_ok=True)
-    for name, folder in _renamed_folders(tree).items():
-        (links / name).symlink_to(tree / folder)
-    return os.pathsep.join([str(links), str(tree / "src")])
+def import_path(tree: pathlib.Path) -> str:
+    """PYTHONPATH that imports this tree's packages (src/ holds them, and the links that name
+    the folders installed under other names)."""
+    return str(tree / "src")
 
 
 def value_at(report: dict, dotted: str):
@@ -87,7 +71,7 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), revision], check=True)
             trees[label] = tree
         try:
-            paths = {label: import_path(tree, scratch_path / f"path-{label}") for label, tree in trees.items()}
+            paths = {label: import_path(tree) for label, tree in trees.items()}
             values: dict[str, dict[str, list]] = {field: {"base": [], "new": []} for field in args.field}
             for round_number in range(args.rounds):
                 for label in ("base", "new"):

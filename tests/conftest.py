@@ -16,10 +16,10 @@ if os.environ.get("CI") == "true":
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from inprocess_cluster import InProcessCluster  # noqa: E402
-from metastore.memory_store import forget_memory_servers  # noqa: E402
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
-from transports.filesystem import OsFileSystem
+from bkmetastore.memory_store import forget_memory_servers  # noqa: E402
+from bksim.filesystem import SimFileSystem
+from bksim.options import DiskOptions
+from bktransports.filesystem import OsFileSystem
 
 
 @pytest.fixture(params=["sim", "os"])

@@ -13,9 +13,9 @@ import trio
 
 from bklocal.processes import free_port
 from bkcore.bookie.journal_files import JournalConfig
-from metastore.layout_node import resolve_layout
-from metastore.uri import open_metastore, parse_metastore_uri
-from transports.bookie_server import BookieServer, BookieServerConfig
+from bkmetastore.layout_node import resolve_layout
+from bkmetastore.uri import open_metastore, parse_metastore_uri
+from bktransports.bookie_server import BookieServer, BookieServerConfig
 
 
 @dataclass

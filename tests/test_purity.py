@@ -4,14 +4,26 @@ import each other even through others, nothing below the `bk` command imports bk
 loads the benchmarks only when one runs."""
 
 import ast
+import os
 import pathlib
 from typing import Iterator
 
 import pytest
 
-SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+
+
+def _renamed_folders() -> dict[str, str]:
+    """src/ folder -> the name it is installed and imported under, where the two differ: the
+    links in src/ name them (src/bksim -> sim)."""
+    return {os.readlink(link): link.name for link in sorted(SRC.iterdir()) if link.is_symlink()}
+
+
+IMPORT_NAME = _renamed_folders()
+SIM, TRANSPORTS, METASTORE = IMPORT_NAME["sim"], IMPORT_NAME["transports"], IMPORT_NAME["metastore"]
 FORBIDDEN_IN_CORE = {"trio", "socket", "os", "time", "random", "threading", "asyncio", "lmdb",
-                     "select", "subprocess", "sim", "transports", "metastore"}
+                     "select", "subprocess", SIM, TRANSPORTS, METASTORE}
 
 
 def imported_roots(path: pathlib.Path) -> set[str]:
@@ -93,15 +105,15 @@ def test_the_bkcli_checks_see_a_violation(tmp_path):
 
 # DESIGN.md's arrows: bkcli -> bench, bkspark -> bkclient -> transports, stream storage server ->
 # transports -> metastore -> bkcore; sim -> metastore, bkcore. Each package under src/ here may not
-# import the packages named (anywhere in a file, lazily inside a function too). bkcore keeps its
+# import the packages named (keys are src/ folders, values import names; anywhere in a file, lazily inside a function too). bkcore keeps its
 # own, stricter list (FORBIDDEN_IN_CORE); bkcli, bkbench and bklocal have the checks above.
 APPS = {"bkcli", "bkbench", "bkspark", "bkjepsen"}
 MAY_NOT_IMPORT = {
-    "metastore": {"transports", "bkclient", "streamstorage", "sim", "bklocal"} | APPS,
-    "transports": {"bkclient", "streamstorage", "sim", "bklocal"} | APPS,
-    "streamstorage": {"bkclient", "sim"} | APPS,
-    "bkclient": {"streamstorage", "sim"} | APPS,
-    "sim": {"transports", "bkclient", "streamstorage", "bklocal", "trio"} | APPS,
+    "metastore": {TRANSPORTS, "bkclient", "streamstorage", SIM, "bklocal"} | APPS,
+    "transports": {"bkclient", "streamstorage", SIM, "bklocal"} | APPS,
+    "streamstorage": {"bkclient", SIM} | APPS,
+    "bkclient": {"streamstorage", SIM} | APPS,
+    "sim": {TRANSPORTS, "bkclient", "streamstorage", "bklocal", "trio"} | APPS,
 }
 
 # Arrows the tree does not keep yet, (package, forbidden import) -> why the rule is skipped. Each
@@ -130,21 +142,23 @@ def test_the_arrow_check_sees_a_violation(tmp_path):
     # An upward import hidden inside a function is still an arrow up.
     (tmp_path / "metastore").mkdir()
     (tmp_path / "metastore" / "store.py").write_text(
-        "import json\n\ndef connect(uri):\n    from transports.connection import open_client\n")
+        "import json\n\ndef connect(uri):\n    from bktransports.connection import open_client\n")
     assert offenders("metastore", MAY_NOT_IMPORT["metastore"], root=tmp_path) == [
-        "metastore/store.py imports ['transports']"]
+        "metastore/store.py imports ['bktransports']"]
 
 
 # ---- no import cycles between modules --------------------------------------------------------
 
 def modules_under(root: pathlib.Path) -> dict[str, pathlib.Path]:
-    """Every module under root by its dotted name; a package is named by its __init__.py."""
+    """Every module under root by the dotted name it is imported under; a package is named by its
+    __init__.py, a renamed src/ folder by its import name."""
     modules = {}
     for path in sorted(root.rglob("*.py")):
         parts = path.relative_to(root).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         if parts:
+            parts = (IMPORT_NAME.get(parts[0], parts[0]),) + parts[1:]
             modules[".".join(parts)] = path
     return modules
 
@@ -263,3 +277,24 @@ def test_the_cycle_check_sees_a_cycle(tmp_path):
     assert import_cycles(tmp_path) == [["pkg.ledger", "pkg.peers"]]
     (package / "peers.py").write_text("def run():\n    return 1\n")
     assert import_cycles(tmp_path) == []
+
+
+# ---- installed names -------------------------------------------------------------------------
+
+def test_nothing_imports_a_renamed_folder_by_its_folder_name():
+    # The wheel installs src/sim as bksim (pyproject.toml): `import sim` works in no installed tree.
+    folder_names = set(IMPORT_NAME)
+    found = []
+    for top in (SRC, ROOT / "tests", ROOT / "jepsen-like", ROOT / "bench", ROOT / "examples"):
+        for path in sorted(top.rglob("*.py")) if top.is_dir() else []:
+            bad = imported_roots(path) & folder_names
+            if bad:
+                found.append(f"{path.relative_to(ROOT)} imports {sorted(bad)}")
+    assert found == []
+
+
+def test_the_import_graph_knows_renamed_folders_by_their_import_names():
+    graph = import_graph(SRC)
+    assert f"{SIM}.world" in graph and "sim.world" not in graph
+    assert not any(name.startswith(f"{TRANSPORTS}.") for name in graph[f"{SIM}.world"])
+    assert any(name.startswith("bkcore.") for name in graph[f"{SIM}.world"])

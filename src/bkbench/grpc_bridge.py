@@ -3,7 +3,7 @@
 
 The stream-storage server handed every gRPC call over to trio like this, from grpc.server's
 handler threads and then from grpc.aio's asyncio thread, until it served gRPC from trio itself
-(transports.grpc_trio): the handoff cost as much CPU as gRPC's own work. These kinds keep that
+(bktransports.grpc_trio): the handoff cost as much CPU as gRPC's own work. These kinds keep that
 cost measured beside the server that does without it.
 
 TrioBridge: trio.from_thread.run costs, for every call, a wakeup of the loop (a write to its

@@ -34,8 +34,8 @@ from bkcore.bookie.index import MemoryIndexStore
 from bkcore.effects import JournalWrite
 from bkcore.digest import Digester, DigestType
 from bkcore.wire import AddBatchRequest, AddRequest
-from transports.filesystem import OsFileSystem
-from transports.lmdb_index import LmdbIndexStore
+from bktransports.filesystem import OsFileSystem
+from bktransports.lmdb_index import LmdbIndexStore
 
 MIB = 1024 * 1024
 FRAME_PAYLOAD_BYTES = 256 * 1024     # entries per AddBatchRequest (and per frame in bench bookie), by size

@@ -189,7 +189,7 @@ async def _tail_visibility(bk, args, payload: bytes) -> dict:
 def bench_ledger(args) -> int:
     from bklocal.processes import free_ports
     from bklocal.standalone import StandaloneCluster
-    from transports.gc_tuning import tune_gc
+    from bktransports.gc_tuning import tune_gc
     from bkclient.library import connect
 
     root = tempfile.mkdtemp(dir=args.dir, prefix="bench-ledger-")

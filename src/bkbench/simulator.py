@@ -11,8 +11,8 @@ import json
 import time
 
 from bkbench import announce
-from sim.run import run_scenario
-from sim.scenario import S, Scenario
+from bksim.run import run_scenario
+from bksim.scenario import S, Scenario
 
 
 SCENARIOS = {
@@ -26,7 +26,7 @@ SCENARIOS = {
 def bench_sim(args) -> int:
     """`bk bench sim` with its parsed arguments: runs the seeds of each workload asked for and
     prints the JSON report (one object for one workload; {"workloads": [...]} for all)."""
-    from sim.run import RUNNABLE_WORKLOADS
+    from bksim.run import RUNNABLE_WORKLOADS
     workloads = list(RUNNABLE_WORKLOADS) if args.workload == "all" else [args.workload]
     reports = [_bench_workload(workload, args) for workload in workloads]
     report = reports[0] if len(reports) == 1 else {"benchmark": "sim", "workloads": reports}

@@ -1,6 +1,6 @@
 """What held a benchmark's processes up during each of its phases, and the timeline picture.
 
-Every process keeps a transports.stall_recorder.StallRecorder: the client's is this process's
+Every process keeps a bktransports.stall_recorder.StallRecorder: the client's is this process's
 loop (bk.stalls), each bookie's is read from its /api/v1/bookie/stalls. phase_stalls() turns one
 phase's window into the report's fields: the longest loop pause of the client and of the bookies
 (each kind's longest, in fields named <who>_<kind>_max_ms), and the longest loop pauses

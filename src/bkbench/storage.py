@@ -37,7 +37,7 @@ def _cluster(args, *, with_stream_storage: bool, servers: int = 1):
 
 
 # What the bookies' /metrics say about a phase, summed over them: entries added, journal
-# fdatasyncs, explicit LAC writes (sample name and labels: transports.bookie_metrics).
+# fdatasyncs, explicit LAC writes (sample name and labels: bktransports.bookie_metrics).
 BOOKIE_COUNTERS = {"entries": ("bookkeeper_server_ADD_ENTRY_REQUEST_count", {"success": "true"}),
                    "journal_syncs": ("bookie_journal_JOURNAL_SYNC_count", {"success": "true"}),
                    "lac_writes": ("bookie_lac_writes_total", {})}
@@ -46,8 +46,8 @@ BOOKIE_COUNTERS = {"entries": ("bookkeeper_server_ADD_ENTRY_REQUEST_count", {"su
 def _bookie_counters(cluster) -> dict[str, int] | None:
     """BOOKIE_COUNTERS so far, summed over the cluster's bookies; None if one cannot be read
     (their HTTP admin ports ask for the cluster's secret when the bookies have one)."""
-    from transports.http_admin_client import admin_request
-    from transports.metrics import read_samples, sample_value
+    from bktransports.http_admin_client import admin_request
+    from bktransports.metrics import read_samples, sample_value
     secret = str(cluster.bookie_extra.get("bookieAuthSecret", "")).encode()
     totals = dict.fromkeys(BOOKIE_COUNTERS, 0)
     for port in cluster.http_ports:

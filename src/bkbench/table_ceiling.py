@@ -11,7 +11,7 @@ process of its own, in three styles, and drives it with the same 16-thread block
     aio_bridge  the same, the asyncio loop in a thread of its own, each call handed to a trio
                 loop and its answer back (bkbench.grpc_bridge.AsyncioBridge): the real
                 server's way until it served gRPC from trio
-    trio_grpc   transports.grpc_trio.GrpcServer: gRPC over HTTP/2 (transports.http2) in the trio loop,
+    trio_grpc   bktransports.grpc_trio.GrpcServer: gRPC over HTTP/2 (bktransports.http2) in the trio loop,
                 each call answered by a callback (no task, no thread, no bridge): the real
                 server's way now
 
@@ -149,7 +149,7 @@ def _serve_aio_bridge(ready) -> None:
 def _serve_trio_grpc(ready) -> None:
     import trio
 
-    from transports.grpc_trio import GrpcServer, Unary
+    from bktransports.grpc_trio import GrpcServer, Unary
 
     kvs: dict[bytes, bytes] = {}
 

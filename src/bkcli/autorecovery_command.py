@@ -48,8 +48,8 @@ async def _run(args, credentials) -> int:
 
     from bkcli.signals import cancel_on_stop_signal
     from bkclient.library import connect
-    from transports.autorecovery import Autorecovery
-    from transports.metrics import new_registry, serve_metrics
+    from bktransports.autorecovery import Autorecovery
+    from bktransports.metrics import new_registry, serve_metrics
     registry = new_registry()
     # (its auditor node and replication locks are ephemeral: no session renewal)
     async with connect(metastore_uri(args), renew_session=False, **credentials) as bk:

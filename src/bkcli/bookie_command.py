@@ -60,11 +60,11 @@ async def run_bookie(uri: str, config) -> int:
     import trio
 
     from bkcli.signals import cancel_on_stop_signal
-    from metastore.layout_node import resolve_layout
-    from metastore.uri import open_metastore, parse_metastore_uri
-    from transports.bookie_server import BookieServer
-    from transports.credentials import bookie_client_credentials
-    from transports.gc_tuning import tune_gc
+    from bkmetastore.layout_node import resolve_layout
+    from bkmetastore.uri import open_metastore, parse_metastore_uri
+    from bktransports.bookie_server import BookieServer
+    from bktransports.credentials import bookie_client_credentials
+    from bktransports.gc_tuning import tune_gc
 
     parsed = parse_metastore_uri(uri)
     credentials = bookie_client_credentials(config)
@@ -97,9 +97,9 @@ async def run_autorecovery(uri: str, config, server) -> None:
     is named by the bookie id, which the auditor node then holds (as BookKeeper's does), and
     handed to the server for its admin endpoint (who is the auditor, trigger an audit). Its
     metrics are the bookie's too, under BookKeeper's replication_ scope."""
-    from transports.autorecovery import Autorecovery
-    from transports.autorecovery_metrics import IN_BOOKIE_SCOPE
-    from transports.credentials import bookie_client_credentials
+    from bktransports.autorecovery import Autorecovery
+    from bktransports.autorecovery_metrics import IN_BOOKIE_SCOPE
+    from bktransports.credentials import bookie_client_credentials
     from bkclient.library import connect
     # (its auditor node and locks are ephemeral: no session renewal)
     async with connect(uri, renew_session=False, **bookie_client_credentials(config)) as bk:
@@ -119,7 +119,7 @@ async def stream_storage_in_bookie(uri: str, config, registry, task_status) -> N
     from bkcli.credentials import server_tls_context
 
     from streamstorage.server import run_stream_storage
-    from transports.credentials import bookie_client_credentials
+    from bktransports.credentials import bookie_client_credentials
     async with trio.open_nursery() as nursery:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, uri, host=config.host, port=config.stream_storage_port,

@@ -1,6 +1,6 @@
 """Bookie configuration in TOML, with BookKeeper's option names where BookKeeper has the option.
 
-transports.bookie_options.OPTIONS is the one table of every key: `load_bookie_config()` reads a
+bktransports.bookie_options.OPTIONS is the one table of every key: `load_bookie_config()` reads a
 file through it, `bk bookie --print-config-reference` (docs/operations.md) prints it, and the
 bookie's HTTP admin endpoint shows its values with it, so code, docs and the endpoint agree.
 
@@ -23,8 +23,8 @@ from bkcore.bookie.compaction import CompactionConfig
 from bkcore.bookie.diskmonitor import DiskUsageConfig
 from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.journal_files import JournalConfig
-from transports.bookie_options import OPTIONS
-from transports.bookie_server import BookieServerConfig
+from bktransports.bookie_options import OPTIONS
+from bktransports.bookie_server import BookieServerConfig
 
 
 class ConfigError(ValueError):

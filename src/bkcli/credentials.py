@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import ssl
 
-from transports.credentials import CredentialsError, read_secret_file, tls_context as _tls_context
+from bktransports.credentials import CredentialsError, read_secret_file, tls_context as _tls_context
 
 AUTH_SECRET_ENV = "BK_AUTH_SECRET"
 
@@ -38,7 +38,7 @@ def client_credentials(args, environ=None) -> dict:
 def tls_context(ca_file: str | None, cert_file: str | None = None,
                 key_file: str | None = None) -> ssl.SSLContext | None:
     """A client context trusting `ca_file` (None: no TLS unless a certificate is given, then the
-    system's CAs), presenting `cert_file` if given (transports.credentials.tls_context)."""
+    system's CAs), presenting `cert_file` if given (bktransports.credentials.tls_context)."""
     if key_file and not cert_file:
         raise CredentialsError("--tls-key needs --tls-cert")
     return _tls_context(ca_file, cert_file, key_file)
@@ -62,7 +62,7 @@ def server_tls_context(cert_file: str | None, key_file: str | None = None, *, fl
     for path in (cert_file, key_file):
         if path and not os.path.isfile(path):
             raise CredentialsError(f"{path}: no such file")
-    from transports.tls import server_context
+    from bktransports.tls import server_context
     try:
         return server_context(cert_file, key_file, alpn=alpn)
     except (ssl.SSLError, OSError) as exc:

@@ -46,7 +46,7 @@ def nobody_listening(uri: str, *, timeout_s: float = 1.0) -> str | None:
     when the URI names no hosts (memory://) or cannot be parsed (the command says why)."""
     import socket
 
-    from metastore.uri import MetastoreUriError, parse_metastore_uri
+    from bkmetastore.uri import MetastoreUriError, parse_metastore_uri
     try:
         hosts = parse_metastore_uri(uri).hosts
     except MetastoreUriError:

@@ -1,5 +1,5 @@
 """Reference docs generated from the code: docs/cli.md from the argument parser, the bookie
-configuration table inside docs/operations.md from transports.bookie_options.OPTIONS, and the message
+configuration table inside docs/operations.md from bktransports.bookie_options.OPTIONS, and the message
 and result-code tables inside docs/protocol.md from bkcore.wire and bkcore.errors.
 
     python -m bkcli.docs           # rewrite them

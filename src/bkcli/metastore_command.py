@@ -47,7 +47,7 @@ def add_parser(commands) -> None:
 
 def cmd_metastore(args) -> int:
     from bkcli.credentials import CredentialsError
-    from transports.raftlite_server import parse_peers
+    from bktransports.raftlite_server import parse_peers
     try:
         peers = parse_peers(args.peers)
         security = member_security(args)
@@ -64,7 +64,7 @@ def cmd_metastore(args) -> int:
 def member_security(args):
     """The RaftSecurity the arguments ask for (CredentialsError naming a file that will not do)."""
     from bkcli.credentials import CredentialsError, auth_secret, server_tls_context, tls_context
-    from transports.raftlite_server import RaftSecurity
+    from bktransports.raftlite_server import RaftSecurity
     if args.tls_ca and not args.tls_cert:
         raise CredentialsError("--tls-ca needs --tls-cert (a member dials the others over TLS only when it serves "
                                "TLS itself)")
@@ -76,8 +76,8 @@ async def _serve(args, peers, security) -> int:
     import trio
 
     from bkcli.signals import cancel_on_stop_signal
-    from metastore.raftlite.core import MS, RaftConfig
-    from transports.raftlite_server import run_raft_node
+    from bkmetastore.raftlite.core import MS, RaftConfig
+    from bktransports.raftlite_server import run_raft_node
 
     config = RaftConfig(session_timeout_ns=args.session_timeout_ms * MS)
     host, port = peers[args.node_id]

@@ -30,7 +30,7 @@ def add_parsers(command) -> None:
 
 
 async def run(bk, args):
-    from transports.autorecovery import (
+    from bktransports.autorecovery import (
         cluster_recovery_delay, is_replication_enabled, list_underreplicated, request_audit, set_cluster_recovery_delay,
         set_replication_enabled,
     )

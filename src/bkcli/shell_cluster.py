@@ -44,19 +44,19 @@ async def run(bk, args):
     if args.shell_command in ("metaformat", "nukeexistingcluster"):
         return await _delete_cluster(bk, args)
     if args.shell_command == "clusterinfo":
-        from transports.cluster_state import cluster_info
+        from bktransports.cluster_state import cluster_info
         info = await cluster_info(bk.store, bk.layout)
         return "".join(f"{key}: {str(value).lower() if type(value) is bool else value}\n"
                        for key, value in info.items()), info
     if args.shell_command == "whoisauditor":
-        from transports.cluster_state import auditor
+        from bktransports.cluster_state import auditor
         elected = await auditor(bk.store, bk.layout)
         if elected is None:
             raise ShellFailure("no auditor is elected (is an autorecovery daemon running? bk autorecovery, or "
                                "autoRecoveryDaemonEnabled on a bookie)\n")
         return f"{elected}\n", {"auditor": elected}
     if args.shell_command == "whatisinstanceid":
-        from metastore.instance_id import read_instance_id
+        from bkmetastore.instance_id import read_instance_id
         instance_id = await read_instance_id(bk.store, bk.layout)
         if instance_id is None:
             raise ShellFailure(f"no instance id is recorded at {bk.layout.instance_id_path} (a cluster made before "
@@ -67,7 +67,7 @@ async def run(bk, args):
 
 async def _init_new_cluster(bk):
     from bkcore.metaops import Create, MetaCode
-    from metastore.instance_id import ensure_instance_id
+    from bkmetastore.instance_id import ensure_instance_id
     root = bk.layout.root
     made = []
     for path in (bk.layout.available_path, bk.layout.readonly_path, f"{root}/cookies", f"{root}/idgen",
@@ -84,8 +84,8 @@ async def _init_new_cluster(bk):
 async def _delete_cluster(bk, args):
     """metaformat or nukeexistingcluster: checks, the question, then the deletion."""
     from bkcore.metaops import Children, MetaCode
-    from metastore.instance_id import read_instance_id, renew_instance_id
-    from metastore.layout_node import layout_node_path
+    from bkmetastore.instance_id import read_instance_id, renew_instance_id
+    from bkmetastore.layout_node import layout_node_path
     root = bk.layout.root
     running = sorted({*await bk.list_bookies(), *await bk.list_bookies(readonly=True)})
     if running:

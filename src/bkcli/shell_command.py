@@ -121,7 +121,7 @@ def cmd_shell(args) -> int:
     try:
         return trio.run(run_shell, args, sys.stdout)
     except (OSError, ConnectionError) as exc:
-        from metastore.api import MetastoreRefused
+        from bkmetastore.api import MetastoreRefused
         is_said = isinstance(exc, MetastoreRefused) or "running?" in str(exc)
         hint = "" if is_said else "; is the cluster running? (bk standalone, or --metastore URI)"
         print(f"bk shell {args.shell_command}: {exc}{hint}", file=sys.stderr)
@@ -305,7 +305,7 @@ async def _simpletest(bk, args):
 
 async def _bookiesanity(bk, args):
     """Every writable bookie, alone in an ensemble of one, takes and returns entries."""
-    from transports.admin_ops import bookie_sanity
+    from bktransports.admin_ops import bookie_sanity
     reports = [{"bookie": bookie, "ok": await bookie_sanity(bk, bookie, entry_count=args.num_entries)}
                for bookie in await bk.list_bookies()]
     text = _lines(f"{r['bookie']}\t{'OK' if r['ok'] else 'FAILED'}" for r in reports)
@@ -314,7 +314,7 @@ async def _bookiesanity(bk, args):
 
 async def _listunderreplicated(bk, args):
     from bkcore.metaops import Get, MetaCode
-    from transports.cluster_state import chosen_underreplicated
+    from bktransports.cluster_state import chosen_underreplicated
     marks = await chosen_underreplicated(bk.store, bk.layout, missing=args.missingreplica,
                                          excluding=args.excludingmissingreplica)
     workers = {}
@@ -330,8 +330,8 @@ async def _listunderreplicated(bk, args):
 
 
 async def _refusing(check, bk, bookie: str) -> None:
-    """check(bk, bookie) from transports.admin_ops, its refusal as this command's failure."""
-    from transports.admin_ops import NotOfCluster, RecoveryRefused
+    """check(bk, bookie) from bktransports.admin_ops, its refusal as this command's failure."""
+    from bktransports.admin_ops import NotOfCluster, RecoveryRefused
     try:
         await check(bk, bookie)
     except RecoveryRefused as exc:
@@ -341,7 +341,7 @@ async def _refusing(check, bk, bookie: str) -> None:
 
 async def _recover(bk, args):
     from bkcli.progress import Progress
-    from transports.admin_ops import check_cluster_bookie, recover
+    from bktransports.admin_ops import check_cluster_bookie, recover
     await _refusing(check_cluster_bookie, bk, args.bookie)
     dry_run = args.dry_run or args.query
     if not dry_run:
@@ -369,7 +369,7 @@ async def _recover(bk, args):
 
 async def _decommission(bk, args):
     from bkcli.progress import Progress
-    from transports.admin_ops import check_decommissionable, decommission
+    from bktransports.admin_ops import check_decommissionable, decommission
     await _refusing(check_decommissionable, bk, args.bookie)
     await confirm(args, f"Are you sure to decommission {args.bookie} (its ledgers copied elsewhere, its cookie "
                         f"deleted)?")

@@ -46,7 +46,7 @@ def _log_id(text: str) -> int:
 
 def _local_journal(args):
     from bkcore.bookie.journal_files import Journal, JournalConfig
-    from transports.filesystem import OsFileSystem
+    from bktransports.filesystem import OsFileSystem
     config = JournalConfig()
     _check_bookie_dir(args.data_dir, config.journal_dir, *config.ledger_dirs)
     return Journal(fs=OsFileSystem(args.data_dir), config=config)
@@ -112,7 +112,7 @@ def _lastmark(_, args):
 
 def _entry_logger(args):
     from bkcore.bookie.entrylog import EntryLogger
-    from transports.filesystem import OsFileSystem
+    from bktransports.filesystem import OsFileSystem
     _check_bookie_dir(args.data_dir, "ledgers")
     return EntryLogger(fs=OsFileSystem(args.data_dir), ledger_dir="ledgers", entry_log_size_max=1)
 
@@ -149,7 +149,7 @@ def _readlogmetadata(_, args):
 
 def _listfilesondisc(_, args):
     from bkcore.bookie.journal_files import JournalConfig
-    from transports.filesystem import FILE_KINDS, bookie_files
+    from bktransports.filesystem import FILE_KINDS, bookie_files
     config = JournalConfig()
     _check_bookie_dir(args.data_dir, config.journal_dir, *config.ledger_dirs)
     chosen = tuple(kind for kind, flag in zip(FILE_KINDS, (args.journal, args.entrylog, args.index)) if flag)
@@ -163,7 +163,7 @@ def _localconsistencycheck(_, args):
 
     from bkcli.progress import Progress
     from bkcore.bookie.consistency import check_local_consistency
-    from transports.lmdb_index import LmdbIndexStore
+    from bktransports.lmdb_index import LmdbIndexStore
     _check_bookie_dir(args.data_dir, "ledgers", "index")
     logger = _entry_logger(args)
     try:

@@ -7,7 +7,7 @@ import argparse
 import time
 import traceback
 
-from sim.scenario import FAULT_KINDS, S, WORKLOADS
+from bksim.scenario import FAULT_KINDS, S, WORKLOADS
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -23,7 +23,7 @@ def _faults(text: str) -> tuple[str, ...]:
 
 
 def _plant(text: str) -> str:
-    from sim.plants import plant_names
+    from bksim.plants import plant_names
     if text not in plant_names():
         raise argparse.ArgumentTypeError(f"unknown plant {text!r}; choose from {', '.join(plant_names())}")
     return text
@@ -59,13 +59,13 @@ def add_parser(commands) -> None:
 
 
 def _scenario(seed: int, *, duration: float, faults, liveness: bool, workload: str | None):
-    from sim.scenario import Scenario
+    from bksim.scenario import Scenario
     return Scenario.draw(seed=seed, duration_ns=int(duration * S), faults=faults, is_liveness=liveness,
                          workload=workload)
 
 
 def cmd_run(args) -> int:
-    from sim.run import EXIT_CRASH, replay_command, run_scenario
+    from bksim.run import EXIT_CRASH, replay_command, run_scenario
     scenario = _scenario(args.seed, duration=args.duration, faults=args.faults, liveness=args.liveness,
                          workload=args.workload)
     for line in scenario.describe():
@@ -93,7 +93,7 @@ def cmd_run(args) -> int:
 
 def explore_one(job: tuple) -> tuple[int, str, int, str, str]:
     """Run one (seed, workload): (seed, workload, exit code, what failed, replay command)."""
-    from sim.run import EXIT_CRASH, replay_command, run_scenario
+    from bksim.run import EXIT_CRASH, replay_command, run_scenario
     seed, workload, duration, faults, liveness, plant = job
     scenario = _scenario(seed, duration=duration, faults=faults, liveness=liveness, workload=workload)
     try:
@@ -105,7 +105,7 @@ def explore_one(job: tuple) -> tuple[int, str, int, str, str]:
 
 
 def explore_jobs(args) -> list[tuple]:
-    from sim.run import RUNNABLE_WORKLOADS
+    from bksim.run import RUNNABLE_WORKLOADS
     workloads = [args.workload] if args.workload else list(RUNNABLE_WORKLOADS)
     return [(seed, workload, args.duration, tuple(args.faults), args.liveness, args.plant)
             for workload in workloads for seed in range(args.start, args.start + args.seeds)]
@@ -155,7 +155,7 @@ class _Progress:
 
 
 def cmd_plants(args) -> int:
-    from sim.plants import PLANTS
+    from bksim.plants import PLANTS
     for name in sorted(PLANTS):
         plant = PLANTS[name]
         print(f"{plant.name} {plant.workload} {plant.seeds}")

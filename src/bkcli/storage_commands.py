@@ -67,8 +67,8 @@ async def _serve(args) -> int:
 
     from bkcli.signals import cancel_on_stop_signal
     from streamstorage.server import run_stream_storage
-    from transports.gc_tuning import tune_gc
-    from transports.metrics import new_registry, serve_metrics
+    from bktransports.gc_tuning import tune_gc
+    from bktransports.metrics import new_registry, serve_metrics
 
     data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
     registry = new_registry()

@@ -18,12 +18,12 @@
 
 Errors are the typed exceptions of bkcore.errors and bkcore.stream.errors, with BookKeeper's
 names. A process that writes or reads many entries a second should call bkclient.tune_gc()
-once it has started (see transports.gc_tuning: the collector's full passes otherwise pause
+once it has started (see bktransports.gc_tuning: the collector's full passes otherwise pause
 every add in flight).
 """
 
 from bkcore.errors import *  # noqa: F401,F403  (the typed exceptions, BookKeeper's names)
 from bkclient.library import BookKeeper, ReadHandle, WriteHandle, connect
-from transports.gc_tuning import tune_gc
+from bktransports.gc_tuning import tune_gc
 
 __all__ = ["BookKeeper", "ReadHandle", "WriteHandle", "connect", "tune_gc"]

@@ -12,7 +12,7 @@
 
 Errors are the typed exceptions of bkcore.errors (LedgerFenced, NoSuchLedger, NotEnoughBookies,
 Unauthorized, ...). The handles are bkcore.client.handles', the same the simulator's processes
-use; here they run the bkcore Client through transports.client_driver.
+use; here they run the bkcore Client through bktransports.client_driver.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import AsyncIterator
 
 from bkcore.client.config import ClientConfig
 from bkcore.client.handles import DIGESTS, BookKeeperClient, ReadHandle, WriteHandle
-from metastore.api import MetadataStore
-from transports.client_driver import ClientDriver
-from transports.client_session import open_client
-from transports.metadata_walk import ledger_ids_in_metadata
+from bkmetastore.api import MetadataStore
+from bktransports.client_driver import ClientDriver
+from bktransports.client_session import open_client
+from bktransports.metadata_walk import ledger_ids_in_metadata
 
 __all__ = ["BookKeeper", "ReadHandle", "WriteHandle", "DIGESTS", "connect"]
 
@@ -42,7 +42,7 @@ class BookKeeper(BookKeeperClient):
     @property
     def stalls(self):
         """What held this process's trio loop up, and its garbage collections: the longest of
-        each since a time, and the events (transports.stall_recorder.StallRecorder)."""
+        each since a time, and the events (bktransports.stall_recorder.StallRecorder)."""
         return self._driver.stalls
 
     async def open_table(self, name: str):

@@ -4,8 +4,8 @@ Log streams, tables and range ownership string many ledger and metastore calls t
 orchestration is async code written once, against this small interface, and it runs unchanged
 in two worlds:
 
-    transports.trio_runtime.TRIO_RUNTIME   trio itself, wall clocks, real threads
-    sim.tasks.SimRuntime                   one per simulated process: virtual time, tasks run in
+    bktransports.trio_runtime.TRIO_RUNTIME   trio itself, wall clocks, real threads
+    bksim.tasks.SimRuntime                   one per simulated process: virtual time, tasks run in
                                            an order drawn from the seed, crashes and pauses
 
 The interface is a subset of trio's API with trio's meanings (strict exception groups

@@ -1,7 +1,7 @@
 """Checkers: each judges a bkjepsen.history.History alone and returns a list of violations
 (strings, "rule: detail"); an empty list means valid.
 
-ledger  The simulator's ledger checker (sim.checker: lost-ack, changed, phantom, divergent,
+ledger  The simulator's ledger checker (bksim.checker: lost-ack, changed, phantom, divergent,
         lac-backwards, close-changed, read-past-close) run on the real history, plus
         gap-before-lac: no reader is told "no such entry" for an entry at or below a LAC anyone
         has seen. Positions agree across readers because every read of one (ledger, entry) must
@@ -10,7 +10,7 @@ stream  lost-ack (an acknowledged record is missing from the final full read, or
         position than its acknowledgement said), divergent (one position, two payloads), moved
         (one payload at two positions), phantom (a payload nobody wrote), gap (a reader from the
         start skipped or reordered records: its sequence must be a prefix of the final one).
-table   per key, a Wing-Gong linearizability search (sim.linearizability) of registers
+table   per key, a Wing-Gong linearizability search (bksim.linearizability) of registers
         (put/get/cas) and counters (incr/get), unknown outcomes may or may not have happened;
         counter totals: the final value lies between the sum of acknowledged increments and that
         sum plus every unknown increment.
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from bkjepsen.history import History, Op
-from sim.checker import check as check_ledger_history
-from sim.history import History as SimHistory
-from sim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
+from bksim.checker import check as check_ledger_history
+from bksim.history import History as SimHistory
+from bksim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
 
 MISSING = None
 

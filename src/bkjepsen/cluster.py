@@ -221,7 +221,7 @@ class Cluster:
                         await trio.to_thread.run_sync(mode, service.port) == "leader":
                     return name
             return None
-        from metastore.raftlite.client import member_status
+        from bkmetastore.raftlite.client import member_status
         for name in self.metastore_names:
             service = self.services[name]
             if not service.is_running() or service.is_paused:

@@ -20,7 +20,7 @@ from bkcore.stream.segments import SegmentState
 from bkspark.options import Credentials, OptionError, SourceOptions
 from bkspark.planning import ReadSpan, StreamView, extent_of
 from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
-from transports.credentials import CredentialsError, read_secret_file, tls_context
+from bktransports.credentials import CredentialsError, read_secret_file, tls_context
 
 _clients: dict[tuple[str, Credentials], SyncBookKeeper] = {}
 _clients_lock = threading.Lock()

@@ -30,7 +30,7 @@ import math
 import trio
 
 from bkcore.metaops import Children, Get, MetaOp, MetaResult
-from metastore.watches import OneShotWatch
+from bkmetastore.watches import OneShotWatch
 
 
 class MetastoreRefused(ConnectionError):

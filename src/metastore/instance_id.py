@@ -16,7 +16,7 @@ import uuid
 
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Create, Delete, Get, MetaCode
-from metastore.api import MetadataStore
+from bkmetastore.api import MetadataStore
 
 
 async def read_instance_id(store: MetadataStore, layout: LedgerLayout) -> str | None:

@@ -2,7 +2,7 @@
 
 The first client or bookie to reach a new cluster writes <root>/LAYOUT with the layout its URI
 asks for (hierarchical when it asks for none, as BookKeeper's default), and the cluster's
-instance id beside it (metastore.instance_id); everyone after reads it.
+instance id beside it (bkmetastore.instance_id); everyone after reads it.
 A URI that names a different layout than the recorded one is refused: mixing layouts would
 hide ledgers from each other and from garbage collection.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Create, Get, MetaCode
-from metastore.api import MetadataStore
-from metastore.instance_id import ensure_instance_id
-from metastore.uri import MetastoreUri
+from bkmetastore.api import MetadataStore
+from bkmetastore.instance_id import ensure_instance_id
+from bkmetastore.uri import MetastoreUri
 
 LAYOUT_FORMAT_VERSION = 1
 DEFAULT_LAYOUT = "hierarchical"

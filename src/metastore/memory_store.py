@@ -7,9 +7,9 @@ its sessions), so a test's bookies and clients see each other. Nothing survives 
 from __future__ import annotations
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult
-from metastore.api import MetadataStore, Watch
-from metastore.memory import MemoryMetastore
-from metastore.watches import WatchTable
+from bkmetastore.api import MetadataStore, Watch
+from bkmetastore.memory import MemoryMetastore
+from bkmetastore.watches import WatchTable
 
 
 class MemoryServer:

@@ -17,7 +17,7 @@ from typing import Awaitable, Callable
 import trio
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult
-from metastore.api import MetadataStore, Watch
+from bkmetastore.api import MetadataStore, Watch
 
 log = logging.getLogger("bk.metastore")
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from metastore.api import MetadataStore
+from bkmetastore.api import MetadataStore
 
 BACKENDS = ("memory", "raft", "zk")
 LAYOUTS = ("flat", "hierarchical")
@@ -98,14 +98,14 @@ async def open_metastore(uri: str | MetastoreUri, *, session_timeout_s: float = 
     turns the connection away raises MetastoreRefused, saying why."""
     parsed = uri if isinstance(uri, MetastoreUri) else parse_metastore_uri(uri)
     if parsed.backend == "memory":
-        from metastore.memory_store import MemoryStore, memory_server
+        from bkmetastore.memory_store import MemoryStore, memory_server
         return MemoryStore(memory_server(parsed.name))
     if parsed.backend == "raft":
-        from metastore.raftlite.client import open_raft_store
+        from bkmetastore.raftlite.client import open_raft_store
         member_tls = (tls or ssl.create_default_context()) if parsed.is_tls else None
         return await open_raft_store(parsed.hosts, session_timeout_s=session_timeout_s, tls=member_tls,
                                      auth_secret=auth_secret)
     from bkcore.extras import require_extra
     require_extra("zookeeper", f"the ZooKeeper metastore ({parsed})")
-    from metastore.zk_store import open_zookeeper_store
+    from bkmetastore.zk_store import open_zookeeper_store
     return await open_zookeeper_store(parsed.hosts, session_timeout_s=session_timeout_s)

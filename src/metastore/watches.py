@@ -3,7 +3,7 @@
 Shared by every backend that learns of changes as a list of (path, is_membership_change) pairs
 (the memory store's take_changes(), raft-lite's applied commands, the simulator's tree). A
 watch is anything with fire(reason); the table makes them with the factory it is given
-(metastore.api.Watch for trio code, the simulator's own for simulated processes). A data watch on P fires when
+(bkmetastore.api.Watch for trio code, the simulator's own for simulated processes). A data watch on P fires when
 P is created, changed or deleted; a children watch on P fires when a child of P is created or
 deleted (and, to be safe, when P itself is created or deleted).
 """
@@ -15,7 +15,7 @@ from typing import Callable
 
 class OneShotWatch:
     """A one-shot notification that something watched may have changed, over an event of the
-    caller's runtime (trio's, for metastore.api.Watch; a simulated process's in the simulator)."""
+    caller's runtime (trio's, for bkmetastore.api.Watch; a simulated process's in the simulator)."""
 
     __slots__ = ("_event", "reason")
 

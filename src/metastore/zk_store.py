@@ -27,7 +27,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaOp, MetaResult, SetData
-from metastore.api import MetadataStore, Watch
+from bkmetastore.api import MetadataStore, Watch
 
 log = logging.getLogger("bk.metastore.zk")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from sim.history import History
+from bksim.history import History
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from math import log1p as _log1p
 from typing import NamedTuple
 
-from sim.options import DiskOptions
+from bksim.options import DiskOptions
 
 SIZE_MAX_DEFAULT = 1 << 40     # 1 TiB: the file's capacity unless the caller says otherwise
 

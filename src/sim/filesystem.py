@@ -13,8 +13,8 @@ import dataclasses
 import random
 
 from bkcore.bookie.fs import DiskFullError, FileSystemError
-from sim.disk import DiskFull, SimDisk, draw_sync_latency_ns
-from sim.options import DiskOptions
+from bksim.disk import DiskFull, SimDisk, draw_sync_latency_ns
+from bksim.options import DiskOptions
 
 
 # Paths split into (directory, name) as _split does, kept: splitting is pure, and every read,

@@ -14,10 +14,10 @@ from bkcore.bookie.bookie import BookieConfig
 from bkcore.client.client import Client, LedgerSpec
 from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed
-from sim.metastore_client import ignore_answer
-from sim.options import DiskOptions, NetworkOptions
-from sim.scenario import MS, S, Scenario
-from sim.world import SimWorld
+from bksim.metastore_client import ignore_answer
+from bksim.options import DiskOptions, NetworkOptions
+from bksim.scenario import MS, S, Scenario
+from bksim.world import SimWorld
 
 STEP_NS = 1 * MS
 

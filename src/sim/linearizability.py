@@ -1,6 +1,6 @@
 """A Wing-Gong linearizability search over the history of one object, for any sequential model.
 
-Used by the simulator's raft-lite register check (sim.raftlite_world) and by the jepsen-like
+Used by the simulator's raft-lite register check (bksim.raftlite_world) and by the jepsen-like
 harness's per-key table check (bkjepsen.checkers). The caller gives the operations (anything
 with `invoked_ns`, `completed_ns` and `result`; `result is None` means the outcome is unknown,
 as for a timed-out call) and a model: `step(state, op)` returns the state after `op` when `op`

@@ -1,13 +1,13 @@
 """The metastore as the simulated world and its processes see it.
 
 Two metastores offer one interface (SimMetastore's docstring lists it): SimMetastore, the memory
-tree, and sim.raftlite_metastore.RaftMetastore, three raft-lite members. Scenario.metastore_kind
+tree, and bksim.raftlite_metastore.RaftMetastore, three raft-lite members. Scenario.metastore_kind
 picks one per seed.
 
 SimMetastore is the world's one tree (a MemoryMetastore recording its changes) that also fires
 the watches processes set on it, and expires the sessions of processes that stopped pinging.
 
-SimMetadataStore is one process's session with either, offering metastore.api's interface to
+SimMetadataStore is one process's session with either, offering bkmetastore.api's interface to
 the async layers (execute, execute_watch, session_lost, session_lease_s, aclose), with the
 world's faults: every command takes a drawn latency each way, fails with CONNECTION_LOSS while
 the metastore is unreachable (after at most the connection timeout), and may lose its answer
@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Callable
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult
-from metastore.memory import MemoryMetastore
-from metastore.watches import OneShotWatch, WatchTable
-from sim.tasks import ProcessStopped
+from bkmetastore.memory import MemoryMetastore
+from bkmetastore.watches import OneShotWatch, WatchTable
+from bksim.tasks import ProcessStopped
 
 PING_FRACTION = 3              # pings per session timeout
 SESSION_CHECK_INTERVAL_NS = 100_000_000
@@ -177,7 +177,7 @@ class SimMetastore(MemoryMetastore):
 
 
 class SimMetadataStore:
-    """One process's metastore session (metastore.api's interface, over the world's faults)."""
+    """One process's metastore session (bkmetastore.api's interface, over the world's faults)."""
 
     def __init__(self, *, world, runtime, name: str) -> None:
         self._world = world
@@ -192,7 +192,7 @@ class SimMetadataStore:
         self._is_lost = False
         self._is_closed = False
 
-    # -- metastore.api ------------------------------------------------------------------------
+    # -- bkmetastore.api ------------------------------------------------------------------------
 
     async def execute(self, op: MetaOp) -> MetaResult:
         return await self._execute(op, None)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.scenario import MS
-from sim.world import SimWorld
+from bksim.scenario import MS
+from bksim.world import SimWorld
 
 TICK_NS = 100 * MS
 PAUSE_DURATION_MEAN_NS = 1_500 * MS

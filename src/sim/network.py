@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from math import log1p as _log1p
 
-from sim.options import NetworkOptions
+from bksim.options import NetworkOptions
 
 # Each directed link gets one of these latency multipliers on first use: some links are slow.
 LINK_LATENCY_SCALES = (0.5, 1.0, 1.0, 2.0, 5.0)
@@ -157,7 +157,7 @@ class SimNetwork:
         if self._latency_rate:
             # An exponential draw with rate _latency_rate from one uniform draw, as
             # Random.expovariate makes it, without the cost of calling it: this runs for every
-            # message (-log1p(-u) for its -log(1 - u): see sim.disk.draw_sync_latency_ns).
+            # message (-log1p(-u) for its -log(1 - u): see bksim.disk.draw_sync_latency_ns).
             latency_ns += int(-_log1p(-rng.random()) / self._latency_rate * scale)
         if options.reorder_probability and rng.random() < options.reorder_probability:
             latency_ns += rng.randrange(options.reorder_delay_max_ns + 1)

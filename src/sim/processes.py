@@ -1,8 +1,8 @@
 """SimProcess: an application process in the simulator, where the stream and table layers run.
 
 A process has a SimRuntime (its tasks), a ledger client (a client node of the world, driving
-bkcore's Client as transports.client_driver does in a real process) and a metastore session
-(sim.metastore_client). It is the driver that bkcore.client.handles expects, so `process.bk`
+bkcore's Client as bktransports.client_driver does in a real process) and a metastore session
+(bksim.metastore_client). It is the driver that bkcore.client.handles expects, so `process.bk`
 is the same BookKeeperClient, with the same streams, that a library user gets from connect().
 
 Like the real driver, a pipelined add (start_add) is pumped once the task that started it
@@ -24,9 +24,9 @@ from typing import Awaitable, Callable
 
 from bkcore.client.handles import BookKeeperClient
 from bkcore.effects import Completed
-from sim.metastore_client import SimMetadataStore
-from sim.scenario import MS
-from sim.tasks import ProcessStopped, SimRuntime
+from bksim.metastore_client import SimMetadataStore
+from bksim.scenario import MS
+from bksim.tasks import ProcessStopped, SimRuntime
 
 NEMESIS_TICK_NS = 100 * MS
 SESSION_CHECK_INTERVAL_S = 0.1
@@ -58,7 +58,7 @@ class SimProcess:
         self._calls: dict[int, _Call] = {}
         self._on_done: dict[int, Callable[[object, BaseException | None], None]] = {}
         self._is_pump_posted = False
-        # What else of the process stops with it (its RPC endpoint: sim.rpc).
+        # What else of the process stops with it (its RPC endpoint: bksim.rpc).
         self.on_crash: list[Callable[[], None]] = []
         self.bk = BookKeeperClient(self)
         self.runtime.spawn_system_task(self.store.keep_alive)
@@ -174,7 +174,7 @@ class Processes:
 
 
 class ProcessWorkload:
-    """What every workload of application processes does at the run's phases (sim.run): it
+    """What every workload of application processes does at the run's phases (bksim.run): it
     stops writing, its crashed processes restart when the cluster heals, and the run's end
     stops them all. A subclass sets `processes` and `is_writing`.
 

@@ -1,4 +1,4 @@
-"""RaftMembers: raft-lite nodes (metastore.raftlite.core, unchanged) driven on an event loop.
+"""RaftMembers: raft-lite nodes (bkmetastore.raftlite.core, unchanged) driven on an event loop.
 
 The driver does what transports/raftlite_server does for a real member, with the simulator's
 faults: effects are performed in order; Save* effects are durable at once (a crash loses
@@ -9,8 +9,8 @@ drawn from the rng, unless the link is blocked or the draw loses it, or the peer
     on_reply(member_id, reply)        a Reply effect (the token is the owner's)
     on_changed(member_id, changes)    a Changed effect: paths the member's applied commands touched
 
-Used by the register tests of the raft core (sim.raftlite_world) and by the simulated cluster's
-raft-lite metastore (sim.raftlite_metastore).
+Used by the register tests of the raft core (bksim.raftlite_world) and by the simulated cluster's
+raft-lite metastore (bksim.raftlite_metastore).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import msgpack
 from dataclasses import dataclass
 from typing import Callable
 
-from metastore.raftlite.core import (
+from bkmetastore.raftlite.core import (
     Changed, PersistentState, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
 )
-from sim.loop import EventLoop
+from bksim.loop import EventLoop
 
 MS = 1_000_000
 
@@ -210,7 +210,7 @@ _PACKER = msgpack.Packer(use_bin_type=True)
 
 
 def over_the_wire(value: list) -> list:
-    """A copy of `value` as a peer decodes it (msgpack, as metastore.raftlite.connection
+    """A copy of `value` as a peer decodes it (msgpack, as bkmetastore.raftlite.connection
     frames it): nothing of the sender's lists is shared."""
     return msgpack.unpackb(_PACKER.pack(value), raw=False, strict_map_key=False)
 

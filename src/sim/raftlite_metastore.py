@@ -1,6 +1,6 @@
 """RaftMetastore: the simulated cluster's metastore as a raft-lite cluster of three members.
 
-The members run metastore.raftlite.core unchanged (driven by sim.raftlite_members); this module
+The members run bkmetastore.raftlite.core unchanged (driven by bksim.raftlite_members); this module
 plays the part of transports/raftlite_server for the world's callers (bookies, ledger clients,
 application processes), with the same rules:
 
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult, op_to_list, result_from_list
-from metastore.raftlite.core import RaftConfig, Reply
-from metastore.watches import WatchTable
-from sim.metastore_client import LOST
-from sim.raftlite_members import RaftMembers
+from bkmetastore.raftlite.core import RaftConfig, Reply
+from bkmetastore.watches import WatchTable
+from bksim.metastore_client import LOST
+from bksim.raftlite_members import RaftMembers
 
 MS = 1_000_000
 MEMBER_IDS = (1, 2, 3)

@@ -12,10 +12,10 @@ import random
 from dataclasses import dataclass, field
 
 from bkcore.metaops import Create, Get, MetaCode, SetData, op_to_list, result_from_list
-from metastore.raftlite.core import RaftConfig, Reply
-from sim.linearizability import check_linearizable
-from sim.loop import EventLoop
-from sim.raftlite_members import RaftMembers
+from bkmetastore.raftlite.core import RaftConfig, Reply
+from bksim.linearizability import check_linearizable
+from bksim.loop import EventLoop
+from bksim.raftlite_members import RaftMembers
 
 MS = 1_000_000
 
@@ -163,7 +163,7 @@ class RaftWorld:
 def check_register_linearizable(history: list[HistoryOp], initial: tuple = (b"init", 0)) -> bool:
     """Is there an order of the operations, each placed between its invocation and its
     completion (unanswered ones: any time after invocation, or never), that one register
-    with versioned compare-and-set explains? (sim.linearizability's Wing-Gong search.)"""
+    with versioned compare-and-set explains? (bksim.linearizability's Wing-Gong search.)"""
     return check_linearizable([op for op in history if op.result is not None or op.kind == "cas"], initial,
                               _register_step)
 

@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.ledger.schedule import write_set
 from bkcore.metaops import Get, MetaCode
-from sim.checker import Violation, check
-from sim.history import History
-from sim.nemesis import FaultStep, Nemesis, apply_schedule
-from sim.plants import planted
-from sim.tasks import finish_async_generator_quietly
-from sim.scenario import MS, S, Scenario
-from sim.workload import LedgerWorkload
-from sim.world import SimWorld
+from bksim.checker import Violation, check
+from bksim.history import History
+from bksim.nemesis import FaultStep, Nemesis, apply_schedule
+from bksim.plants import planted
+from bksim.tasks import finish_async_generator_quietly
+from bksim.scenario import MS, S, Scenario
+from bksim.workload import LedgerWorkload
+from bksim.world import SimWorld
 
 EXIT_OK, EXIT_CRASH, EXIT_LIVENESS, EXIT_VIOLATION = 0, 127, 128, 129
 STEP_NS = 100 * MS
@@ -102,7 +102,7 @@ def _record_replicas(world: SimWorld, workload: LedgerWorkload, history: History
 @contextlib.contextmanager
 def _simulated_async_generators():
     """Async generators first iterated during the run are finished by the simulator's own
-    finalizer (sim.tasks.finish_async_generator_quietly)."""
+    finalizer (bksim.tasks.finish_async_generator_quietly)."""
     hooks = sys.get_asyncgen_hooks()
     sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finish_async_generator_quietly)
     try:
@@ -135,7 +135,7 @@ def _new_world(scenario: Scenario) -> SimWorld:
 
 
 def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = (), plant: str | None = None) -> RunResult:
-    """Run the scenario (with the named planted bug swapped in, if any: sim.plants)."""
+    """Run the scenario (with the named planted bug swapped in, if any: bksim.plants)."""
     with _young_collections_every(GC_YOUNG_THRESHOLD), planted(plant), _simulated_async_generators():
         if scenario.workload == "ledger":
             return _run_scenario(scenario, schedule)
@@ -143,17 +143,17 @@ def run_scenario(scenario: Scenario, *, schedule: list[FaultStep] = (), plant: s
 
 
 def _service_workload(world: SimWorld):
-    from sim.stream_history import StreamHistory
-    from sim.workload_stream import StreamWorkload
+    from bksim.stream_history import StreamHistory
+    from bksim.workload_stream import StreamWorkload
     workload = world.scenario.workload
     if workload == "stream":
         return StreamWorkload(world=world, history=StreamHistory())
     if workload == "table":
-        from sim.table_history import TableHistory
-        from sim.workload_table import TableWorkload
+        from bksim.table_history import TableHistory
+        from bksim.workload_table import TableWorkload
         return TableWorkload(world=world, history=TableHistory())
     if workload == "mixed":
-        from sim.workload_mixed import MixedWorkload
+        from bksim.workload_mixed import MixedWorkload
         return MixedWorkload(world=world)
     raise ValueError(f"unknown workload {workload!r}")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from bkcore.bookie.bookie import BookieConfig
 from bkcore.client.config import ClientConfig
-from sim.options import DiskOptions, NetworkOptions
+from bksim.options import DiskOptions, NetworkOptions
 
 US = 1_000
 MS = 1_000_000

@@ -6,7 +6,7 @@ error of a write); failed reads and requests refused before they reached a serve
 
 Rules, each a kind of violation:
 
-- not-linearizable: per key, a Wing-Gong search (sim.linearizability) finds no order of its ops
+- not-linearizable: per key, a Wing-Gong search (bksim.linearizability) finds no order of its ops
   that a register (value, version) or a counter explains. Every op is checked as what it does to
   that one key: a range read is a get of each key it covers (absent: missing), a deleteRange
   clears each key it covers, a txn compares and writes one key (the workload keeps txns to one
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
-from sim.stream_history import StreamViolation as TableViolation     # (kind, detail), as there
+from bksim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
+from bksim.stream_history import StreamViolation as TableViolation     # (kind, detail), as there
 
 MS = 1_000_000
 MISSING = (None, 0)                  # a register's (value, version) when the key is absent

@@ -1,4 +1,4 @@
-"""The stream storage server of a simulated process, and the requests it answers over sim.rpc.
+"""The stream storage server of a simulated process, and the requests it answers over bksim.rpc.
 
 A server process runs the product's table service, bkcore.table.service.Tables, with its
 metastore ownership (server id: the process's stable role, ss<i>, which a restarted process
@@ -29,8 +29,8 @@ from bkcore.table.kv import WatchEvent
 from bkcore.table.ownership import NotOwner
 from bkcore.table.range import RangeClosed, WatchCompacted, WatchTooSlow
 from bkcore.table.service import Tables
-from sim.rpc import RpcEndpoint
-from sim.workload_stream import leaf_exceptions
+from bksim.rpc import RpcEndpoint
+from bksim.workload_stream import leaf_exceptions
 
 # Failures the layers below may raise at a request; anything else escaping a handler is a bug.
 EXPECTED = (BKException, StreamException, ConnectionError, RangeClosed, WatchTooSlow)

@@ -3,7 +3,7 @@
 The stream and table layers are async code written against the small runtime that
 bkcore.runtime describes (a subset of trio's API: tasks in nurseries, cancel scopes, events,
 locks, bounded channels, sleep, clocks). Real processes get trio itself
-(transports.trio_runtime); a simulated process gets this, run on the simulator's EventLoop:
+(bktransports.trio_runtime); a simulated process gets this, run on the simulator's EventLoop:
 
 - A task is a coroutine stepped by the loop. An await of the runtime yields a `register`
   function to the stepper, which parks the task with it (register(task) files the task where
@@ -36,7 +36,7 @@ import random
 import types
 from typing import Any, Callable
 
-from sim.loop import EventLoop
+from bksim.loop import EventLoop
 
 
 # Task steps a process may run without virtual time moving before the run fails as a busy loop.

@@ -22,9 +22,9 @@ from bkcore.client.client import Client, LedgerSpec
 from bkcore.client.writer import WriterState
 from bkcore.effects import Completed
 from bkcore.errors import NoSuchEntry, NoSuchLedger
-from sim.history import History
-from sim.scenario import MS
-from sim.world import SimWorld
+from bksim.history import History
+from bksim.scenario import MS
+from bksim.world import SimWorld
 
 RETRY_DELAY_NS = 200 * MS
 READ_CHUNK_COUNT = 64
@@ -158,7 +158,7 @@ class _Writer:
     def _schedule_add(self) -> None:
         # An exponential draw with mean add_interval_mean_ns from one uniform draw, as
         # Random.expovariate makes it, without the call: this runs for every add (-log1p(-u)
-        # for its -log(1 - u): see sim.disk.draw_sync_latency_ns).
+        # for its -log(1 - u): see bksim.disk.draw_sync_latency_ns).
         w = self.w
         delay_ns = int(-_log1p(-w.rng.random()) / (1 / w.scenario.add_interval_mean_ns))
         loop = w.world.loop

@@ -5,10 +5,10 @@ verified once both verifiers have finished."""
 
 from __future__ import annotations
 
-from sim.stream_history import StreamHistory
-from sim.table_history import TableHistory
-from sim.workload_stream import StreamWorkload
-from sim.workload_table import TableWorkload
+from bksim.stream_history import StreamHistory
+from bksim.table_history import TableHistory
+from bksim.workload_stream import StreamWorkload
+from bksim.workload_table import TableWorkload
 
 
 class MixedWorkload:

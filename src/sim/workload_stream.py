@@ -2,7 +2,7 @@
 kind of start, cursors, truncation and retention, all running the library's own stream code
 (bkcore.stream) inside simulated processes.
 
-Processes (sim.processes; each may crash and restart, pause, or be cut off):
+Processes (bksim.processes; each may crash and restart, pause, or be cut off):
   sw<i>  writer: opens the stream's writer (fencing the one before), writes batches of records
          from a few tasks at once, sometimes rolls the segment, closes and reopens now and then;
   sr<i>  reader: opens a reader from the start, the tail, a position, a txid or its cursor,
@@ -10,7 +10,7 @@ Processes (sim.processes; each may crash and restart, pause, or be cut off):
   st     truncator: truncates below every cursor, and applies retention;
   sv     verifier: once the faults end, fences the last writer, seals the stream and reads it
          whole.
-Everything seen goes into the StreamHistory; sim.stream_history judges it.
+Everything seen goes into the StreamHistory; bksim.stream_history judges it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from bkcore.errors import BKException
 from bkcore.stream.errors import StreamException, StreamExists, NamespaceExists
 from bkcore.stream.records import DLSN, DLSN_START
 from bkcore.stream.segments import StreamSettings
-from sim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
-from sim.stream_history import ReaderLog, StreamHistory, check_stream_history
+from bksim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
+from bksim.stream_history import ReaderLog, StreamHistory, check_stream_history
 
 NAMESPACE = "sim"
 STREAM = "events"

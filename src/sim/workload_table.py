@@ -1,9 +1,9 @@
 """The table workload: the product's table service (bkcore.table) in simulated server processes,
-clients that reach it over the simulated network, and a history that sim.table_history judges.
+clients that reach it over the simulated network, and a history that bksim.table_history judges.
 
-Processes (sim.processes; each may crash and restart, pause, or be cut off):
+Processes (bksim.processes; each may crash and restart, pause, or be cut off):
   ts     creates the table (a stream whose settings give its hash ranges);
-  ss<i>  stream storage servers (sim.table_server): ownership of ranges through the metastore,
+  ss<i>  stream storage servers (bksim.table_server): ownership of ranges through the metastore,
          range journals and checkpoints on the bookies; the last table_late_server_count of
          them join late, at a time drawn in the run's first half, and the others hand ranges
          over to them (bkcore.table.rebalance), as they do to a server that restarts;
@@ -30,15 +30,15 @@ from bkcore.table.ownership import NotOwner
 from bkcore.table.routing import NoServer, Routes
 from bkcore.table.watch_resume import WatchResume
 from bkcore.table.service import range_of
-from sim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
-from sim.rpc import RpcEndpoint, RpcRefused
-from sim.scenario import MS, S
-from sim.table_history import MISSING, TableHistory, TableOp, WatchLog, check_table_history
-from sim.table_server import (
+from bksim.processes import ProcessNemesis, Processes, ProcessWorkload, SimProcess
+from bksim.rpc import RpcEndpoint, RpcRefused
+from bksim.scenario import MS, S
+from bksim.table_history import MISSING, TableHistory, TableOp, WatchLog, check_table_history
+from bksim.table_server import (
     Compacted, Done, Failed, Redirect, Refused, TableRead, TableServer, TableWrite, WatchChange, WatchRequest,
     WatchStarted,
 )
-from sim.workload_stream import EXPECTED, create_stream_if_missing
+from bksim.workload_stream import EXPECTED, create_stream_if_missing
 
 NAMESPACE = "sim"
 TABLE = "kv"
@@ -58,7 +58,7 @@ OPERATIONS = (("put", 30), ("get", 20), ("delete", 6), ("txn", 12), ("range", 8)
 
 class TableWorkload(ProcessWorkload):
     def __init__(self, *, world, history: TableHistory, processes: Processes | None = None) -> None:
-        """processes: those of a workload this one runs beside (sim.workload_mixed)."""
+        """processes: those of a workload this one runs beside (bksim.workload_mixed)."""
         self.world = world
         self.history = history
         self.scenario = scenario = world.scenario

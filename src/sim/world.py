@@ -9,7 +9,7 @@ The world performs the effects of the pure core the way a real deployment would,
   file persists them);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: submitted to the metastore (the memory tree, or three raft-lite members: see
-  sim.metastore_client) after a latency, unless it is in an outage; the answer may be lost on
+  bksim.metastore_client) after a latency, unless it is in an outage; the answer may be lost on
   the way back (applied, but the caller hears CONNECTION_LOSS). Bookies register through it
   with sessions of their own (pinged where the metastore expires silent ones); their own reads
   (cookie at start, GC's ledger list) are linearizable reads of the applied state;
@@ -40,12 +40,12 @@ from bkcore.client.config import ClientConfig
 from bkcore.effects import Completed, HeldSends, JournalWrite, MetadataCall, Send
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, MetaResult
-from sim.filesystem import SimFileSystem
-from sim.loop import EventLoop, TraceHasher
-from sim.metastore_client import LOST, SESSION_GONE, SimMetastore, ignore_answer
-from sim.network import SimNetwork
-from sim.raftlite_metastore import RaftMetastore
-from sim.scenario import Scenario
+from bksim.filesystem import SimFileSystem
+from bksim.loop import EventLoop, TraceHasher
+from bksim.metastore_client import LOST, SESSION_GONE, SimMetastore, ignore_answer
+from bksim.network import SimNetwork
+from bksim.raftlite_metastore import RaftMetastore
+from bksim.scenario import Scenario
 
 # Small journal files and entry logs, and frequent checkpoints, so rolling, LastLogMark moves
 # and journal deletion happen in every run.
@@ -221,7 +221,7 @@ class SimWorld:
         return client
 
     def add_endpoint(self, name: str, core: object) -> None:
-        """A node of an application process besides its ledger client (sim.rpc's endpoint):
+        """A node of an application process besides its ledger client (bksim.rpc's endpoint):
         listed with the clients, so the network, partitions, pauses and stop_client reach it as
         they reach them. `core` has receive, on_timer, on_send_failed, take_effects and
         next_deadline_ns."""
@@ -309,7 +309,7 @@ class SimWorld:
         """Ping every live bookie's session, as its metastore client does; a bookie told that its
         session is gone opens a new one and registers again. A bookie whose registration is
         gone while its session lives registers again too, as a real one does when the watch on
-        its own registration fires (transports.bookie_server._registration_loop): a delete
+        its own registration fires (bktransports.bookie_server._registration_loop): a delete
         queued by an earlier registration can land after a newer one, since raft-lite applies
         a write that was pending when its session expired (bk sim run --workload mixed --seed
         182 --duration 3 --liveness lost two bookies that way)."""
@@ -363,7 +363,7 @@ class SimWorld:
                 self.loop.call_later(METASTORE_RETRY_NS, self._register_again, node, incarnation, session_id)
             elif answer.code is MetaCode.NODE_EXISTS:
                 # A registration of this bookie's previous session that has not expired yet:
-                # take it over, as transports.bookie_server does (it would vanish at expiry).
+                # take it over, as bktransports.bookie_server does (it would vanish at expiry).
                 self.metastore.submit(node.name, ["op", None, Delete(path)], ignore_answer)
                 self.metastore.submit(node.name, create, on_created)
 

@@ -11,7 +11,7 @@ services so the stock `apache-bookkeeper-client` package works against it, and `
     bk.storage.Catalog       ours (BookKeeper's protos cannot list): the namespaces, and the
                              streams of one, msgpack-encoded (CatalogLister)
 
-The gRPC server is transports.grpc_trio's, in the trio loop where the Tables and Streams objects
+The gRPC server is bktransports.grpc_trio's, in the trio loop where the Tables and Streams objects
 live: a call never leaves the loop, and nothing needs a lock. The table calls take no task of
 their own when they can: a put, delete, increment or txn whose range is served here is queued
 straight into that range (Tables.submit_here) and answered by a callback once its journal entry
@@ -52,8 +52,8 @@ from streamstorage.table_protocol import (
     RangeOptions, compare_of, delete_fields, delete_of, increment_of, put_fields, put_of, range_fields,
     range_read_of, response_op, txn_op_of,
 )
-from transports.grpc_trio import GrpcServer, ServerStream, Unary
-from transports.service_nursery import open_service_nursery
+from bktransports.grpc_trio import GrpcServer, ServerStream, Unary
+from bktransports.service_nursery import open_service_nursery
 
 DEFAULT_PORT = 4181
 DEFAULT_NAMESPACE = "default"
@@ -526,9 +526,9 @@ class GrpcGateway:
                  call_stats: dict | None = None, peer_tls=None) -> None:
         """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
         the range journals whenever a range is opened); None keeps them in memory. tls: serve
-        gRPC over TLS with this context (transports.grpc_trio.server_tls_context). auth_secret:
+        gRPC over TLS with this context (bktransports.grpc_trio.server_tls_context). auth_secret:
         answer only clients that prove it (StorageClient(auth_secret=...)). call_stats: where
-        the gRPC calls are counted and timed (transports.grpc_trio.GrpcServer's). The channel
+        the gRPC calls are counted and timed (bktransports.grpc_trio.GrpcServer's). The channel
         between the servers asks for the same secret and, with tls, speaks TLS too: peer_tls is
         the client context this server verifies the others with (None: the system's CAs).
 

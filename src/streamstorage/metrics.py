@@ -4,7 +4,7 @@ BookKeeper's stream storage counts and times the calls of every gRPC method with
 MonitoringServerInterceptor, under the scope grpc_services_<Method>: grpc_started,
 grpc_completed (counters) and grpc_latency_micros (an OpStatsLogger; its summary is in
 milliseconds whatever the name says, as BookKeeper's Prometheus provider writes every
-OpStatsLogger). Ours are the same families, counted by transports.grpc_trio. The numbers of our
+OpStatsLogger). Ours are the same families, counted by bktransports.grpc_trio. The numbers of our
 own: the table ranges this server owns and serves, and the table calls exchanged with the
 other servers (streamstorage.peer_calls).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
-from transports.metrics import CallStats, bk_counter, counter, gauge, op_stats
+from bktransports.metrics import CallStats, bk_counter, counter, gauge, op_stats
 
 
 class StreamStorageMetrics:

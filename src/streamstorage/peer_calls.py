@@ -1,7 +1,7 @@
 """Table calls between stream storage servers: a request that reaches a server that does not own
 its range goes to the owner over one TCP connection per owner, which carries many calls per
 frame (bkcore.table.peer_wire says what a call and an answer are; the framing is bkcore.wire's,
-through transports.connection.FramedConnection).
+through bktransports.connection.FramedConnection).
 
 PeerServer (on the owner) listens on a port of its own, announced in the server's registration
 node (bkcore.table.ownership), and runs each call in its own task against its Tables, exactly as
@@ -68,9 +68,9 @@ from bkcore.table.peer_wire import (
 )
 from bkcore.table.range import WatchTooSlow
 from bkcore.wire import FRAME_SIZE_MAX
-from transports.auth import RefusalLog, is_secret
-from transports.connection import FrameCodec, FramedConnection
-from transports.tls import handshake as tls_handshake
+from bktransports.auth import RefusalLog, is_secret
+from bktransports.connection import FrameCodec, FramedConnection
+from bktransports.tls import handshake as tls_handshake
 
 log = logging.getLogger("bk.stream-storage")
 

@@ -21,8 +21,8 @@ import trio
 from bkcore.client.handles import BookKeeperClient
 from streamstorage.grpc_gateway import GrpcGateway
 from streamstorage.metrics import StreamStorageMetrics
-from transports.metrics import publish
-from transports.client_session import open_client
+from bktransports.metrics import publish
+from bktransports.client_session import open_client
 
 log = logging.getLogger("bk.stream-storage")
 SESSION_CHECK_INTERVAL_S = 0.5
@@ -36,7 +36,7 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
     gateway knows the port it got, which later sessions keep). peer_port: where other servers
     send table calls (0: a free port, kept by later sessions). tls, auth_secret: what its client
     shows the bookies of a secured cluster (bkclient.connect's). serve_tls: serve gRPC over TLS
-    with this context (transports.grpc_trio.server_tls_context); serve_auth_secret: answer only
+    with this context (bktransports.grpc_trio.server_tls_context); serve_auth_secret: answer only
     gRPC clients that prove it. The other servers must show that secret too, and with serve_tls
     they are reached over TLS, verified with the CAs of `tls` (the system's without it).
     registry: the prometheus_client registry its metrics are published in (None: not

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from bkcore.metaops import Delete, Get, MetaCode
-from transports.autorecovery import RecoveryReport, recover_bookie
+from bktransports.autorecovery import RecoveryReport, recover_bookie
 
 SANITY_PASSWORD = b"bookiesanity"
 

@@ -19,8 +19,8 @@ auditor for an audit now, marking what is missing at once (`bk shell autorecover
 `lostbookierecoverydelay`, `triggeraudit`).
 
 recover_bookie() is the same copy for one bookie over every ledger, for an operator's recovery
-(transports.admin_ops: `bk shell recover`, the HTTP admin's /api/v1/autorecovery/bookie).
-A daemon given a registry publishes its numbers there (transports.autorecovery_metrics).
+(bktransports.admin_ops: `bk shell recover`, the HTTP admin's /api/v1/autorecovery/bookie).
+A daemon given a registry publishes its numbers there (bktransports.autorecovery_metrics).
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import trio
 from bkcore.client.rereplication import fragments_on
 from bkcore.errors import BKException, NoSuchLedger
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
-from transports.autorecovery_metrics import STANDALONE_SCOPE, autorecovery_families
-from transports.metadata_walk import ledger_ids_in_metadata
-from transports.metrics import OpStats, publish
+from bktransports.autorecovery_metrics import STANDALONE_SCOPE, autorecovery_families
+from bktransports.metadata_walk import ledger_ids_in_metadata
+from bktransports.metrics import OpStats, publish
 
 log = logging.getLogger("bk.autorecovery")
 
@@ -51,7 +51,7 @@ class RecoveryReport:
     failures: list[str] = field(default_factory=list)
     ledgers_on_lost: list[int] = field(default_factory=list)     # those with a fragment on a lost bookie
     ledgers_skipped: list[int] = field(default_factory=list)     # open ones, when asked to skip them
-    cookie_deleted: bool = False                                  # (transports.admin_ops.recover)
+    cookie_deleted: bool = False                                  # (bktransports.admin_ops.recover)
 
 
 async def live_bookies(bk) -> tuple[set[str], set[str]]:
@@ -214,7 +214,7 @@ class Autorecovery:
                  audit_interval_s: float = 60.0, worker_interval_s: float = 1.0, name: str = "",
                  registry=None, metrics_scope: str = STANDALONE_SCOPE) -> None:
         """registry: a prometheus_client registry to publish its numbers in, under
-        metrics_scope (transports.autorecovery_metrics); None: not published."""
+        metrics_scope (bktransports.autorecovery_metrics); None: not published."""
         self.bk = bk
         self.layout = bk.layout
         self.store = bk.store

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
-from transports.metrics import bk_counter, counter, gauge, op_stats
+from bktransports.metrics import bk_counter, counter, gauge, op_stats
 
 STANDALONE_SCOPE = ""
 IN_BOOKIE_SCOPE = "replication_"
 
 
 def autorecovery_families(daemon, scope: str) -> list[Metric]:
-    """The families of an Autorecovery daemon (transports.autorecovery), read now."""
+    """The families of an Autorecovery daemon (bktransports.autorecovery), read now."""
     counts, auditor, worker = daemon.counts, f"{scope}auditor_", f"{scope}replication_worker_"
     return [
         op_stats(f"{auditor}AUDIT_BOOKIES_TIME", "the latency distribution of auditing all the bookies (ms; an "

@@ -22,14 +22,14 @@ from __future__ import annotations
 from prometheus_client.core import Metric
 
 from bkcore.errors import Code
-from transports.metrics import OpStats, bk_counter, counter, gauge, op_stats
-from transports.stall_recorder import stall_families
+from bktransports.metrics import OpStats, bk_counter, counter, gauge, op_stats
+from bktransports.stall_recorder import stall_families
 
 _OK = int(Code.OK)
 
 
 class BookieMetrics:
-    """The timings the bookie's driver observes (plain ints and histograms: see transports.metrics)."""
+    """The timings the bookie's driver observes (plain ints and histograms: see bktransports.metrics)."""
 
     def __init__(self) -> None:
         self.add_requests = OpStats()       # arrival -> answer queued, per entry

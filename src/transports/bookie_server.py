@@ -5,7 +5,7 @@ The thin driver around bkcore's BookieStack. What runs where:
   core.receive_batch(), effects are performed at once (Send -> the connection's queue);
 - the journal: the core keeps up to journal_writes_in_flight_max JournalWrites out (2) and
   collects the next group meanwhile. They go to the journal's own thread
-  (transports.worker_thread), which writes every write queued by the time it is free and syncs
+  (bktransports.worker_thread), which writes every write queued by the time it is free and syncs
   them with one fdatasync; their answers go out from the loop (core.on_persisted, oldest
   first, called straight from the thread's report) while the thread already writes the next. A small group (at most
   journal_sync_inline_size_max bytes: light load) while that thread is idle is written and
@@ -62,21 +62,21 @@ from bkcore.wire import (
     BookieInfoRequest, BookieInfoResponse, ErrorResponse, ReadBatchRequest, ReadBatchResponse, ReadRequest,
     ReadResponse,
 )
-from metastore.api import MetadataStore
-from transports.auth import is_secret
-from transports.bookie_gc_status import GcStatus
-from transports.connection import FramedConnection, ReceiveGate
-from transports.timer import CoreTimer, now_ns
-from transports import stall_recorder
-from transports.worker_thread import WorkerThread
-from transports.filesystem import INDEX_DIR, OsFileSystem
-from transports.tls import handshake as tls_handshake, server_context as tls_server_context
-from transports.http_admin import AdminHttpServer
-from transports.http_admin_api import admin_routes
-from transports.lmdb_index import LmdbIndexStore
-from transports.metadata_walk import blocking_children_lister
-from transports.bookie_metrics import BookieMetrics, bookie_families
-from transports.metrics import new_registry, publish
+from bkmetastore.api import MetadataStore
+from bktransports.auth import is_secret
+from bktransports.bookie_gc_status import GcStatus
+from bktransports.connection import FramedConnection, ReceiveGate
+from bktransports.timer import CoreTimer, now_ns
+from bktransports import stall_recorder
+from bktransports.worker_thread import WorkerThread
+from bktransports.filesystem import INDEX_DIR, OsFileSystem
+from bktransports.tls import handshake as tls_handshake, server_context as tls_server_context
+from bktransports.http_admin import AdminHttpServer
+from bktransports.http_admin_api import admin_routes
+from bktransports.lmdb_index import LmdbIndexStore
+from bktransports.metadata_walk import blocking_children_lister
+from bktransports.bookie_metrics import BookieMetrics, bookie_families
+from bktransports.metrics import new_registry, publish
 
 # How long a stopping bookie waits for its journal thread before leaving its files open.
 JOURNAL_DRAIN_TIMEOUT_S = 30.0
@@ -158,7 +158,7 @@ class BookieServer:
         self._unauthenticated: set[str] = set()     # connections that still owe the secret
         self._tls = self._tls_context()
         # Its /metrics: the process's registry, BookKeeper's families read from this bookie at
-        # each scrape (transports.bookie_metrics); the stream storage and autorecovery daemon
+        # each scrape (bktransports.bookie_metrics); the stream storage and autorecovery daemon
         # of this process publish theirs in it too.
         self.metrics = BookieMetrics()
         self.registry = new_registry()
@@ -427,7 +427,7 @@ class BookieServer:
 
     def _observe_latency(self, connection_name: str, message: object) -> None:
         """A request's time, from its arrival to its answer queued, per entry (BookKeeper's
-        ADD_ENTRY_REQUEST, READ_ENTRY_REQUEST: transports.bookie_metrics)."""
+        ADD_ENTRY_REQUEST, READ_ENTRY_REQUEST: bktransports.bookie_metrics)."""
         kind = type(message)
         if kind is AddResponse:
             key, stats, entry_count = ("add", message.request_id), self.metrics.add_requests, 1

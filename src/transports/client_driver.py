@@ -44,11 +44,11 @@ from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, MetaCode, MetaResult
 from bkcore.errors import BKException, BookieIOError, Code, NotEnoughBookies, Timeout, Unauthorized
 from bkcore.wire import AuthRequest, AuthResponse, BookieInfoRequest, BookieInfoResponse, ErrorResponse
-from metastore.api import MetadataStore
-from transports import stall_recorder
-from transports.connection import FramedConnection
-from transports.timer import CoreTimer, now_ns
-from transports.trio_runtime import TRIO_RUNTIME
+from bkmetastore.api import MetadataStore
+from bktransports import stall_recorder
+from bktransports.connection import FramedConnection
+from bktransports.timer import CoreTimer, now_ns
+from bktransports.trio_runtime import TRIO_RUNTIME
 
 log = logging.getLogger("bk.client")
 
@@ -126,7 +126,7 @@ class ClientDriver:
         self._started_since_pump = 0
         self._burst_started_ns = 0
         self._is_pumping = False        # pump() is taking effects (start_add need not ask for one)
-        # What held this process's loop up (transports.stall_recorder): the run's own, once running.
+        # What held this process's loop up (bktransports.stall_recorder): the run's own, once running.
         self.stalls = stall_recorder.StallRecorder()
 
     # -- lifetime ---------------------------------------------------------------------------

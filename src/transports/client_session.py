@@ -6,7 +6,7 @@ library user (bkclient.connect), a stream storage server or a tool makes.
 
 The metastore session is opened first and closed last (its ephemeral nodes vanish with it);
 the driver's tasks run in a nursery of their own until the block has ended, its cleanup after
-a cancellation from outside included (transports.service_nursery).
+a cancellation from outside included (bktransports.service_nursery).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import AsyncIterator
 import trio
 
 from bkcore.client.config import ClientConfig
-from metastore.layout_node import resolve_layout
-from metastore.renewing import RenewingStore
-from metastore.uri import open_metastore, parse_metastore_uri
-from transports.client_driver import ClientDriver
-from transports.service_nursery import open_service_nursery
+from bkmetastore.layout_node import resolve_layout
+from bkmetastore.renewing import RenewingStore
+from bkmetastore.uri import open_metastore, parse_metastore_uri
+from bktransports.client_driver import ClientDriver
+from bktransports.service_nursery import open_service_nursery
 
 
 @contextlib.asynccontextmanager
@@ -33,7 +33,7 @@ async def open_client(uri: str, *, config: ClientConfig = ClientConfig(), sessio
     `tls` bookie connections use TLS (the context verifies the bookies' certificates), and so
     does a raft+tls:// metastore's; with `auth_secret` each bookie connection, and each
     connection to a raft-lite member, first proves the cluster's shared secret. With
-    `renew_session` an expired metastore session is replaced by a new one (metastore.renewing:
+    `renew_session` an expired metastore session is replaced by a new one (bkmetastore.renewing:
     for clients that own nothing through their session)."""
     parsed = parse_metastore_uri(uri)
     def open_store():

@@ -9,7 +9,7 @@ admin endpoint's cluster_info and list_under_replicated_ledger, `bk shell cluste
 from __future__ import annotations
 
 from bkcore.metaops import Children, Get, MetaCode
-from transports.autorecovery import is_replication_enabled, list_underreplicated
+from bktransports.autorecovery import is_replication_enabled, list_underreplicated
 
 
 async def children(store, path: str) -> list[str]:

@@ -3,7 +3,7 @@
 grpc.aio needs an asyncio loop, and the table service lives in trio: a server on grpc.aio runs
 the two loops in two threads and hands every call across (bkbench.grpc_bridge), which costs
 as much CPU as gRPC's own work and makes the threads fight over the GIL. This server speaks the
-same protocol (HTTP/2 through transports.http2, gRPC's length-prefixed messages and status
+same protocol (HTTP/2 through bktransports.http2, gRPC's length-prefixed messages and status
 trailers) from trio tasks, so a call reaches its handler without leaving the loop; the
 stream-storage endpoint (streamstorage.grpc_gateway) is served by it. `bk bench table
 --ceiling` measures it beside grpc.aio (kind "trio_grpc"): less than half of grpc.aio's CPU per
@@ -54,10 +54,10 @@ from urllib.parse import quote
 
 import trio
 
-from transports.metrics import CallStats
-from transports.auth import is_bearer
-from transports.tls import handshake as tls_handshake, server_context as tls_server_context
-from transports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
+from bktransports.metrics import CallStats
+from bktransports.auth import is_bearer
+from bktransports.tls import handshake as tls_handshake, server_context as tls_server_context
+from bktransports.http2 import RESPONSE_HEADER_BLOCK, Http2Server, ProtocolError, encode_literal
 
 log = logging.getLogger("bk.grpc")
 

@@ -1,5 +1,5 @@
 """The server side of HTTP/2 as gRPC uses it, sans I/O: bytes in, callbacks out; frames out
-into a buffer the owner writes (transports.grpc_trio).
+into a buffer the owner writes (bktransports.grpc_trio).
 
     server = Http2Server(owner)              # owner: on_request, on_data, on_reset, on_window, on_goaway
     server.receive(data)                     # frames in (ProtocolError: send server.out, then close)

@@ -1,8 +1,8 @@
 """The HTTP admin server (a bookie's httpServerPort; the /metrics port of the other processes):
 HTTP/1.1 on trio, parsed by h11.
 
-It owns connections, requests and routing; the endpoints are transports.http_admin_api's (a
-bookie's) and transports.metrics' (/metrics, in every process).
+It owns connections, requests and routing; the endpoints are bktransports.http_admin_api's (a
+bookie's) and bktransports.metrics' (/metrics, in every process).
 - Keep-alive: a connection carries one request after another (pipelined ones too) until the
   client closes it, asks to (Connection: close, HTTP/1.0), or an error does.
 - Limits: a request's head holds at most REQUEST_HEAD_SIZE_MAX bytes (431 otherwise), its body
@@ -34,8 +34,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import h11
 import trio
 
-from transports.auth import RefusalLog, is_bearer, peer_host
-from transports.tls import handshake as tls_handshake
+from bktransports.auth import RefusalLog, is_bearer, peer_host
+from bktransports.tls import handshake as tls_handshake
 
 log = logging.getLogger("bk.http")
 

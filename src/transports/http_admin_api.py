@@ -8,7 +8,7 @@ the autorecovery daemon of its process (BookieServer.autorecovery). What needs t
 through a ClientDriver on the bookie's own metastore session, opened for that request and closed
 after it, showing the bookies what the bookie's other clients show them (its secret; TLS with
 tlsTrustStore when the bookies speak TLS). Recovery and decommission run in the background:
-transports.http_admin_recovery.
+bktransports.http_admin_recovery.
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from bkcore.client.handles import BookKeeperClient
 from bkcore.errors import BKException, NoSuchLedger, Unauthorized
 from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.metaops import Get, MetaCode
-from transports.autorecovery import (
+from bktransports.autorecovery import (
     cluster_recovery_delay, is_replication_enabled, request_audit, set_cluster_recovery_delay,
     set_replication_enabled,
 )
-from transports import cluster_state
-from transports.admin_ops import bookie_sanity
-from transports.bookie_options import option_values
-from transports.client_driver import ClientDriver, parse_address
-from transports.credentials import bookie_client_credentials
-from transports.filesystem import FILE_KINDS, bookie_files
-from transports.http_admin import HttpError, Request, Response, Routes, json_response, text_response
-from transports.http_admin_recovery import RecoveryJobs
-from transports.metadata_walk import ledger_ids_in_metadata
-from transports.metrics import metrics_handler
+from bktransports import cluster_state
+from bktransports.admin_ops import bookie_sanity
+from bktransports.bookie_options import option_values
+from bktransports.client_driver import ClientDriver, parse_address
+from bktransports.credentials import bookie_client_credentials
+from bktransports.filesystem import FILE_KINDS, bookie_files
+from bktransports.http_admin import HttpError, Request, Response, Routes, json_response, text_response
+from bktransports.http_admin_recovery import RecoveryJobs
+from bktransports.metadata_walk import ledger_ids_in_metadata
+from bktransports.metrics import metrics_handler
 
 log = logging.getLogger("bk.http")
 
@@ -162,7 +162,7 @@ class AdminApi:
     async def stalls(self, request: Request) -> Response:
         """Not BookKeeper's: what held this bookie up from `since` on (wall-clock seconds; all it
         kept when absent): the longest loop pause, garbage collection, journal write and sync,
-        checkpoint phase..., and the events themselves (transports.stall_recorder)."""
+        checkpoint phase..., and the events themselves (bktransports.stall_recorder)."""
         since = request.text("since")
         try:
             since_s = float(since) if since is not None else 0.0
@@ -382,7 +382,7 @@ class AdminApi:
         return json_response({"auditTriggered": True, "auditor": await self._auditor()})
 
     async def _controlled(self, control, *args, **options):
-        """A reading or control of the whole cluster (transports.cluster_state, the autorecovery
+        """A reading or control of the whole cluster (bktransports.cluster_state, the autorecovery
         controls), on this bookie's session; 503 when the metastore cannot answer."""
         try:
             return await control(self.bookie.store, self.bookie.layout, *args, **options)

@@ -1,6 +1,6 @@
 """The one client of the HTTP admin port that this project's own readers use (bk bench reading
 /metrics, the tests): a request over HTTP, or HTTPS trusting a CA file, carrying the cluster's
-secret as "Authorization: Bearer <secret>" when the reader has one (transports.http_admin asks
+secret as "Authorization: Bearer <secret>" when the reader has one (bktransports.http_admin asks
 for it). Blocking, on urllib: trio callers run it in a thread.
 
     status, text = admin_request(f"https://127.0.0.1:{port}/metrics", auth_secret=secret, tls_ca=ca)
@@ -16,7 +16,7 @@ import ssl
 import urllib.error
 import urllib.request
 
-from transports.auth import bearer
+from bktransports.auth import bearer
 
 TIMEOUT_S = 5.0
 

@@ -6,7 +6,7 @@ the answer given once it has started (BookKeeper's sentence, as text).
     PUT /api/v1/autorecovery/decommission   {"bookie_src": "host:port", "delete_cookie": b}
     GET on either path (not BookKeeper's): the jobs of that kind, running and finished
 
-The work is transports.admin_ops', which `bk shell recover` and `bk shell decommission` run too,
+The work is bktransports.admin_ops', which `bk shell recover` and `bk shell decommission` run too,
 on a client of the cluster on the bookie's metastore session (AdminApi.with_client), in the
 bookie's nursery: a job ends with its bookie. Refused before anything starts: an address that
 never joined the cluster (404), a bookie_dest that is not a writable bookie (400), a bookie to
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import trio
 
 from bkcore.client.handles import BookKeeperClient
-from transports import admin_ops
-from transports.client_driver import parse_address
-from transports.http_admin import HttpError, Request, Response, json_response, text_response
+from bktransports import admin_ops
+from bktransports.client_driver import parse_address
+from bktransports.http_admin import HttpError, Request, Response, json_response, text_response
 
 log = logging.getLogger("bk.http")
 
@@ -175,7 +175,7 @@ def _bookie_ids(request: Request, name: str, *, required: bool = False, single: 
 
 
 async def _refusing(check, bk: BookKeeperClient, bookie: str) -> None:
-    """check(bk, bookie) from transports.admin_ops, its refusal as an HTTP error: 404 for an
+    """check(bk, bookie) from bktransports.admin_ops, its refusal as an HTTP error: 404 for an
     address that is no bookie of the cluster, 400 for the others."""
     try:
         await check(bk, bookie)

@@ -13,7 +13,7 @@ import trio
 from bkcore.bookie.gc import ListChildren, MetadataRootMissing, metadata_ledger_ids
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, MetaCode
-from metastore.api import MetadataStore
+from bkmetastore.api import MetadataStore
 
 
 def blocking_children_lister(store: MetadataStore) -> ListChildren:

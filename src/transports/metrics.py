@@ -33,7 +33,7 @@ from prometheus_client.core import (
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from transports.http_admin import AdminHttpServer, Request, Response, text_response
+from bktransports.http_admin import AdminHttpServer, Request, Response, text_response
 
 # What generate_latest writes: the text format 0.0.4, which every Prometheus reads.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from prometheus_client.core import Metric
 
-from metastore.raftlite.core import Role
-from transports.metrics import counter, gauge
+from bkmetastore.raftlite.core import Role
+from bktransports.metrics import counter, gauge
 
 
 def metastore_families(server) -> list[Metric]:
-    """The families of a RaftServer (transports.raftlite_server), read now."""
+    """The families of a RaftServer (bktransports.raftlite_server), read now."""
     core = server.core
     tree = core.sm.statistics()
     return [

@@ -2,7 +2,7 @@
 
 Every frame (bkcore.wire framing: length | crc32c | msgpack) holds one message, a list. A
 connection first says who it is, ending with the cluster's secret: ["peer", node_id, secret] or
-["client", secret] (metastore.raftlite.connection opens every one, members' included). Accepted,
+["client", secret] (bkmetastore.raftlite.connection opens every one, members' included). Accepted,
 it is told ["hello", session_timeout_ms] (the cluster's session timeout, which clients ping well
 within); peers then exchange the core's messages, clients send requests and get
 ["r", request_id, error, payload] answers, plus ["w", watch_id] when a watch fires:
@@ -21,7 +21,7 @@ leader that loses its leadership with requests still pending answers them "leade
 (again with the address it knows): those may yet be committed by its successor, or not. Effects of the core are performed strictly in order by
 one task, Save* in a worker thread (fsync) before anything after them.
 
-A node publishes its numbers in its registry (transports.raftlite_metrics), served at /metrics
+A node publishes its numbers in its registry (bktransports.raftlite_metrics), served at /metrics
 on its HTTP port when it has one.
 
 Security (RaftSecurity, all optional): with a certificate every connection is TLS, and a member
@@ -45,20 +45,20 @@ import trio
 
 from bkcore.metaops import Children, Get, op_from_list, op_to_list
 from bkcore.wire import MalformedFrame
-from metastore.api import MetastoreRefused, Watch
-from metastore.raftlite.core import (
+from bkmetastore.api import MetastoreRefused, Watch
+from bkmetastore.raftlite.core import (
     Changed, RaftConfig, RaftNode, Reply, SaveHardState, SaveLog, SaveSnapshot, Send,
 )
-from metastore.raftlite.connection import (
+from bkmetastore.raftlite.connection import (
     HELLO_TIMEOUT_S, REFUSED_NO_SECRET, REFUSED_TLS_ONLY, REFUSED_WRONG_SECRET, RaftConnection, encode,
     is_connection_failure, open_connection,
 )
-from metastore.raftlite.storage import RaftStorage
-from metastore.watches import WatchTable
-from transports.metrics import new_registry, publish, serve_metrics
-from transports.raftlite_metrics import metastore_families
-from transports.timer import CoreTimer, now_ns
-from transports.tls import handshake as tls_handshake, is_tls_client
+from bkmetastore.raftlite.storage import RaftStorage
+from bkmetastore.watches import WatchTable
+from bktransports.metrics import new_registry, publish, serve_metrics
+from bktransports.raftlite_metrics import metastore_families
+from bktransports.timer import CoreTimer, now_ns
+from bktransports.tls import handshake as tls_handshake, is_tls_client
 
 log = logging.getLogger("bk.metastore")
 
@@ -74,7 +74,7 @@ DRAIN_QUIET_S = 0.25           # ... or the silence after which it is closed (it
 class RaftSecurity:
     """What a member asks of connections and shows the members it dials (all optional).
 
-    tls: the server context (its certificate and key; transports.tls.server_context), or None to
+    tls: the server context (its certificate and key; bktransports.tls.server_context), or None to
     serve in the clear. peer_tls: the client context it dials members with when serving TLS (it
     trusts the members' CA; None: the system's CAs). auth_secret: the cluster's shared secret,
     asked of every connection and shown to members (b"": none asked, none shown)."""

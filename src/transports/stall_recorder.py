@@ -31,7 +31,7 @@ from typing import Iterator
 
 import trio
 
-from transports.metrics import counter, gauge
+from bktransports.metrics import counter, gauge
 
 LOOP_STEP_FLOOR_S = 0.0002
 BUCKET_SECONDS = 3600
@@ -137,7 +137,7 @@ class StallRecorder:
 
 
 def stall_families(prefix: str, recorder: StallRecorder, *, window_s: float = STALL_WINDOW_S) -> list:
-    """Prometheus families of a recorder (transports.metrics): per kind, the longest in the last
+    """Prometheus families of a recorder (bktransports.metrics): per kind, the longest in the last
     window_s and the count of those at least threshold_ms long since the process started."""
     longest = recorder.longest_since(time.time() - window_s)
     return [

@@ -13,7 +13,7 @@ from typing import Callable
 
 import trio
 
-from transports.auth import RefusalLog, peer_host
+from bktransports.auth import RefusalLog, peer_host
 
 HANDSHAKE_TIMEOUT_S = 10.0
 TLS_HANDSHAKE_RECORD = 0x16     # the first byte of a TLS client's first record

@@ -1,8 +1,8 @@
-"""Every option read from a config file comes back, through transports.bookie_options, as the
+"""Every option read from a config file comes back, through bktransports.bookie_options, as the
 text the file gave it, in its key's units: what GET /api/v1/config/server_config shows."""
 
 from bkcli.bookie_config import bookie_config_from_mapping
-from transports.bookie_options import OPTIONS, REDACTED, option_values
+from bktransports.bookie_options import OPTIONS, REDACTED, option_values
 
 # Every key, each at a value unlike its default, in the units a config file uses.
 NOT_DEFAULTS = {

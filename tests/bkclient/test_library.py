@@ -146,7 +146,7 @@ async def test_a_long_burst_of_pipelined_adds_leaves_in_batches_of_the_pump_limi
     """Adds started in a row travel together once the caller yields, but a burst longer than
     PIPELINED_ADDS_PER_PUMP_MAX leaves a batch each time that many wait, so the bookies start
     on it while the caller goes on."""
-    from transports.client_driver import PIPELINED_ADDS_PER_PUMP_MAX as limit
+    from bktransports.client_driver import PIPELINED_ADDS_PER_PUMP_MAX as limit
     async with bkclient.connect(URI) as bk:
         ledger = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=b"pw")
         (bookie,) = [b for b in cluster.bookies if b.bookie_id in ledger.metadata.last_ensemble]

@@ -7,8 +7,8 @@ import random
 from bkcore.bookie.compaction import CompactionConfig, Compactor
 from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig
 from bkcore.bookie.index import MemoryIndexStore, entry_key, unpack_location
-from sim.filesystem import SimFileSystem, SimulatedCrash
-from sim.options import DiskOptions
+from bksim.filesystem import SimFileSystem, SimulatedCrash
+from bksim.options import DiskOptions
 
 CONFIG = StorageConfig(entry_log_size_max=400)
 

@@ -8,10 +8,10 @@ import pytest
 from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig, memory_key
 from bkcore.bookie.index import MemoryIndexStore, entry_key, unpack_location
 from bkcore.bookie.storage import StorageIOError
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
-from transports.filesystem import OsFileSystem
-from transports.lmdb_index import LmdbIndexStore
+from bksim.filesystem import SimFileSystem
+from bksim.options import DiskOptions
+from bktransports.filesystem import OsFileSystem
+from bktransports.lmdb_index import LmdbIndexStore
 
 
 class Stack:

@@ -7,8 +7,8 @@ import pytest
 import bkcore.bookie.entrylog as entrylog
 from bkcore.bookie.entrylog import ENTRY_KEY, RECORD_HEADER, EntryLogger
 from bkcore.bookie.index import unpack_location
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
+from bksim.filesystem import SimFileSystem
+from bksim.options import DiskOptions
 
 RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
 

@@ -6,7 +6,7 @@ import pytest
 
 from bkcli.main import main
 from bkcore.extras import DISTRIBUTION, MissingExtra, missing_module, require_extra
-from metastore.uri import open_metastore
+from bkmetastore.uri import open_metastore
 
 
 def test_installed_extras_are_found_and_a_hidden_one_is_named(monkeypatch):

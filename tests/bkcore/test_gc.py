@@ -10,9 +10,9 @@ from bkcore.bookie.gc import collect_garbage, metadata_ledger_ids
 from bkcore.bookie.index import MemoryIndexStore
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, MetaCode
-from metastore.memory import MemoryMetastore
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
+from bkmetastore.memory import MemoryMetastore
+from bksim.filesystem import SimFileSystem
+from bksim.options import DiskOptions
 
 
 def lister(store: MemoryMetastore, calls: list | None = None):

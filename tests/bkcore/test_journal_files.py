@@ -9,8 +9,8 @@ from bkcore.bookie.journal import EntryRecord, FenceRecord, encode_record
 from bkcore.bookie.journal_files import (
     JOURNAL_HEADER, Journal, JournalConfig, JournalStartError, LogMark, journal_name,
 )
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
+from bksim.filesystem import SimFileSystem
+from bksim.options import DiskOptions
 
 
 def entries(first: int, count: int, size: int = 10) -> list[EntryRecord]:

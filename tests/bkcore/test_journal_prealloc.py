@@ -10,8 +10,8 @@ import pytest
 from bkcli.bookie_config import ConfigError, bookie_config_from_mapping
 from bkcore.bookie.journal import EntryRecord, encode_record
 from bkcore.bookie.journal_files import JOURNAL_HEADER, Journal, JournalConfig, JournalStartError, journal_name
-from sim.filesystem import SimFileSystem
-from sim.options import DiskOptions
+from bksim.filesystem import SimFileSystem
+from bksim.options import DiskOptions
 
 CHUNK_SIZE = 4096
 CONFIG = JournalConfig(journal_max_size=64 * 1024, journal_prealloc_size=CHUNK_SIZE)

@@ -13,8 +13,8 @@ from bkcore.stream.errors import StreamNotFound
 from bkcore.stream.records import DLSN
 from bkcore.stream.watched_cache import WatchedCache
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamLayout
-from metastore.memory_store import MemoryServer, MemoryStore
-from metastore.watches import OneShotWatch
+from bkmetastore.memory_store import MemoryServer, MemoryStore
+from bkmetastore.watches import OneShotWatch
 
 
 class RecordingStore:

@@ -9,9 +9,9 @@ from bkcore.table import rebalance
 from bkcore.table.ownership import RangeOwnership
 from bkcore.table.placement import preferred_server
 from bkcore.table.rebalance import HANDOVERS_AT_ONCE_MAX, Rebalancer
-from metastore.memory_store import forget_memory_servers
-from metastore.uri import open_metastore
-from transports.trio_runtime import TRIO_RUNTIME
+from bkmetastore.memory_store import forget_memory_servers
+from bkmetastore.uri import open_metastore
+from bktransports.trio_runtime import TRIO_RUNTIME
 
 ROOT = "/ledgers"
 INDEXES = [("ns", "table", i) for i in range(12)]

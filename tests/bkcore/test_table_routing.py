@@ -7,8 +7,8 @@ from bkcore.metaops import Get, MetaCode
 from bkcore.table.ownership import NotOwner, RangeOwnership, owners_path, range_name
 from bkcore.table.placement import preferred_server
 from bkcore.table.routing import NoServer, Routes, choose_server
-from metastore.memory_store import forget_memory_servers
-from metastore.uri import open_metastore
+from bkmetastore.memory_store import forget_memory_servers
+from bkmetastore.uri import open_metastore
 
 ROOT = "/ledgers"
 INDEX = ("ns", "table", 0)

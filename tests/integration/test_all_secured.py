@@ -41,14 +41,14 @@ from bkcore.table.commands import Put, fold_key  # noqa: E402
 from bkcore.table.ownership import NotOwner, owner_of, peer_address_of  # noqa: E402
 from bkcore.table.service import range_of  # noqa: E402
 from bklocal.standalone import StandaloneSecurity  # noqa: E402
-from metastore.api import MetastoreRefused  # noqa: E402
-from metastore.layout_node import resolve_layout  # noqa: E402
-from metastore.raftlite.connection import open_connection  # noqa: E402
-from metastore.uri import open_metastore, parse_metastore_uri  # noqa: E402
+from bkmetastore.api import MetastoreRefused  # noqa: E402
+from bkmetastore.layout_node import resolve_layout  # noqa: E402
+from bkmetastore.raftlite.connection import open_connection  # noqa: E402
+from bkmetastore.uri import open_metastore, parse_metastore_uri  # noqa: E402
 from secured_cluster import SECRET, ca_file, listening_ports, make_security, secured_cluster  # noqa: E402
-from transports.client_driver import ClientDriver  # noqa: E402
-from transports.http_admin_client import admin_request  # noqa: E402
-from transports.metrics import read_samples  # noqa: E402
+from bktransports.client_driver import ClientDriver  # noqa: E402
+from bktransports.http_admin_client import admin_request  # noqa: E402
+from bktransports.metrics import read_samples  # noqa: E402
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 ROOT = "/ledgers"

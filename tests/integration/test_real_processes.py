@@ -46,7 +46,7 @@ class RaftCluster(StandaloneCluster):
         super().__init__(os.path.join(root, "cluster"), bookie_ports=ports[:4], metastore_ports=ports[4:])
 
     def kill_metastore_leader(self) -> None:
-        from metastore.raftlite.client import member_status
+        from bkmetastore.raftlite.client import member_status
 
         async def find_leader() -> int:
             statuses = [await member_status(f"127.0.0.1:{port}") for port in self.metastore_ports]

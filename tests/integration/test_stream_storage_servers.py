@@ -91,7 +91,7 @@ def put_with_retries(table, key: bytes, value: bytes, deadline_s: float = 60.0) 
 async def range_owners(uri: str, stream: str) -> set[str]:
     """The servers named by the claim nodes of the table's ranges (bkcore.table.ownership)."""
     from bkcore.table.ownership import owner_of
-    from metastore.uri import open_metastore, parse_metastore_uri
+    from bkmetastore.uri import open_metastore, parse_metastore_uri
     store = await open_metastore(parse_metastore_uri(uri), session_timeout_s=10.0)
     try:
         owners = {await owner_of(store, "/ledgers", ("default", stream, range_id)) for range_id in range(16)}

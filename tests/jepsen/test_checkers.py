@@ -144,7 +144,7 @@ def test_a_burst_of_timed_out_increments_is_judged_not_left_unchecked():
 
 def test_without_the_pruning_the_same_burst_is_past_the_search_budget():
     from bkjepsen.checkers import _KeyOp, counter_step
-    from sim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
+    from bksim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
     ops = [_KeyOp(op) for op in counter_burst_history(final_total=20).ops]
     assert not check_linearizable(ops, 0, counter_step, step_budget=200_000, effect_of=kind_and_args)
     with pytest.raises(SearchBudgetExceeded):
@@ -175,7 +175,7 @@ def test_a_burst_of_timed_out_writes_of_unread_values_is_judged_not_left_uncheck
 
 def test_without_that_pruning_the_same_writes_are_past_the_search_budget():
     from bkjepsen.checkers import _KeyOp, register_effects, register_step
-    from sim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
+    from bksim.linearizability import SearchBudgetExceeded, check_linearizable, kind_and_args
     ops = [_KeyOp(op) for op in put_burst_history(final_read=("a", 6)).ops]
     assert not check_linearizable(ops, (None, 0), register_step, step_budget=200_000, effect_of=register_effects(ops))
     with pytest.raises(SearchBudgetExceeded):

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from bkcore.ledger.layout import LedgerLayout
 from bkcore.metaops import Children, Create, Delete, Get, MetaCode, SetData
-from metastore.memory import MemoryMetastore
+from bkmetastore.memory import MemoryMetastore
 
 
 def test_create_then_get():

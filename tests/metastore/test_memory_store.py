@@ -3,8 +3,8 @@
 import pytest
 
 from bkcore.metaops import Children, Create, Get, MetaCode
-from metastore.memory_store import forget_memory_servers
-from metastore.uri import MetastoreUriError, open_metastore, parse_metastore_uri
+from bkmetastore.memory_store import forget_memory_servers
+from bkmetastore.uri import MetastoreUriError, open_metastore, parse_metastore_uri
 from store_contract import check_store_contract
 
 

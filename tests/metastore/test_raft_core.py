@@ -1,4 +1,4 @@
-"""raft-lite core (metastore.raftlite.core), driven by hand: synchronous, time stepped by the
+"""raft-lite core (bkmetastore.raftlite.core), driven by hand: synchronous, time stepped by the
 test, messages routed by a small in-memory cluster whose delivery each test controls.
 
 These are the etcd-raft paper-test scenarios at message level (vote persisted before it is
@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from bkcore.metaops import Create, Get, MetaCode, op_to_list, result_from_list
-from metastore.raftlite.core import (
+from bkmetastore.raftlite.core import (
     MS, PersistentState, RaftConfig, RaftNode, Reply, Role, SaveHardState, SaveLog, SaveSnapshot, Send,
 )
 

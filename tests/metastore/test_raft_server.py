@@ -1,6 +1,6 @@
 """raft-lite on real files and real sockets: RaftStorage (fsync'd state, log with a torn tail,
 snapshots), a 3-node cluster restarted from its data directories, and the raft:// client's
-behaviour around leader changes (metastore.raftlite.storage, .server, .client).
+behaviour around leader changes (bkmetastore.raftlite.storage, .server, .client).
 
 test_raftlite_server.py already runs the store contract on 3 nodes and stops a leader; these
 tests add what it does not reach. The last tests pin client bugs found in review and in CI (a
@@ -18,11 +18,11 @@ import pytest
 import trio
 
 from bkcore.metaops import Create, Get, MetaCode
-from metastore.raftlite.client import open_raft_store
-from metastore.raftlite.core import MS, PersistentState, RaftConfig
-from transports.raftlite_server import RaftServer
-from metastore.raftlite.storage import RaftStorage, RaftStorageError
-from transports.timer import now_ns
+from bkmetastore.raftlite.client import open_raft_store
+from bkmetastore.raftlite.core import MS, PersistentState, RaftConfig
+from bktransports.raftlite_server import RaftServer
+from bkmetastore.raftlite.storage import RaftStorage, RaftStorageError
+from bktransports.timer import now_ns
 
 # The default election timeouts (see test_raftlite_server.py: shorter ones let a slow fsync on
 # a CI machine depose a leader with a write pending).

@@ -1,9 +1,9 @@
-"""raft-lite in the simulator (sim.raftlite_world.RaftWorld): compare-and-set histories of a
+"""raft-lite in the simulator (bksim.raftlite_world.RaftWorld): compare-and-set histories of a
 single register on 3- and 5-node clusters under partitions of random minorities and majorities,
 crashes and message loss, checked for linearizability; then a liveness phase (faults healed:
 one leader, every node converging on the same state within a bound).
 
-The checker, sim.raftlite_world.check_register_linearizable, is a Wing-Gong search with one
+The checker, bksim.raftlite_world.check_register_linearizable, is a Wing-Gong search with one
 pruning that keeps it fast when many operations have unknown outcomes: an unanswered operation
 is placed only when it changes the register (leaving it out is the same history). The exhaustive
 reference here, `is_linearizable`, explores those placements too and took 45 s on a history
@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.raftlite_world import MS, HistoryOp, RaftWorld, check_register_linearizable
+from bksim.raftlite_world import MS, HistoryOp, RaftWorld, check_register_linearizable
 
 INITIAL = (b"init", 0)
 

@@ -4,8 +4,8 @@ under partitions, crashes and loss is in test_raft_sim.py."""
 
 
 from bkcore.metaops import Children, Create, Get, MetaCode, op_to_list, result_from_list
-from metastore.raftlite.core import RaftConfig, Role
-from sim.raftlite_world import MS, HistoryOp, RaftWorld, check_register_linearizable
+from bkmetastore.raftlite.core import RaftConfig, Role
+from bksim.raftlite_world import MS, HistoryOp, RaftWorld, check_register_linearizable
 
 
 def create(path: str, data: bytes = b"", session: int = 0, ephemeral: bool = False) -> list:

@@ -13,14 +13,14 @@ import trustme
 
 from bkcore.metaops import Create, Get, MetaCode, op_to_list
 from bklocal.processes import free_port
-from metastore.api import MetastoreRefused
-from metastore.raftlite.client import member_status
+from bkmetastore.api import MetastoreRefused
+from bkmetastore.raftlite.client import member_status
 from bkcore.wire import FrameDecoder
-from metastore.raftlite.connection import decode, encode
-from metastore.raftlite.core import MS, RaftConfig
-from metastore.uri import open_metastore
-from transports.raftlite_server import RaftSecurity, RaftServer
-from transports.tls import server_context
+from bkmetastore.raftlite.connection import decode, encode
+from bkmetastore.raftlite.core import MS, RaftConfig
+from bkmetastore.uri import open_metastore
+from bktransports.raftlite_server import RaftSecurity, RaftServer
+from bktransports.tls import server_context
 
 CONFIG = RaftConfig(session_timeout_ns=2_000 * MS)
 SECRET = b"s3cret"

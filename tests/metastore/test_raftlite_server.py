@@ -6,9 +6,9 @@ import trio
 
 from bklocal.processes import free_port
 from bkcore.metaops import Create, Get, MetaCode
-from metastore.raftlite.core import MS, RaftConfig
-from transports.raftlite_server import RaftServer
-from metastore.uri import open_metastore
+from bkmetastore.raftlite.core import MS, RaftConfig
+from bktransports.raftlite_server import RaftServer
+from bkmetastore.uri import open_metastore
 from store_contract import check_store_contract
 
 # The default election timeouts: a leader deposed by a slow fsync (its heartbeats wait behind

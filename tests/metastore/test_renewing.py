@@ -1,12 +1,12 @@
-"""metastore.renewing: a library client's metastore session that expires is replaced by a new
+"""bkmetastore.renewing: a library client's metastore session that expires is replaced by a new
 one (as BookKeeper's ZooKeeperClient does), on the memory:// backend, whose sessions a test can
 expire, and the library's connect() over it."""
 
 import pytest
 
 from bkcore.metaops import Create, Get, MetaCode
-from metastore.memory_store import MemoryStore, forget_memory_servers, memory_server
-from metastore.renewing import RenewingStore
+from bkmetastore.memory_store import MemoryStore, forget_memory_servers, memory_server
+from bkmetastore.renewing import RenewingStore
 
 
 @pytest.fixture(autouse=True)

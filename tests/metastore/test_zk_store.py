@@ -5,7 +5,7 @@ import pytest
 import trio
 
 from bkcore.metaops import Children, Create, Get, MetaCode, SetData
-from metastore.uri import open_metastore
+from bkmetastore.uri import open_metastore
 from store_contract import check_store_contract
 
 from zk_cluster import ZkEnsemble

@@ -6,8 +6,8 @@ import dataclasses
 
 from bkcore.ledger.schedule import write_set
 from bkcore.wire import AddBatchRequest, AddRequest
-from sim.harness import Harness
-from sim.scenario import MS
+from bksim.harness import Harness
+from bksim.scenario import MS
 
 
 def watch_adds(h: Harness) -> list[tuple[str, object]]:

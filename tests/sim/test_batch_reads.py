@@ -6,8 +6,8 @@ import pytest
 from bkcore.client.config import ClientConfig
 from bkcore.errors import NoSuchEntry
 from bkcore.wire import ReadBatchRequest, ReadRequest
-from sim.harness import Harness
-from sim.scenario import MS, S
+from bksim.harness import Harness
+from bksim.scenario import MS, S
 
 from tests.sim.test_ledger_scenarios import payloads, read_all, write_entries
 

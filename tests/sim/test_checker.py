@@ -1,7 +1,7 @@
 """The checker must catch each kind of wrong history, and pass a right one."""
 
-from sim.checker import check
-from sim.history import History
+from bksim.checker import check
+from bksim.history import History
 
 
 def history_with_acked(entries: int = 3) -> History:

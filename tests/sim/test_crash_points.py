@@ -20,8 +20,8 @@ from bkcore.digest import Digester, DigestType
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import AddRequest, AddResponse, ReadRequest, ReadResponse
-from sim.filesystem import SimFileSystem, SimulatedCrash
-from sim.options import DiskOptions
+from bksim.filesystem import SimFileSystem, SimulatedCrash
+from bksim.options import DiskOptions
 
 KEY = b"k" * 32
 JOURNAL_CONFIG = JournalConfig(journal_max_size=700, journal_max_backups=1, journal_prealloc_size=0)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sim.run import RUNNABLE_WORKLOADS
+from bksim.run import RUNNABLE_WORKLOADS
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 

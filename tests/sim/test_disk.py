@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from sim.disk import DiskFull, SimDisk, draw_sync_latency_ns
-from sim.options import MS, US, DiskOptions
+from bksim.disk import DiskFull, SimDisk, draw_sync_latency_ns
+from bksim.options import MS, US, DiskOptions
 
 
 def make_disk(seed: int = 0, **knobs) -> SimDisk:

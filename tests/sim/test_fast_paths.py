@@ -26,12 +26,12 @@ from bkcore.ledger.metadata import LedgerMetadata
 from bkcore.ledger.schedule import WRITE_SET_SHAPES_MAX, write_set
 from bkcore.wire import AddRequest, ReadRequest, ReadResponse, store_fields_directly
 from bkcore.effects import Completed, Send
-from sim.disk import draw_sync_latency_ns
-from sim.harness import Harness
-from sim.loop import EventLoop, EventLoopFull, TraceHasher
-from sim.network import LINK_LATENCY_SCALES, SimNetwork
-from sim.world import PUMP_ROUND_COUNT_MAX
-from sim.options import MS, DiskOptions, NetworkOptions
+from bksim.disk import draw_sync_latency_ns
+from bksim.harness import Harness
+from bksim.loop import EventLoop, EventLoopFull, TraceHasher
+from bksim.network import LINK_LATENCY_SCALES, SimNetwork
+from bksim.world import PUMP_ROUND_COUNT_MAX
+from bksim.options import MS, DiskOptions, NetworkOptions
 
 # -- network and disk draws ---------------------------------------------------------------
 
@@ -354,7 +354,7 @@ def test_pump_refuses_a_core_that_never_stops_talking():
 def test_world_runs_its_own_copy_of_each_input_handler_per_kind_of_node():
     """Bookies and clients go through copies of _deliver, _pump and _on_timer with code objects
     of their own (so each specializes to one kind of core), made from the same bytecode."""
-    from sim.world import SimWorld
+    from bksim.world import SimWorld
     h = Harness(bookie_count=1)
     h.client("c")
     bookie, client = h.world.bookies["bookie-0"], h.world.clients["c"]

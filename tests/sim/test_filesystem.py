@@ -6,8 +6,8 @@ import random
 import pytest
 
 from bkcore.bookie.fs import DiskFullError
-from sim.filesystem import SimFileSystem, SimulatedCrash
-from sim.options import DiskOptions
+from bksim.filesystem import SimFileSystem, SimulatedCrash
+from bksim.options import DiskOptions
 
 
 def make_fs(seed: int = 0, **knobs) -> SimFileSystem:

@@ -4,9 +4,9 @@ over time, which the simulator's virtual clock measures exactly."""
 import dataclasses
 import random
 
-from sim.processes import Processes
-from sim.scenario import S, Scenario
-from sim.world import SimWorld
+from bksim.processes import Processes
+from bksim.scenario import S, Scenario
+from bksim.world import SimWorld
 
 
 def test_waiting_on_a_fenced_ledger_that_nobody_closes_polls_at_a_pause_not_at_network_pace():

@@ -12,8 +12,8 @@ from bkcore.errors import (
     TooManyEnsembleChanges, Unauthorized,
 )
 from bkcore.wire import AddRequest, WriteLacRequest
-from sim.harness import Harness
-from sim.scenario import MS, S
+from bksim.harness import Harness
+from bksim.scenario import MS, S
 
 
 def payloads(count: int, prefix: str = "entry") -> list[bytes]:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sim.loop import EventLoop, EventLoopFull, TraceHasher
+from bksim.loop import EventLoop, EventLoopFull, TraceHasher
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")
 
@@ -196,7 +196,7 @@ def test_trace_accepts_int_enums_by_value_and_refuses_other_objects():
 
 
 PROGRAM = """
-from sim.loop import EventLoop, TraceHasher
+from bksim.loop import EventLoop, TraceHasher
 loop, trace = EventLoop(), TraceHasher()
 names = {"bookie-%d" % i for i in range(20)}
 for index, name in enumerate(sorted(names)):

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from sim.network import SimNetwork, TooManyPartitions
-from sim.options import MS, S, NetworkOptions
+from bksim.network import SimNetwork, TooManyPartitions
+from bksim.options import MS, S, NetworkOptions
 
 
 def send_many(network, count=10_000, *, source="a", destination="b", now_ns=0):

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from sim.plants import PLANTS, planted
-from sim.run import run_scenario
-from sim.scenario import S, Scenario
+from bksim.plants import PLANTS, planted
+from bksim.run import run_scenario
+from bksim.scenario import S, Scenario
 
 STARTS = (0, 5000)
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "src")

@@ -1,4 +1,4 @@
-"""sim.raftlite_metastore: the simulated cluster on three raft-lite members, as its bookies and
+"""bksim.raftlite_metastore: the simulated cluster on three raft-lite members, as its bookies and
 processes see it (registration, sessions and their expiry, watches, lost answers, the world's
 own linearizable reads)."""
 
@@ -8,11 +8,11 @@ import random
 import pytest
 
 from bkcore.metaops import Children, Create, Get, MetaCode
-from metastore.raftlite.core import RaftNode, Reply
-from sim.metastore_client import LOST
-from sim.processes import Processes
-from sim.scenario import MS, S, Scenario
-from sim.world import SimWorld
+from bkmetastore.raftlite.core import RaftNode, Reply
+from bksim.metastore_client import LOST
+from bksim.processes import Processes
+from bksim.scenario import MS, S, Scenario
+from bksim.world import SimWorld
 
 
 def raft_world(**scenario_fields) -> tuple[SimWorld, Processes]:

@@ -5,8 +5,8 @@ since, so a seed here guards its bug less surely than the unit test beside each 
 
 import pytest
 
-from sim.run import replay_command, run_scenario
-from sim.scenario import S, Scenario
+from bksim.run import replay_command, run_scenario
+from bksim.scenario import S, Scenario
 
 REGRESSION_SEEDS = [
     # (workload, seed, liveness, the fix[, simulated seconds: 3 unless given])
@@ -21,8 +21,8 @@ REGRESSION_SEEDS = [
     ("mixed", 26, True, "watches resume from the last revision delivered (bkcore.table.watch_resume)"),
     ("mixed", 2164, False, "the read fix of table seed 180, found again by bk sim explore"),
     ("table", 52, False, "a watch counts as started once its log is in the history, whatever came after "
-                         "(sim.workload_table); 10 simulated seconds", 10),
-    ("table", 2012, False, "raft-lite confirms a ping only after a heartbeat round (metastore.raftlite.core); "
+                         "(bksim.workload_table); 10 simulated seconds", 10),
+    ("table", 2012, False, "raft-lite confirms a ping only after a heartbeat round (bkmetastore.raftlite.core); "
                            "5 simulated seconds", 5),
 ]
 

@@ -5,7 +5,7 @@ import pytest
 
 from bkcore.client.rereplication import fragments_on
 from bkcore.errors import IllegalOperation, NoSuchEntry
-from sim.harness import Harness
+from bksim.harness import Harness
 
 
 def written_ledger(h: Harness, count: int, **spec):

@@ -1,13 +1,13 @@
-"""sim.rpc: requests between simulated processes over the world's network."""
+"""bksim.rpc: requests between simulated processes over the world's network."""
 
 import dataclasses
 import random
 
-from sim.options import NetworkOptions
-from sim.processes import Processes
-from sim.rpc import RpcEndpoint, RpcRefused, RpcTimeout
-from sim.scenario import S, Scenario
-from sim.world import SimWorld
+from bksim.options import NetworkOptions
+from bksim.processes import Processes
+from bksim.rpc import RpcEndpoint, RpcRefused, RpcTimeout
+from bksim.scenario import S, Scenario
+from bksim.world import SimWorld
 
 
 def world_with(network: NetworkOptions = NetworkOptions.none()) -> tuple[SimWorld, Processes]:

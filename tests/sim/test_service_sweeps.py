@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from sim.run import replay_command, run_scenario
-from sim.scenario import S, Scenario
+from bksim.run import replay_command, run_scenario
+from bksim.scenario import S, Scenario
 
 IS_CI = os.environ.get("CI") == "true"
 SWEEP_SEED_COUNT = int(os.environ.get("SIM_SERVICE_SEEDS", "300" if IS_CI else "20"))

@@ -7,9 +7,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from sim.run import replay_command, run_scenario
-from sim.nemesis import SCHEDULED_ACTIONS, FaultStep
-from sim.scenario import FAULT_KINDS, MS, S, Scenario
+from bksim.run import replay_command, run_scenario
+from bksim.nemesis import SCHEDULED_ACTIONS, FaultStep
+from bksim.scenario import FAULT_KINDS, MS, S, Scenario
 
 IS_CI = os.environ.get("CI") == "true"
 SWEEP_SEED_COUNT = int(os.environ.get("SIM_SEEDS", "1200" if IS_CI else "40"))

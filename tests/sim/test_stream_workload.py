@@ -2,7 +2,7 @@
 seeds run in test_service_sweeps.py)."""
 
 from bkcore.stream.records import DLSN
-from sim.stream_history import ReaderLog, StreamHistory, check_stream_history
+from bksim.stream_history import ReaderLog, StreamHistory, check_stream_history
 
 def d(segment, entry, slot=0):
     return DLSN(segment, entry, slot)

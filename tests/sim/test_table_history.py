@@ -1,7 +1,7 @@
-"""sim.table_history's checker, fed right and deliberately wrong histories: every rule must be able
+"""bksim.table_history's checker, fed right and deliberately wrong histories: every rule must be able
 to fail."""
 
-from sim.table_history import MISSING, MS, TableHistory, WatchLog, check_table_history
+from bksim.table_history import MISSING, MS, TableHistory, WatchLog, check_table_history
 
 P, C = b"p0", b"n0"
 

@@ -5,8 +5,8 @@ go on, and the history stays clean."""
 import dataclasses
 import re
 
-from sim.run import run_scenario
-from sim.scenario import S, Scenario
+from bksim.run import run_scenario
+from bksim.scenario import S, Scenario
 
 
 def handovers_of(summary: list[str]) -> int:

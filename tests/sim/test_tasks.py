@@ -1,5 +1,5 @@
 """The runtime contract: the same async scenarios give the same outcomes on trio
-(transports.trio_runtime) and on the simulator's SimRuntime (sim.tasks), so code written
+(bktransports.trio_runtime) and on the simulator's SimRuntime (bksim.tasks), so code written
 against bkcore.runtime behaves alike in both worlds. Then what only the simulator has:
 seeded interleavings, pauses, and crashes that close a process's coroutines."""
 
@@ -9,9 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from sim.loop import EventLoop
-from sim.tasks import ProcessStopped, SimRuntime
-from transports.trio_runtime import TrioRuntime
+from bksim.loop import EventLoop
+from bksim.tasks import ProcessStopped, SimRuntime
+from bktransports.trio_runtime import TrioRuntime
 
 
 class MockClockTrioRuntime(TrioRuntime):

@@ -292,7 +292,7 @@ async def test_concurrent_clients_see_a_linearizable_key_across_an_owner_change(
     import time
 
     from bkcore.table.commands import Compare, CompareResult, CompareTarget
-    from sim.raftlite_world import HistoryOp, check_register_linearizable
+    from bksim.raftlite_world import HistoryOp, check_register_linearizable
     rng = random.Random(7)
     current = [await open_range()]
     history: list[HistoryOp] = []

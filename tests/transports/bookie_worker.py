@@ -12,8 +12,8 @@ from bkcore.digest import Digester, DigestType
 from bkcore.effects import JournalWrite, Send
 from bkcore.errors import Code
 from bkcore.wire import AddRequest
-from transports.filesystem import OsFileSystem
-from transports.lmdb_index import LmdbIndexStore
+from bktransports.filesystem import OsFileSystem
+from bktransports.lmdb_index import LmdbIndexStore
 
 KEY = b"k" * 32
 JOURNAL_CONFIG = JournalConfig(journal_max_size=256 * 1024, journal_max_backups=2)

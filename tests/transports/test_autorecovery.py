@@ -5,7 +5,7 @@ import pytest
 import trio
 
 import bkclient
-from transports.autorecovery import Autorecovery, list_underreplicated, recover_bookie
+from bktransports.autorecovery import Autorecovery, list_underreplicated, recover_bookie
 
 URI = "memory://autorecovery"
 

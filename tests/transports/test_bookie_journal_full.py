@@ -12,10 +12,10 @@ from bkcore.bookie.fs import DiskFullError
 from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import Code
 from bkcore.wire import AddBatchRequest, AddRequest, FrameDecoder, encode_frame
-from metastore.layout_node import resolve_layout
-from metastore.memory_store import forget_memory_servers
-from metastore.uri import open_metastore, parse_metastore_uri
-from transports.bookie_server import BookieServer, BookieServerConfig
+from bkmetastore.layout_node import resolve_layout
+from bkmetastore.memory_store import forget_memory_servers
+from bkmetastore.uri import open_metastore, parse_metastore_uri
+from bktransports.bookie_server import BookieServer, BookieServerConfig
 
 URI = "memory://journal-full"
 

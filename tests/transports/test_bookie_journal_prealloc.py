@@ -16,8 +16,8 @@ from bkcore.bookie.journal_files import JOURNAL_HEADER, journal_id_of
 from bkcore.digest import Digester, DigestType, master_key
 from bkcore.errors import Code
 from bkcore.wire import AddRequest, FrameDecoder, encode_frame
-from transports import filesystem
-from transports.filesystem import OsFileSystem
+from bktransports import filesystem
+from bktransports.filesystem import OsFileSystem
 
 MIB = 1024 * 1024
 LEDGER_ID = 7

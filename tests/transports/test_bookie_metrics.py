@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import bkclient
 from bkcore.errors import LedgerFenced
 from inprocess_cluster import free_port
-from transports.metrics import QUANTILES
+from bktransports.metrics import QUANTILES
 
 URI = "memory://bookie-metrics"
 PAYLOAD = b"x" * 100

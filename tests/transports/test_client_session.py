@@ -5,7 +5,7 @@ outside seals its ranges' journals through its driver in such a cleanup)."""
 import trio
 
 from bkcore.client.handles import BookKeeperClient
-from transports.client_session import open_client
+from bktransports.client_session import open_client
 
 URI = "memory://client-session"
 

@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from bkcore.wire import AddResponse, FrameDecoder, ReadResponse, encode_frame
-from transports.connection import FramedConnection, ReceiveGate
+from bktransports.connection import FramedConnection, ReceiveGate
 
 
 async def connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:

@@ -3,7 +3,7 @@
 import trio
 import trio.testing
 
-from transports.timer import CoreTimer, now_ns
+from bktransports.timer import CoreTimer, now_ns
 
 
 async def test_an_earlier_deadline_re_arms_and_a_later_one_does_not(autojump_clock: trio.testing.MockClock) -> None:

@@ -1,4 +1,4 @@
-"""transports.grpc_trio against the real grpcio client: unary calls answered by a task or by a
+"""bktransports.grpc_trio against the real grpcio client: unary calls answered by a task or by a
 callback, metadata both ways, statuses and their messages, unknown methods, malformed and
 compressed requests, messages larger than HTTP/2's flow-control windows, server streams,
 deadlines and cancellations that reach the handler, and many calls at once."""
@@ -11,7 +11,7 @@ import grpc
 import pytest
 import trio
 
-from transports.grpc_trio import NOT_FOUND, GrpcError, GrpcServer, ServerStream, Unary
+from bktransports.grpc_trio import NOT_FOUND, GrpcError, GrpcServer, ServerStream, Unary
 
 
 

@@ -1,4 +1,4 @@
-"""transports.http2, the sans-I/O HTTP/2 server side under gRPC: header blocks any HPACK decoder
+"""bktransports.http2, the sans-I/O HTTP/2 server side under gRPC: header blocks any HPACK decoder
 reads, the preface, SETTINGS and PING answers, header blocks split over CONTINUATION, flow
 control both ways, resets and GOAWAY. (test_grpc_trio.py drives it with the real grpcio client.)"""
 
@@ -9,7 +9,7 @@ import struct
 import hpack
 import pytest
 
-from transports.http2 import (
+from bktransports.http2 import (
     CONTINUATION, DATA, FLAG_ACK, FLAG_END_HEADERS, FLAG_END_STREAM, GOAWAY, HEADERS, PING, PREFACE,
     RESPONSE_HEADER_BLOCK, RST_STREAM, SETTINGS, SETTING_INITIAL_WINDOW_SIZE, WINDOW_UPDATE, Http2Server,
     ProtocolError, encode_literal, frame,

@@ -11,9 +11,9 @@ import trio
 
 import bkclient
 from inprocess_cluster import free_port
-from transports import http_admin, http_admin_api
-from transports.autorecovery import Autorecovery
-from transports.metrics import read_samples, sample_value
+from bktransports import http_admin, http_admin_api
+from bktransports.autorecovery import Autorecovery
+from bktransports.metrics import read_samples, sample_value
 
 URI = "memory://http"
 

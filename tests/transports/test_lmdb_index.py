@@ -1,11 +1,11 @@
-"""transports.lmdb_index: a write of more keys than one putmulti slice is one transaction."""
+"""bktransports.lmdb_index: a write of more keys than one putmulti slice is one transaction."""
 
 import struct
 
 import pytest
 
-from transports import lmdb_index
-from transports.lmdb_index import LmdbIndexStore
+from bktransports import lmdb_index
+from bktransports.lmdb_index import LmdbIndexStore
 
 
 def test_a_write_of_many_slices_puts_every_key_and_deletes_first(tmp_path):

@@ -1,11 +1,11 @@
-"""transports.metrics: the histogram's quantiles and rollover window, and the families it builds
+"""bktransports.metrics: the histogram's quantiles and rollover window, and the families it builds
 as prometheus_client writes and parses them (BookKeeper's shapes and names)."""
 
 import math
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from transports.metrics import (
+from bktransports.metrics import (
     QUANTILES, Histogram, OpStats, bk_counter, counter, exposition, gauge, new_registry, op_stats, publish,
 )
 

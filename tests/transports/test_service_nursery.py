@@ -4,7 +4,7 @@ cleanup included) has ended; a failing task still cancels the block."""
 import pytest
 import trio
 
-from transports.service_nursery import open_service_nursery
+from bktransports.service_nursery import open_service_nursery
 
 
 async def test_its_tasks_serve_the_blocks_cleanup_after_a_cancellation_then_stop():

@@ -221,7 +221,7 @@ async def test_cookie_commands_list_get_update_create_and_delete(cluster, tmp_pa
 async def test_metaformat_and_nukeexistingcluster_refuse_until_forced_and_bookies_are_down(cluster, capsys):
     import bkclient
     from bkcore.metaops import Children, Get, MetaCode
-    from metastore.layout_node import layout_node_path
+    from bkmetastore.layout_node import layout_node_path
     assert (await shell("initnewcluster"))[0] == 0
     async with bkclient.connect(URI) as bk:
         ledger = await bk.create_ledger(password=b"pw")

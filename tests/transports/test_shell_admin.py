@@ -19,7 +19,7 @@ from bkcli.shell_command import run_shell
 from bkcore.bookie.entrylog import RECORD_HEADER, entry_log_name
 from bkcore.bookie.index import entry_key, pack_location, unpack_location
 from bkcore.metaops import Delete, Get, MetaCode
-from transports.lmdb_index import LmdbIndexStore
+from bktransports.lmdb_index import LmdbIndexStore
 
 URI = "memory://shell-admin"
 

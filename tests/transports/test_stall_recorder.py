@@ -1,4 +1,4 @@
-"""transports.stall_recorder: the loop pauses, garbage collections and timed phases a process
+"""bktransports.stall_recorder: the loop pauses, garbage collections and timed phases a process
 keeps, and a real bookie's /api/v1/bookie/stalls over HTTP."""
 
 import gc
@@ -9,9 +9,9 @@ import trio
 
 import bkclient
 from inprocess_cluster import free_port
-from transports import stall_recorder
-from transports.metrics import read_samples, sample_value
-from transports.stall_recorder import StallRecorder
+from bktransports import stall_recorder
+from bktransports.metrics import read_samples, sample_value
+from bktransports.stall_recorder import StallRecorder
 
 from test_http_admin import URI, call
 

@@ -10,7 +10,7 @@ import trustme
 import bkclient
 from bkcore.errors import BKException
 from bkcore.wire import ErrorResponse, FrameDecoder, ReadLacRequest, encode_frame
-from transports.metrics import exposition, read_samples, sample_value
+from bktransports.metrics import exposition, read_samples, sample_value
 
 URI = "memory://secure"
 
@@ -117,7 +117,7 @@ async def test_a_bookies_own_stream_storage_reaches_secured_bookies(secure_clust
     from bkcli.bookie_command import stream_storage_in_bookie
     from bkclient.storage_client import StorageClient
     from bklocal.processes import free_port
-    from transports.bookie_server import BookieServerConfig
+    from bktransports.bookie_server import BookieServerConfig
     bookie = secure_cluster.bookies[0].config
     config = BookieServerConfig(data_dir=str(tmp_path / "own"), auth_secret=b"s3cret", tls_cert_file=bookie.tls_cert_file,
                                 tls_key_file=bookie.tls_key_file, tls_trust_file=_ca_file(ca, tmp_path),
@@ -248,7 +248,7 @@ async def test_the_admin_port_of_a_bookie_with_a_secret_asks_every_request_for_i
     WWW-Authenticate header and one line, and does nothing; the first refusal is logged once.
     With the secret the endpoint answers and acts."""
     from bklocal.processes import free_port
-    from transports.http_admin_client import admin_request
+    from bktransports.http_admin_client import admin_request
     cert = ca.issue_cert("127.0.0.1")
     cert_path, key_path = tmp_path / "bookie.pem", tmp_path / "bookie.key"
     cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))

@@ -9,7 +9,7 @@ import time
 import pytest
 import trio
 
-from transports.worker_thread import WorkerThread
+from bktransports.worker_thread import WorkerThread
 
 
 async def test_calls_run_in_one_other_thread_in_order_and_return_their_results():

@@ -2,7 +2,7 @@
 
 Storage logic (journal files, LastLogMark, entry logs) is written against this protocol and
 runs unchanged on the simulator's SimFileSystem (crash-point testing) and on real files
-(transports.filesystem.OsFileSystem). Paths are '/'-separated and relative to the bookie's
+(bktransports.filesystem.OsFileSystem). Paths are '/'-separated and relative to the bookie's
 root. The real driver calls these from a worker thread: sync() and sync_dir() block.
 
 Durability contract (POSIX with fdatasync):

@@ -1,8 +1,8 @@
 """The async API of ledgers, over any driver of the client core: create, open and delete
 ledgers; a WriteHandle adds, a ReadHandle reads, tails and waits for the LAC.
 
-A driver runs bkcore's Client for these handles: transports.client_driver.ClientDriver over trio
-and real bookie connections, sim.processes' driver inside the simulator. What a driver offers:
+A driver runs bkcore's Client for these handles: bktransports.client_driver.ClientDriver over trio
+and real bookie connections, bksim.processes' driver inside the simulator. What a driver offers:
 
     runtime                          bkcore.runtime (events, nurseries)
     client, store, layout            the Client core, the async metastore, the ledger layout

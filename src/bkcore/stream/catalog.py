@@ -28,7 +28,7 @@ RETRY_PAUSE_S = 0.1
 
 class StreamCatalog:
     def __init__(self, store, layout: StreamLayout, *, runtime) -> None:
-        self.store = store              # an async metastore (metastore.api's interface)
+        self.store = store              # an async metastore (bkmetastore.api's interface)
         self.layout = layout
         self._rt = runtime
         self.cache = WatchedCache()
@@ -249,7 +249,7 @@ class StreamCatalog:
 
     async def _ensure(self, path: str) -> None:
         """Create `path` if missing. One create: every backend makes the missing parents of
-        what it creates (BookKeeper's createFullPathOptimistic; metastore.memory)."""
+        what it creates (BookKeeper's createFullPathOptimistic; bkmetastore.memory)."""
         await self._write(Create(path))
 
     async def _read(self, op: Get | Children) -> MetaResult:

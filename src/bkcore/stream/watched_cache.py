@@ -8,7 +8,7 @@ changes rarely (a truncation mark), an in-progress one once (when it is sealed),
 truncation. Each entry is the decoded value a Get returned together with the one-shot watch set
 by that same Get; the entry serves only while its watch has not fired. The watch fires on any change of
 the node (its value, its deletion) and on a lost connection or session, and every backend
-delivers it before the answer to any later read of the same session (metastore.api), so a
+delivers it before the answer to any later read of the same session (bkmetastore.api), so a
 listing that reads the children first and then takes the entries whose watches are quiet sees
 each node as fresh as a Get sent at that moment would.
 

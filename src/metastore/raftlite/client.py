@@ -25,8 +25,8 @@ import ssl
 import trio
 
 from bkcore.metaops import Children, Get, MetaCode, MetaOp, MetaResult, op_to_list, result_from_list
-from metastore.api import MetadataStore, MetastoreRefused, Watch
-from metastore.raftlite.connection import RaftConnection, is_connection_failure, open_connection
+from bkmetastore.api import MetadataStore, MetastoreRefused, Watch
+from bkmetastore.raftlite.connection import RaftConnection, is_connection_failure, open_connection
 
 log = logging.getLogger("bk.metastore.client")
 

@@ -1,7 +1,7 @@
 """The raft-lite wire: msgpack lists in length+crc32c frames (bkcore.wire's framing), a framed
 trio connection with a send queue drained by its own task, and the opening every connection
-makes. Shared by the raft-lite client (metastore.raftlite.client) and the node's server
-(transports.raftlite_server).
+makes. Shared by the raft-lite client (bkmetastore.raftlite.client) and the node's server
+(bktransports.raftlite_server).
 
 Opening a connection (open_connection, the one dialler of clients and members alike): TCP, then
 TLS when the member serves it (the dialler checks the member's certificate against its CA), then
@@ -23,7 +23,7 @@ import msgpack
 import trio
 
 from bkcore.wire import FrameDecoder, MalformedFrame, frame_body
-from metastore.api import MetastoreRefused
+from bkmetastore.api import MetastoreRefused
 
 RECEIVE_SIZE = 256 * 1024
 HELLO_TIMEOUT_S = 10.0

@@ -38,7 +38,7 @@ from enum import Enum
 
 from bkcore.metaops import Children, Get, MetaCode, MetaResult, op_from_list, result_to_list
 from bkcore.rng import Rng
-from metastore.memory import MemoryMetastore
+from bkmetastore.memory import MemoryMetastore
 
 MS = 1_000_000
 

@@ -19,7 +19,7 @@ import struct
 import crc32c
 import msgpack
 
-from metastore.raftlite.core import PersistentState
+from bkmetastore.raftlite.core import PersistentState
 
 RECORD_HEADER = struct.Struct(">II")
 
