@@ -46,15 +46,14 @@ def add_parser(commands) -> None:
     ledgers.add_argument("-id", "--bookieid", metavar="BOOKIE", help="only ledgers with an ensemble on this bookie")
     command("bookieinfo", "disk space, state and ledger count of every registered bookie")
     metadata = command("ledgermetadata", "one ledger's metadata (or dump it to a file, or restore it from one)")
-    metadata.add_argument("ledger_id", type=int)
+    _add_ledger_id(metadata)
     saving = metadata.add_mutually_exclusive_group()
     saving.add_argument("-d", "--dumptofile", metavar="FILE", help="write the stored metadata, as it is, to FILE")
     saving.add_argument("-r", "--restorefromfile", metavar="FILE",
                         help="store FILE (a dump) as the ledger's metadata, replacing what is there")
     read = command("readledger", "print a ledger's entries up to its LAC (-r: recover it first, fencing its "
                                  "writer, as BookKeeper's readledger -r)")
-    read.add_argument("ledger_id", type=int, nargs="?", help="the ledger (or -l)")
-    read.add_argument("-l", "--ledgerid", type=int, dest="ledger_id_flag", help="the ledger (BookKeeper's spelling)")
+    _add_ledger_id(read)
     read.add_argument("-fe", "--firstentryid", "--first", type=int, default=0, dest="first",
                       help="first entry to print (0)")
     read.add_argument("-le", "--lastentryid", "--last", type=int, default=None, dest="last",
@@ -200,15 +199,29 @@ async def _listledgers(bk, args):
     return text, summaries
 
 
+def _add_ledger_id(parser) -> None:
+    """A ledger id given as an argument, or with BookKeeper's -l/--ledgerid."""
+    parser.add_argument("ledger_id", type=int, nargs="?", help="the ledger (or -l)")
+    parser.add_argument("-l", "--ledgerid", type=int, dest="ledger_id_flag", help="the ledger (BookKeeper's spelling)")
+
+
+def _ledger_id(args) -> int:
+    ledger_id = args.ledger_id if args.ledger_id is not None else args.ledger_id_flag
+    if ledger_id is None:
+        raise _ShellFailure("which ledger? give its id (or -l ID)\n")
+    return ledger_id
+
+
 async def _ledgermetadata(bk, args):
+    ledger_id = _ledger_id(args)
     if args.restorefromfile:
-        return await _restore_metadata(bk, args.ledger_id, args.restorefromfile)
-    metadata = await bk.ledger_metadata(args.ledger_id)
+        return await _restore_metadata(bk, ledger_id, args.restorefromfile)
+    metadata = await bk.ledger_metadata(ledger_id)
     if args.dumptofile:
         with open(args.dumptofile, "wb") as file:
             file.write(metadata.to_bytes())
-        return (f"ledger {args.ledger_id}'s metadata written to {args.dumptofile}\n",
-                {"ledger_id": args.ledger_id, "file": args.dumptofile})
+        return (f"ledger {ledger_id}'s metadata written to {args.dumptofile}\n",
+                {"ledger_id": ledger_id, "file": args.dumptofile})
     data = metadata.summary()
     text = _lines(f"{key}: {value}" for key, value in data.items())
     return text, data
@@ -249,9 +262,7 @@ def _show(payload: bytes) -> str:
 
 
 async def _readledger(bk, args):
-    ledger_id = args.ledger_id if args.ledger_id is not None else args.ledger_id_flag
-    if ledger_id is None:
-        raise _ShellFailure("which ledger? give its id (or -l ID)\n")
+    ledger_id = _ledger_id(args)
     reader = await bk.open_ledger(ledger_id, password=args.password.encode(), recovery=args.recover)
     last = reader.last_add_confirmed if args.last is None else min(args.last, reader.last_add_confirmed)
     entries = []

@@ -260,7 +260,7 @@ async def test_ledgermetadata_dumps_to_a_file_and_restores_from_it(cluster, tmp_
     before = (await shell("ledgermetadata", str(first.ledger_id), "--json"))[1]
     assert (await shell("deleteledger", str(first.ledger_id), "-f"))[0] == 0
     assert (await shell("ledgermetadata", str(first.ledger_id)))[0] == 1            # gone
-    status, text = await shell("ledgermetadata", str(first.ledger_id), "-r", str(dump), "--json")
+    status, text = await shell("ledgermetadata", "-l", str(first.ledger_id), "-r", str(dump), "--json")   # BK's -l
     assert status == 0 and json.loads(text)["state"] == "CLOSED"
     restored = json.loads((await shell("ledgermetadata", str(first.ledger_id), "--json"))[1])
     assert {k: v for k, v in restored.items() if k != "version"} == {
@@ -272,6 +272,8 @@ async def test_ledgermetadata_dumps_to_a_file_and_restores_from_it(cluster, tmp_
     junk.write_bytes(b"not metadata")
     assert (await shell("ledgermetadata", str(second.ledger_id), "-r", str(junk)))[0] == 1
     assert "is not a ledger metadata dump" in capsys.readouterr().err
+    assert (await shell("ledgermetadata"))[0] == 1
+    assert "which ledger? give its id (or -l ID)" in capsys.readouterr().err
 
 
 async def test_clusterinfo_and_listunderreplicated_with_its_filters(cluster):
