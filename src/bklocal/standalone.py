@@ -21,8 +21,10 @@ show all of it. One certificate for 127.0.0.1 serves every process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
+from typing import Iterator
 
 from bklocal.processes import free_ports, spawn_bk, spawn_bookie
 
@@ -131,6 +133,15 @@ class StandaloneCluster:
         return cls(data_dir, bookie_ports=ports[:bookie_count],
                    metastore_ports=ports[bookie_count:bookie_count + metastore_count],
                    stream_storage_port=ports[-1] if with_stream_storage else 0, **options)
+
+    @contextlib.contextmanager
+    def running(self, *, log=print) -> Iterator["StandaloneCluster"]:
+        """start(), and stop() however the block ends (a start that fails half way included)."""
+        try:
+            self.start(log=log)
+            yield self
+        finally:
+            self.stop()
 
     def start(self, *, log=print) -> None:
         os.makedirs(self.data_dir, exist_ok=True)

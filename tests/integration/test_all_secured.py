@@ -66,11 +66,8 @@ def cluster(tmp_path_factory, security):
     """The bookies run their autorecovery daemons, as `bk standalone`'s do."""
     cluster = secured_cluster(str(tmp_path_factory.mktemp("secured")), security, stream_storage_servers=2,
                               bookie_extra={"autoRecoveryDaemonEnabled": True})
-    try:
-        cluster.start(log=lambda line: None)
+    with cluster.running(log=lambda line: None):
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,8 @@ def secured(tmp_path_factory):
     cluster = StandaloneCluster.on_free_ports(str(root / "cluster"), bookie_count=3, metastore_count=3,
                                               with_stream_storage=True, security=security,
                                               bookie_extra={"autoRecoveryDaemonEnabled": True})
-    try:
-        cluster.start(log=lambda line: None)
+    with cluster.running(log=lambda line: None):
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def bk(*argv, env=None) -> subprocess.CompletedProcess:

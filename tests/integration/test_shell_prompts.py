@@ -20,11 +20,8 @@ SRC = os.path.join(os.path.dirname(__file__), "..", "..", "src")
 def cluster(tmp_path_factory):
     cluster = StandaloneCluster.on_free_ports(str(tmp_path_factory.mktemp("prompts")), bookie_count=1,
                                               metastore_count=1)
-    try:
-        cluster.start(log=lambda line: None)
+    with cluster.running(log=lambda line: None):
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def new_ledger(uri: str) -> int:

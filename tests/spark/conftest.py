@@ -18,11 +18,8 @@ SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 def cluster(tmp_path_factory):
     cluster = StandaloneCluster.on_free_ports(str(tmp_path_factory.mktemp("spark-cluster")), bookie_count=3,
                                               metastore_count=1)
-    try:
-        cluster.start(log=lambda line: None)
+    with cluster.running(log=lambda line: None):
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")

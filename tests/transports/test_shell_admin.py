@@ -14,12 +14,12 @@ import uuid
 import pytest
 
 import bkclient
-from bkcli.main import build_parser
-from bkcli.shell_command import run_shell
 from bkcore.bookie.entrylog import RECORD_HEADER, entry_log_name
 from bkcore.bookie.index import entry_key, pack_location, unpack_location
 from bkcore.metaops import Delete, Get, MetaCode
 from bktransports.lmdb_index import LmdbIndexStore
+
+from test_shell import shell as run_in_shell
 
 URI = "memory://shell-admin"
 
@@ -30,10 +30,7 @@ async def cluster(start_cluster):
 
 
 async def shell(*argv: str, uri: str | None = URI) -> tuple[int, str]:
-    args = build_parser().parse_args(["shell", *argv, *(["--metastore", uri] if uri else [])])
-    out = io.StringIO()
-    status = await run_shell(args, out)
-    return status, out.getvalue()
+    return await run_in_shell(*argv, uri=uri)
 
 
 async def write_ledgers(count: int, *, bookies=(), entries: int = 3) -> list[int]:
