@@ -3,8 +3,8 @@
 Every process keeps a bktransports.stall_recorder.StallRecorder: the client's is this process's
 loop (bk.stalls), each bookie's is read from its /api/v1/bookie/stalls. phase_stalls() turns one
 phase's window into the report's fields: the longest loop pause of the client and of the bookies
-(each kind's longest, in fields named <who>_<kind>_max_ms), and the longest loop pauses
-themselves with the task that held the loop. draw_timeline() plots add latency over wall time
+(each kind's longest, in fields named <who>_<kind>_max_ms; each bookie's loop pause too), and the
+longest loop pauses themselves with the task that held the loop. draw_timeline() plots add latency over wall time
 with what the bookies and the client recorded marked on it, so a person sees at a glance what
 lines up with the spikes.
 """
@@ -65,6 +65,8 @@ def phase_stalls(client_recorder, http_ports: list[int], since_s: float) -> tupl
     longest_pauses = sorted(pauses, key=lambda pair: -pair[1]["duration_ms"])[:5]
     fields = {**_longest_fields("client", client["longest_ms"]),
               **(_longest_fields("bookies", bookies_longest) if readable else {}),
+              "each_bookie_loop_pause_max_ms": [answer["longest_ms"].get("loop", 0.0) if answer is not None else None
+                                                for answer in bookies],
               "longest_loop_pauses": [{"process": who, "ms": event["duration_ms"], "task": event["detail"]}
                                       for who, event in longest_pauses]}
     if len(readable) < len(bookies):

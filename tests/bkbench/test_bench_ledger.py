@@ -1,5 +1,6 @@
 """`bk bench ledger` for a second per measurement on a real 3-bookie cluster: every figure is
-there, no add failed, and the paced run kept close to half of the pipelined rate."""
+there, no add failed, the paced runs kept close to a quarter and half of the pipelined rate, each
+phase says what held the client and every bookie up, and the timeline is drawn."""
 
 import json
 import subprocess
@@ -7,8 +8,9 @@ import sys
 
 
 def test_bench_ledger_reports_every_measurement(tmp_path):
+    timeline = tmp_path / "timeline.png"
     completed = subprocess.run([sys.executable, "-m", "bkcli.main", "bench", "ledger", "--seconds", "1",
-                                "--in-flight", "500", "--dir", str(tmp_path)],
+                                "--in-flight", "500", "--dir", str(tmp_path), "--timeline", str(timeline)],
                                capture_output=True, text=True, timeout=180)
     assert completed.returncode == 0, completed.stderr
     report = json.loads(completed.stdout)
@@ -22,6 +24,15 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
     assert paced["adds"] >= 0.5 * paced["target_adds_per_second"]          # one second at the target rate
     assert paced["add_latency_p99_ms"] >= paced["add_latency_p50_ms"] > 0
     assert report["tail_visibility"]["entries"] > 0
+    quarter = report["quarter_peak_load"]
+    assert quarter["target_adds_per_second"] == round(pipelined["adds_per_second"] / 4) and quarter["errors"] == []
+    for phase in ("one_at_a_time", "pipelined", "quarter_peak_load", "half_peak_load", "tail_visibility"):
+        run = report[phase]
+        assert run["client_loop_pause_max_ms"] >= 0 and run["bookies_loop_pause_max_ms"] >= 0, phase
+        assert len(run["each_bookie_loop_pause_max_ms"]) == 3 and "bookies_stalls_unreadable" not in run, phase
+        assert max(run["each_bookie_loop_pause_max_ms"]) == run["bookies_loop_pause_max_ms"], phase
+    assert report["pipelined"]["bookies_journal_sync_max_ms"] > 0         # every bookie syncs its journal
+    assert report["timeline"] == str(timeline) and timeline.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     floor = report["disk_quorum_fdatasync"]
     assert (floor["files"], floor["quorum"]) == (3, 2) and floor["rounds_per_second"] > 0
     assert floor["p99_ms"] >= floor["p50_ms"] > 0
