@@ -5,6 +5,7 @@ import io
 import logging
 import os
 import pty
+import select
 import subprocess
 import sys
 
@@ -20,8 +21,12 @@ def terminal():
     stream = os.fdopen(slave, "w")
 
     def read() -> str:
+        # Everything written so far: a pseudo-terminal may hand over two writes in two reads.
         stream.flush()
-        return os.read(master, 65536).decode()
+        chunks = []
+        while select.select([master], [], [], 0.2)[0]:
+            chunks.append(os.read(master, 65536))
+        return b"".join(chunks).decode()
 
     yield stream, read
     stream.close()

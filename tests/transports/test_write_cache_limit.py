@@ -38,9 +38,9 @@ async def test_full_cache_stops_reading_until_the_checkpoint_is_done(start_clust
     release = threading.Event()
     write_checkpoint = stack.write_checkpoint
 
-    def held_write_checkpoint(plan):      # in the checkpoint's worker thread
+    def held_write_checkpoint(plan, **phases):      # in the checkpoint's worker thread
         release.wait(30)
-        write_checkpoint(plan)
+        write_checkpoint(plan, **phases)
 
     monkeypatch.setattr(stack, "write_checkpoint", held_write_checkpoint)
     async with bkclient.connect(URI) as bk:
