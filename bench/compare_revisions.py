@@ -33,10 +33,14 @@ def import_path(tree: pathlib.Path) -> str:
 
 
 def value_at(report: dict, dotted: str):
+    """report's value at a dotted path; a number picks an item of a list (pipelined.1.rate)."""
     for part in dotted.split("."):
-        if not isinstance(report, dict) or part not in report:
+        if isinstance(report, list) and part.isdigit() and int(part) < len(report):
+            report = report[int(part)]
+        elif isinstance(report, dict) and part in report:
+            report = report[part]
+        else:
             return None
-        report = report[part]
     return report
 
 
@@ -54,7 +58,8 @@ def main() -> int:
     parser.add_argument("base", help="git revision measured first in each round")
     parser.add_argument("new", nargs="?", help="git revision to compare (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--field", action="append", required=True, help="dotted path into the JSON report")
+    parser.add_argument("--field", action="append", required=True,
+                        help="dotted path into the JSON report (a number picks a list's item)")
     argv = sys.argv[1:]
     if "--" not in argv:
         parser.error("give the bk bench arguments after --, e.g. -- ledger --seconds 4")
