@@ -10,7 +10,6 @@ With --http-port it serves its Prometheus metrics at http://HOST:P/metrics (docs
 
 from __future__ import annotations
 
-import functools
 import sys
 
 from bkcli.credentials import CredentialsError, add_security_arguments, client_credentials
@@ -49,19 +48,16 @@ async def _run(args, credentials) -> int:
     from bkcli.signals import cancel_on_stop_signal
     from bkclient.library import connect
     from bktransports.autorecovery import Autorecovery
-    from bktransports.metrics import new_registry, serve_metrics
+    from bktransports.metrics import new_registry, start_metrics_port
     registry = new_registry()
     # (its auditor node and replication locks are ephemeral: no session renewal)
     async with connect(metastore_uri(args), renew_session=False, **credentials) as bk:
         daemon = Autorecovery(bk, lost_bookie_recovery_delay_s=args.lost_bookie_recovery_delay,
                               audit_interval_s=args.audit_interval, name=args.name, registry=registry)
         async with trio.open_nursery() as nursery:
-            metrics = ""
-            if args.http_port:
-                port = await nursery.start(functools.partial(serve_metrics, registry, host=args.http_host,
-                                                             port=args.http_port))
-                metrics = f" (metrics: http://{args.http_host}:{port}/metrics)"
-            print(f"autorecovery {daemon.name} running against {metastore_uri(args)}{metrics}", flush=True)
+            metrics = await start_metrics_port(nursery, registry, host=args.http_host, port=args.http_port)
+            print(f"autorecovery {daemon.name} running against {metastore_uri(args)}"
+                  + (f" (metrics: {metrics})" if metrics else ""), flush=True)
             nursery.start_soon(daemon.run)
             await cancel_on_stop_signal(nursery)
     return 0

@@ -68,22 +68,19 @@ async def _serve(args) -> int:
     from bkcli.signals import cancel_on_stop_signal
     from streamstorage.server import run_stream_storage
     from bktransports.gc_tuning import tune_gc
-    from bktransports.metrics import new_registry, serve_metrics
+    from bktransports.metrics import new_registry, start_metrics_port
 
     data_dir = args.data_dir or os.path.join(tempfile.gettempdir(), f"bk-stream-storage-{args.port}")
     registry = new_registry()
     async with trio.open_nursery() as nursery:
-        metrics = ""
-        if args.http_port:
-            http_port = await nursery.start(functools.partial(serve_metrics, registry, host=args.host,
-                                                              port=args.http_port))
-            metrics = f"; metrics: http://{args.host}:{http_port}/metrics"
+        metrics = await start_metrics_port(nursery, registry, host=args.host, port=args.http_port)
         gateway = await nursery.start(functools.partial(
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
             index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port,
             peer_port=args.peer_port, registry=registry, **args.credentials))
         tune_gc()      # what startup made leaves the collector's sight, as in a bookie
         shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
-        print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}{metrics}", flush=True)
+        print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}"
+              + (f"; metrics: {metrics}" if metrics else ""), flush=True)
         await cancel_on_stop_signal(nursery)
     return 0

@@ -21,6 +21,7 @@ The families follow BookKeeper's Prometheus provider wherever a number means the
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import time
 from typing import Callable, Iterable
@@ -245,3 +246,13 @@ async def serve_metrics(registry: CollectorRegistry, *, host: str, port: int,
 
     server = AdminHttpServer({"/metrics": {"GET": metrics_handler(registry)}, "/heartbeat": {"GET": heartbeat}})
     await server.serve(port, host, task_status=task_status)
+
+
+async def start_metrics_port(nursery: trio.Nursery, registry: CollectorRegistry, *, host: str,
+                             port: int) -> str:
+    """serve_metrics in `nursery` when port is not 0 (a command's --http-port); the address it
+    serves at, to print, or "" when off."""
+    if not port:
+        return ""
+    served = await nursery.start(functools.partial(serve_metrics, registry, host=host, port=port))
+    return f"http://{host}:{served}/metrics"
