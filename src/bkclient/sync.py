@@ -26,7 +26,7 @@ class _Portal:
     def __init__(self, uri: str, kwargs: dict) -> None:
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
+        self.token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
         self.bk = None
         self._thread = threading.Thread(target=trio.run, args=(self._main, uri, kwargs), daemon=True,
@@ -37,7 +37,7 @@ class _Portal:
             raise self._error
 
     async def _main(self, uri: str, kwargs: dict) -> None:
-        self._token = trio.lowlevel.current_trio_token()
+        self.token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         try:
             async with async_connect(uri, **kwargs) as bk:
@@ -49,11 +49,11 @@ class _Portal:
             self._ready.set()
 
     def call(self, fn, *args, **kwargs):
-        return trio.from_thread.run(lambda: fn(*args, **kwargs), trio_token=self._token)
+        return trio.from_thread.run(lambda: fn(*args, **kwargs), trio_token=self.token)
 
     def close(self) -> None:
         if self._thread.is_alive():
-            trio.from_thread.run_sync(self._stop.set, trio_token=self._token)
+            trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
             self._thread.join()
 
 
@@ -73,6 +73,65 @@ class _SyncHandle:
         return value
 
 
+class AddPipeline:
+    """Adds into one ledger from a blocking thread without waiting for each other, for bulk
+    writers (Spark's sink): send() starts a list of adds on the client's thread and returns at
+    once, unless more than `bytes_max` payload bytes are still unacknowledged, when it first waits
+    for some to be; finish() waits for all and returns the last entry id. The first failed add is
+    raised by the next send() or by finish() (adds after it fail too: a ledger's adds resolve in
+    order)."""
+
+    def __init__(self, portal: _Portal, handle, *, bytes_max: int = 64 * 1024 * 1024) -> None:
+        self._portal = portal
+        self._handle = handle
+        self._bytes_max = bytes_max
+        self._changed = threading.Condition()
+        self._unacknowledged = 0       # bytes; guarded by _changed
+        self._adds_pending = 0
+        self._last_entry_id = -1
+        self._error: BaseException | None = None
+
+    def send(self, payloads: list[bytes]) -> None:
+        size = sum(map(len, payloads))
+        with self._changed:
+            self._changed.wait_for(lambda: self._error is not None or self._adds_pending == 0
+                                   or self._unacknowledged + size <= self._bytes_max)
+            self._raise_error()
+            self._unacknowledged += size
+            self._adds_pending += len(payloads)
+        trio.from_thread.run_sync(self._start, payloads, trio_token=self._portal.token)
+
+    @property
+    def unacknowledged_bytes(self) -> int:
+        with self._changed:
+            return self._unacknowledged
+
+    def finish(self) -> int:
+        """Wait for every add sent; the ledger's last entry id so far (-1: none)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._adds_pending == 0)
+            self._raise_error()
+            return self._last_entry_id
+
+    def _start(self, payloads: list[bytes]) -> None:       # on the client's thread
+        for payload in payloads:
+            self._handle.start_add(payload, lambda entry_id, error, size=len(payload): self._done(entry_id, error, size))
+
+    def _done(self, entry_id: int | None, error: BaseException | None, size: int) -> None:
+        with self._changed:
+            self._unacknowledged -= size
+            self._adds_pending -= 1
+            if error is not None:
+                self._error = self._error or error
+            else:
+                self._last_entry_id = max(self._last_entry_id, entry_id)
+            self._changed.notify_all()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+
 class SyncBookKeeper:
     def __init__(self, uri: str, **kwargs) -> None:
         self._portal = _Portal(uri, kwargs)
@@ -86,6 +145,11 @@ class SyncBookKeeper:
 
     def delete_ledger(self, ledger_id: int) -> None:
         self._portal.call(self._bk.delete_ledger, ledger_id)
+
+    def pipeline(self, handle, *, bytes_max: int = 64 * 1024 * 1024) -> AddPipeline:
+        """Adds into an open ledger (a handle of this client: blocking or async) that do not
+        wait for each other (see AddPipeline)."""
+        return AddPipeline(self._portal, getattr(handle, "_handle", handle), bytes_max=bytes_max)
 
     def list_ledgers(self) -> list[int]:
         return self._portal.call(self._bk.list_ledgers)

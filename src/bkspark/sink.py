@@ -31,7 +31,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructType
 
 from bkcore.errors import NoSuchLedger
-from bkcore.stream.records import Record, RecordBatcher
+from bkcore.stream.records import ColumnBatcher
 from bkcore.stream.segments import SegmentMetadata, StreamSettings, stream_last_txid
 from bkcore.stream.writer_state import SegmentWriteState
 from bkspark import cluster
@@ -41,6 +41,8 @@ from bkcore.stream.writer import ENTRY_SIZE_MAX, STREAM_LEDGER_PASSWORD
 
 log = logging.getLogger("bkspark")
 PARTITION_TXID_SPAN = 2**32
+# Payload bytes a task has on their way to the bookies before it waits for acknowledgements.
+UNACKNOWLEDGED_BYTES_MAX = 32 * 1024 * 1024
 
 
 @dataclass
@@ -123,12 +125,14 @@ class StreamingSink(_Sink, DataSourceStreamArrowWriter):
 
 def write_task(options: SourceOptions, settings: StreamSettings,
                batches: Iterator[pa.RecordBatch]) -> AttachedLedger | None:
-    """One task: rows packed into entries of a new ledger, closed; deleted if anything fails."""
+    """One task: rows packed into entries of a new ledger, closed; deleted if anything fails.
+    Adds are pipelined across Spark's Arrow batches (up to UNACKNOWLEDGED_BYTES_MAX on their
+    way), so packing the next batch overlaps the bookies' work on this one."""
     bk = cluster.client(options)
     context = TaskContext.get()
     partition_index = context.partitionId() if context is not None else 0
-    ledger = state = None
-    batcher = RecordBatcher(entry_size_max=ENTRY_SIZE_MAX)
+    ledger = state = adds = None
+    batcher = ColumnBatcher(entry_size_max=ENTRY_SIZE_MAX)
     try:
         for batch in batches:
             if batch.num_rows == 0:
@@ -136,17 +140,16 @@ def write_task(options: SourceOptions, settings: StreamSettings,
             if ledger is None:
                 ledger, state = bk.run(_start_ledger, options, settings, partition_index,
                                        "txid" in batch.schema.names)
-            entries = []
-            for record in _records(batch, state):
-                full = batcher.add(record)
-                if full:
-                    entries.append(state.pack(full))
+                adds = bk.pipeline(ledger, bytes_max=UNACKNOWLEDGED_BYTES_MAX)
+            txids, payloads = _columns(batch, state)
+            entries = [state.pack_columns(*entry) for entry in batcher.add(txids, payloads)]
             if entries:
-                bk.run(lambda _bk: ledger.add_many(entries))
+                adds.send(entries)
         if ledger is None:
             return None
         if batcher.pending_count:
-            bk.run(lambda _bk: ledger.add(state.pack(batcher.flush())))
+            adds.send([state.pack_columns(*batcher.flush())])
+        adds.finish()
         closed = state.completed(bk.run(lambda _bk: ledger.close()).last_entry_id)
     except BaseException:
         if ledger is not None:
@@ -170,17 +173,20 @@ async def _start_ledger(bk, options: SourceOptions, settings: StreamSettings, pa
     return ledger, SegmentWriteState(SegmentMetadata(0, ledger.ledger_id), settings, last_txid=last_txid)
 
 
-def _records(batch: pa.RecordBatch, state: SegmentWriteState) -> list[Record]:
+def _columns(batch: pa.RecordBatch, state: SegmentWriteState) -> tuple[list[int], list[bytes]]:
+    """The batch's (txids, payloads), txids given or assigned (SegmentWriteState.assign_txids)."""
     payloads = batch.column("payload")
     if pa.types.is_string(payloads.type) or pa.types.is_large_string(payloads.type):
         payloads = pc.cast(payloads, pa.binary())
     if payloads.null_count:
         raise ValueError("column \"payload\" has nulls; every record needs a payload")
-    data = payloads.to_pylist()
+    given = None
     if "txid" in batch.schema.names:
-        txids = batch.column("txid").to_pylist()
-        return [Record(state.assign_txid(txid), payload) for txid, payload in zip(txids, data)]
-    return [Record(state.assign_txid(None), payload) for payload in data]
+        column = batch.column("txid")
+        if column.null_count:
+            raise ValueError("column \"txid\" has nulls; leave the column out to have txids assigned")
+        given = column.to_pylist()
+    return state.assign_txids(given, batch.num_rows), payloads.to_pylist()
 
 
 def _delete(options: SourceOptions, ledger_ids: list[int]) -> None:

@@ -117,6 +117,29 @@ async def test_sync_wrapper_from_a_plain_thread(cluster):
     assert await trio.to_thread.run_sync(script) == [b"one", b"two", b"three"]
 
 
+async def test_a_pipeline_keeps_adds_flowing_within_its_byte_bound_and_raises_a_failed_add(cluster):
+    from bkclient.sync import connect as sync_connect
+    payloads = [b"entry %03d" % i for i in range(200)]
+
+    def script() -> list[bytes]:
+        with sync_connect(URI) as bk:
+            ledger = bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")
+            adds = bk.pipeline(ledger, bytes_max=40)
+            for first in range(0, 200, 4):
+                chunk = payloads[first:first + 4]
+                adds.send(chunk)
+                assert adds.unacknowledged_bytes <= max(40, sum(map(len, chunk)))
+            assert adds.finish() == 199 and adds.unacknowledged_bytes == 0
+            bk.open_ledger(ledger.ledger_id, password=b"pw")       # recovery: fences the writer
+            with pytest.raises(LedgerFenced):
+                adds.send([b"too late"])
+                adds.finish()
+            read = bk.open_ledger(ledger.ledger_id, password=b"pw").read(0, 199)
+            return read
+
+    assert await trio.to_thread.run_sync(script) == payloads
+
+
 async def test_a_vanished_registration_moves_an_idle_writer_off_the_bookie(cluster):
     async with bkclient.connect(URI) as bk:
         ledger = await bk.create_ledger(ensemble=3, write_quorum=3, ack_quorum=2, password=b"pw")

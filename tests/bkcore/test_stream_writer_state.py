@@ -26,6 +26,28 @@ def test_txids_are_assigned_and_never_go_backwards():
     assert fresh().assign_txid(None) == 0
 
 
+def test_txids_of_a_column_are_assigned_or_checked_all_at_once():
+    state = fresh(last_txid=9)
+    assert state.assign_txids(None, 3) == [10, 11, 12]
+    assert state.assign_txids([12, 12, 40], 3) == [12, 12, 40]
+    for bad, rule in (([41, 39], "39 follows 41"), ([39], "below 40"), ([-1], "non-negative"),
+                      ([41, True], "non-negative int, not True"), ([41, 1.5], "not 1.5")):
+        with pytest.raises(TxidOutOfOrder, match=rule):
+            state.assign_txids(bad, len(bad))
+        assert state.assigned_txid == 40        # a refused column assigns nothing
+    assert state.assign_txids(None, 0) == [] and state.assign_txids([], 0) == []
+    assert state.assign_txid(None) == 41
+    assert fresh().assign_txids(None, 2) == [0, 1]
+
+
+def test_columns_pack_as_records_do():
+    by_records, by_columns = fresh(last_txid=3), fresh(last_txid=3)
+    for records in ([Record(4, b"ab"), Record(5, b"cde")], [Record(7, b"f")], []):
+        packed = by_records.pack(records)
+        assert by_columns.pack_columns([r.txid for r in records], [r.payload for r in records]) == packed
+    assert by_columns.completed(2) == by_records.completed(2)
+
+
 def test_entries_carry_the_segment_counters_and_completion_sums_them():
     state = fresh(last_txid=3)
     first = unpack_entry(state.pack([Record(4, b"ab"), Record(5, b"cde")]))

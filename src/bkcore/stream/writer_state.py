@@ -16,10 +16,14 @@ about records lives here, as plain code over plain values, so it is tested witho
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 
 from bkcore.stream.errors import TxidOutOfOrder
-from bkcore.stream.records import Record, StreamEntry, pack_entry
+from bkcore.stream.records import Record, StreamEntry, pack_columns, pack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings
+
+_INT_ONLY = frozenset({int})
 
 
 class SegmentWriteState:
@@ -45,15 +49,43 @@ class SegmentWriteState:
         self.assigned_txid = txid
         return txid
 
+    def assign_txids(self, txids: list[int] | None, count: int) -> list[int]:
+        """assign_txid for `count` records at once: `txids` themselves if they never go backwards
+        (nor below the stream's newest), or the next `count` txids when the caller gives none.
+        Refuses the whole list, assigning nothing, if one is out of order."""
+        if txids is None:
+            first = max(self.assigned_txid + 1, 0)
+            self.assigned_txid = max(self.assigned_txid, first + count - 1)
+            return list(range(first, first + count))
+        if not txids:
+            return txids
+        if not _INT_ONLY.issuperset(map(type, txids)) or txids[0] < 0:
+            bad = next(t for t in txids if type(t) is not int or t < 0)
+            raise TxidOutOfOrder(f"a txid is a non-negative int, not {bad!r}")
+        if txids[0] < self.assigned_txid:
+            raise TxidOutOfOrder(f"txid {txids[0]} is below {self.assigned_txid}, which the stream already has; "
+                                 f"txids never decrease")
+        if not all(map(operator.le, txids, itertools.islice(txids, 1, None))):
+            low, high = next((a, b) for a, b in zip(txids, txids[1:]) if b < a)
+            raise TxidOutOfOrder(f"txid {high} follows {low}; txids never decrease")
+        self.assigned_txid = txids[-1]
+        return txids
+
     def pack(self, records: list[Record]) -> bytes:
         """The entry payload of `records` (the next entry of this segment)."""
-        entry = StreamEntry(tuple(records), self.record_count, self.size, records[-1].txid if records else self.packed_txid)
-        if records and self.first_txid < 0:
-            self.first_txid = records[0].txid
-        self.record_count = entry.records_through
-        self.size = entry.bytes_through
-        self.packed_txid = entry.last_txid
-        return pack_entry(entry)
+        return self.pack_columns([r.txid for r in records], [r.payload for r in records])
+
+    def pack_columns(self, txids: list[int], payloads: list[bytes]) -> bytes:
+        """The entry payload of records given as columns (the next entry of this segment)."""
+        if txids and self.first_txid < 0:
+            self.first_txid = txids[0]
+        data = pack_columns(txids, payloads, records_before=self.record_count, bytes_before=self.size,
+                            last_txid=txids[-1] if txids else self.packed_txid)
+        self.record_count += len(txids)
+        self.size += sum(map(len, payloads))
+        if txids:
+            self.packed_txid = txids[-1]
+        return data
 
     def pack_end_of_stream(self) -> bytes:
         return pack_entry(StreamEntry((), self.record_count, self.size, self.packed_txid, is_end_of_stream=True))
