@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 
 def process_cpu_s(pid: int) -> float:
@@ -22,6 +23,13 @@ def process_cpu_s(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as file:
         fields = file.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s_or_zero(pid: int) -> float:
+    try:
+        return process_cpu_s(pid)
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def machine_cpu_ticks() -> tuple[int, int] | None:
@@ -38,11 +46,39 @@ def machine_cpu_ticks() -> tuple[int, int] | None:
     return total - fields[3] - fields[4], total
 
 
+def descendant_pids(root: int, *, excluding: set[int] = frozenset()) -> list[int]:
+    """The processes below `root` (children, their children...), leaving out `excluding` and
+    everything below those (Linux; [] where /proc cannot be read)."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                parent = int(file.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, waiting = [], [root]
+    while waiting:
+        for child in children.get(waiting.pop(), []):
+            if child not in excluding:
+                found.append(child)
+                waiting.append(child)
+    return found
+
+
 class CpuMeter:
     """CPU used from its creation (or its last restart()) to per_operation(): of this process
-    ("client"), of each named group of processes, and the machine's busy fraction."""
+    ("client"), of each named group of processes, and the machine's busy fraction. A group is a
+    list of pids, or a function that lists them when read (processes that come and go, such as
+    Spark's Python workers: the CPU of one that ended before the reading is not counted)."""
 
-    def __init__(self, processes: dict[str, list[int]] | None = None) -> None:
+    def __init__(self, processes: dict[str, list[int] | Callable[[], list[int]]] | None = None) -> None:
         self._processes = processes or {}
         self.restart()
 
@@ -55,6 +91,9 @@ class CpuMeter:
         """CPU seconds so far of this process ("client") and of each group (None if unreadable)."""
         readings: dict[str, float | None] = {"client": time.process_time()}
         for name, pids in self._processes.items():
+            if callable(pids):
+                readings[name] = sum(map(_cpu_s_or_zero, pids()))
+                continue
             try:
                 readings[name] = sum(map(process_cpu_s, pids))
             except (OSError, IndexError, ValueError):   # gone, or no /proc

@@ -1,24 +1,34 @@
 """`bk bench spark`: the Spark data source on a local 3-bookie cluster, beside Parquet, one run.
 
-    write           N rows of --size bytes written with df.write.format("bookkeeper") into a
-                    stream (rows/s), and the same DataFrame written as Parquet
+    write_stream    N rows of --size bytes written with df.write.format("bookkeeper") into a
+                    stream, exactly once (rows/s)
+    python_sink_ceiling
+                    the same rows written to a sink that drops each Arrow batch
+                    (bkbench.spark_ceiling): what PySpark's Python writer path alone allows
+    parquet_write   the same DataFrame written as Parquet with Spark's defaults. Every row holds
+                    the same payload, so dictionary encoding stores it once: bytes_on_disk says
+                    how little it wrote. parquet_write_uncompressed writes every byte (no
+                    dictionary, no compression), as the stream does.
     read_ledgers    N entries of --size bytes (written with the library, E3 Qw3 Qa2, so that every
                     bookie holds every entry and reads are batch reads) read with
                     spark.read.format("bookkeeper").option("ledgers", ...) into a count
     read_stream     the stream the write made, read back into a count
     parquet_read    the Parquet files read back, forcing every payload to be read
                     (sum(length(payload)); a bare count would read only Parquet's footers)
-
     python_source_ceiling
                     the same rows (schema, count, payload size, partitions) made in memory by
                     a data source that reads nothing (bkbench.spark_ceiling): what PySpark's
                     Python data source path alone allows on this machine
 
-The reads of ledgers, of Parquet and of the ceiling run twice: *_first is the first run (cold code paths in
-the JVM and the Python workers), the plain figure the second, the steady state that the ratio
-and the issue's target are about.
+Every write and read runs twice: *_first is the first run (cold code paths in the JVM and the
+Python workers; the first stream write goes to a stream of its own), the plain figure the
+second, the steady state that the ratios and the issue's targets are about.
+Every figure gives the CPU per row of this driver (client_), of Spark's JVM and Python workers
+(spark_) and of the bookies (bookies_), and the machine's busy fraction: on a machine where the
+CPUs are all busy, that is where each row's time goes.
 
-Spark runs local[2]; the ratios are against Parquet in the same run. Needs the spark extra.
+Spark runs local[2]; the ratios are against Parquet and the no-op source and sink in the same
+run. Needs the spark extra.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ import tempfile
 import time
 
 from bkbench import announce
+from bkbench.cpu_usage import CpuMeter, descendant_pids
 
 
 def _timed(action) -> tuple[object, float]:
@@ -39,8 +50,15 @@ def _timed(action) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
-def _rate(count: int, seconds: float) -> dict:
-    return {"count": count, "seconds": round(seconds, 3), "per_second": round(count / seconds) if seconds else 0}
+def _rate(count: int, seconds: float, cpu: CpuMeter | None = None) -> dict:
+    rate = {"count": count, "seconds": round(seconds, 3), "per_second": round(count / seconds) if seconds else 0}
+    if cpu is not None:
+        rate.update(cpu.per_operation(count, "row"))
+    return rate
+
+
+def _ratio(figure: dict, baseline: dict) -> float:
+    return round(figure["per_second"] / baseline["per_second"], 3)
 
 
 def _write_ledgers(bk, args) -> list[int]:
@@ -66,19 +84,51 @@ def _spark_session(work_dir: str):
     return session
 
 
+def _folder_size(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
+
+
 def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict:
     from pyspark.sql import functions as F
+    from bkbench.spark_ceiling import CeilingDataSource
+    from bkspark.options import MAX_ENTRIES_PER_PARTITION
     uri = cluster.metastore_uri
+    spark.dataSource.register(CeilingDataSource)
     rows = (spark.range(0, args.entries, numPartitions=2)
             .select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload")))
+    cluster_pids = {child.process.pid for child in [*cluster.bookies, *cluster.metastore_nodes]}
+
+    def meter() -> CpuMeter:
+        """CPU from now: this driver ("client"), Spark (its JVM and Python workers), the bookies."""
+        return CpuMeter({"spark": lambda: descendant_pids(os.getpid(), excluding=cluster_pids),
+                         "bookies": [bookie.process.pid for bookie in cluster.bookies]})
+
+    def measured(count: int, action) -> dict:
+        cpu = meter()
+        _, seconds = _timed(action)
+        return _rate(count, seconds, cpu)
 
     def source():        # a new reader each time: a DataFrameReader keeps the options it is given
         return spark.read.format("bookkeeper").option("metastore", uri)
-    announce("Spark writes (the stream, then Parquet)")
-    _, write_s = _timed(lambda: rows.write.format("bookkeeper").option("metastore", uri)
-                        .option("stream", "bench/spark").mode("append").save())
+
     parquet_path = os.path.join(work_dir, "parquet")
-    _, parquet_write_s = _timed(lambda: rows.write.parquet(parquet_path))
+    plain_path = os.path.join(work_dir, "parquet-plain")
+    def write_stream(name: str) -> None:
+        rows.write.format("bookkeeper").option("metastore", uri).option("stream", f"bench/{name}").mode("append").save()
+
+    def write_parquet(path: str, **options: str) -> None:
+        rows.write.options(**options).parquet(path)
+
+    # Writes run twice too, the first into a stream and files of their own.
+    announce("Spark writes (the no-op sink, the stream, Parquet, Parquet uncompressed)")
+    sink_ceiling_first = measured(args.entries, lambda: rows.write.format("bookkeeper-ceiling").mode("append").save())
+    sink_ceiling = measured(args.entries, lambda: rows.write.format("bookkeeper-ceiling").mode("append").save())
+    write_first = measured(args.entries, lambda: write_stream("spark-first"))
+    write = measured(args.entries, lambda: write_stream("spark"))
+    parquet_write_first = measured(args.entries, lambda: write_parquet(parquet_path + "-first"))
+    parquet_write = measured(args.entries, lambda: write_parquet(parquet_path))
+    plain = {"compression": "none", "parquet.enable.dictionary": "false"}
+    parquet_plain_write = measured(args.entries, lambda: write_parquet(plain_path, **plain))
 
     def read_ledgers() -> int:
         return source().option("ledgers", ",".join(map(str, ledger_ids))).option("password", "bench").load().count()
@@ -90,41 +140,43 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
         return spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0]
 
     def read_ceiling() -> int:
-        return (spark.read.format("bookkeeper-ceiling").option("rows", str(len(ledger_ids) * per_ledger))
+        return (spark.read.format("bookkeeper-ceiling").option("rows", str(ledger_count))
                 .option("partitions", str(partition_count)).option("size", str(args.size)).load().count())
 
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
     # second is the steady state that the ratios and the target are about.
-    from bkbench.spark_ceiling import CeilingDataSource
-    from bkspark.options import MAX_ENTRIES_PER_PARTITION
-    spark.dataSource.register(CeilingDataSource)
     per_ledger = -(-args.entries // args.ledgers)
+    ledger_count = len(ledger_ids) * per_ledger
     partition_count = len(ledger_ids) * -(-per_ledger // MAX_ENTRIES_PER_PARTITION)    # as the real read plans
     announce("Spark reads (the no-op source, the ledgers, the stream, Parquet)")
-    _, read_ceiling_first_s = _timed(read_ceiling)
-    _, read_ceiling_s = _timed(read_ceiling)
-    ledger_count, read_ledgers_first_s = _timed(read_ledgers)
-    _, read_ledgers_s = _timed(read_ledgers)
-    stream_count, read_stream_s = _timed(read_stream)
-    parquet_bytes, parquet_read_first_s = _timed(read_parquet)
-    _, parquet_read_s = _timed(read_parquet)
-    assert ledger_count == len(ledger_ids) * -(-args.entries // args.ledgers) and stream_count == args.entries
-    assert parquet_bytes == args.entries * args.size
-    write, read = _rate(args.entries, write_s), _rate(ledger_count, read_ledgers_s)
-    ceiling = _rate(ledger_count, read_ceiling_s)
-    parquet_write, parquet_read = _rate(args.entries, parquet_write_s), _rate(args.entries, parquet_read_s)
+    ceiling_first = measured(ledger_count, read_ceiling)
+    ceiling = measured(ledger_count, read_ceiling)
+    assert read_ledgers() == ledger_count and read_stream() == args.entries
+    read_first = measured(ledger_count, read_ledgers)
+    read = measured(ledger_count, read_ledgers)
+    read_stream_first = measured(args.entries, read_stream)
+    stream = measured(args.entries, read_stream)
+    assert read_parquet() == args.entries * args.size
+    parquet_read_first = measured(args.entries, read_parquet)
+    parquet_read = measured(args.entries, read_parquet)
     return {
-        "write_stream": write, "read_ledgers_first": _rate(ledger_count, read_ledgers_first_s),
-        "read_ledgers": read, "read_stream": _rate(stream_count, read_stream_s),
-        "parquet_write": parquet_write, "parquet_read_first": _rate(args.entries, parquet_read_first_s),
-        "parquet_read": parquet_read,
-        "python_source_ceiling_first": _rate(ledger_count, read_ceiling_first_s),
-        "python_source_ceiling": ceiling,
-        "read_vs_parquet": round(read["per_second"] / parquet_read["per_second"], 3),
-        "read_vs_python_source_ceiling": round(read["per_second"] / ceiling["per_second"], 3),
-        "write_vs_parquet": round(write["per_second"] / parquet_write["per_second"], 3),
-        "read_target_entries_per_second": 200_000,
-        "read_meets_target": read["per_second"] >= 200_000,
+        "write_stream_first": write_first, "write_stream": write,
+        "python_sink_ceiling_first": sink_ceiling_first, "python_sink_ceiling": sink_ceiling,
+        "parquet_write_first": parquet_write_first,
+        "parquet_write": {**parquet_write, "bytes_on_disk": _folder_size(parquet_path)},
+        "parquet_write_uncompressed": {**parquet_plain_write, "bytes_on_disk": _folder_size(plain_path)},
+        "read_ledgers_first": read_first, "read_ledgers": read,
+        "read_stream_first": read_stream_first, "read_stream": stream,
+        "parquet_read_first": parquet_read_first, "parquet_read": parquet_read,
+        "python_source_ceiling_first": ceiling_first, "python_source_ceiling": ceiling,
+        "write_vs_parquet": _ratio(write, parquet_write),
+        "write_vs_parquet_uncompressed": _ratio(write, parquet_plain_write),
+        "write_vs_python_sink_ceiling": _ratio(write, sink_ceiling),
+        "write_target_vs_parquet": 0.5,
+        "read_vs_parquet": _ratio(read, parquet_read),
+        "read_vs_python_source_ceiling": _ratio(read, ceiling),
+        "read_stream_vs_python_source_ceiling": _ratio(stream, ceiling),
+        "read_target_vs_python_source_ceiling": 0.9,
     }
 
 
@@ -142,7 +194,8 @@ def bench_spark(args) -> int:
         settings = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         with connect(cluster.metastore_uri) as bk:
             bk.run(lambda client: client.streams.create_namespace("bench", settings))
-            bk.run(lambda client: client.streams.create_stream("bench", "spark"))
+            for name in ("spark-first", "spark"):
+                bk.run(lambda client, name=name: client.streams.create_stream("bench", name))
             ledger_ids = _write_ledgers(bk, args)
         announce("starting Spark")
         spark = _spark_session(root)

@@ -1,14 +1,16 @@
-"""A Spark data source that reads nothing: rows of the bookkeeper source's own schema, made in
-the Python worker from one payload held in memory. `bk bench spark` reads it beside the real
-source to show what PySpark's Python data source path itself costs on this machine (Arrow
-batches from the worker into the JVM, rows counted there), with no storage, network or
-digest in the way. Imports pyspark: load it only where Spark is installed."""
+"""A Spark data source that reads and writes nothing. Reading gives rows of the bookkeeper
+source's own schema, made in the Python worker from one payload held in memory; writing takes
+each task's Arrow batches and drops them. `bk bench spark` uses it beside the real source and
+sink to show what PySpark's Python data source path itself costs on this machine (Arrow batches
+between the JVM and the workers), with no storage, network or digest in the way. Imports
+pyspark: load it only where Spark is installed."""
 
 from __future__ import annotations
 
 import os
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, \
+    WriterCommitMessage
 
 from bkspark.arrow_rows import ledger_batch, spark_schema_ddl
 from bkspark.read_sizing import ARROW_BATCH_ENTRIES as ROWS_PER_BATCH     # batches as large as the real source's
@@ -36,8 +38,21 @@ class _Reader(DataSourceReader):
             yield ledger_batch(partition.index, first, [payload] * count, "binary")
 
 
+class _Discard(DataSourceArrowWriter):
+    def write(self, iterator) -> WriterCommitMessage:
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: list) -> None:
+        pass
+
+    def abort(self, messages: list) -> None:
+        pass
+
+
 class CeilingDataSource(DataSource):
-    """Options: rows, partitions, size (payload bytes)."""
+    """Reads: options rows, partitions, size (payload bytes). Writes: any rows, dropped."""
 
     @classmethod
     def name(cls) -> str:
@@ -49,3 +64,6 @@ class CeilingDataSource(DataSource):
     def reader(self, schema) -> DataSourceReader:
         return _Reader(int(self.options["rows"]), int(self.options.get("partitions", "10")),
                        int(self.options.get("size", "1024")))
+
+    def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:
+        return _Discard()

@@ -50,3 +50,32 @@ def test_machine_ticks_and_process_seconds_only_grow():
     later_busy, later_total = machine_cpu_ticks()
     assert 0 <= busy <= total and later_busy >= busy and later_total >= total
     assert process_cpu_s(os.getpid()) > 0
+
+
+def test_a_group_listed_when_read_charges_the_descendants_found_then():
+    """Spark's JVM and Python workers are found below the driver when the meter reads: a spinning
+    grandchild is charged to the group; a child left out (a bookie, say) is not, nor what it starts."""
+    from bkbench.cpu_usage import descendant_pids
+    spin_forever = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', 'while True: pass']).wait()"
+    parent = subprocess.Popen([sys.executable, "-c", spin_forever])
+    excluded = subprocess.Popen([sys.executable, "-c", spin_forever])
+    try:
+        deadline = time.monotonic() + 30
+        while not (descendant_pids(parent.pid) and descendant_pids(excluded.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)          # (until both grandchildren run)
+        grandchild, = descendant_pids(parent.pid)
+        found = descendant_pids(os.getpid(), excluding={excluded.pid})
+        assert parent.pid in found and grandchild in found and excluded.pid not in found
+        assert not set(descendant_pids(excluded.pid)) & set(found)
+        meter = CpuMeter({"below": lambda: descendant_pids(os.getpid(), excluding={excluded.pid})})
+        time.sleep(0.6)
+        report = meter.per_operation(1000, "row")
+    finally:
+        for child in (parent, excluded):
+            for pid in descendant_pids(child.pid):
+                os.kill(pid, 9)
+            child.kill()
+            child.wait()
+    # The grandchild spun: a share of the second (two CPUs, shared with the other spinner and
+    # whatever else runs here).
+    assert report["below_cpu_us_per_row"] > 50
