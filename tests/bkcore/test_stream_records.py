@@ -1,11 +1,13 @@
-"""Stream records: packing into entries, DLSN order and text form, batching by size."""
+"""Stream records: packing into entries, DLSN order and text form, batching by size, and the
+columnar decoder against the plain one it replaced."""
 
+import msgpack
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from bkcore.stream.records import (
-    DLSN, ColumnBatcher, Record, RecordBatcher, RecordFormatError, StreamEntry, pack_columns, pack_entry, positioned,
-    unpack_columns, unpack_entry,
+    DLSN, END_OF_STREAM_FLAG, RECORDS_FORMAT, ColumnBatcher, EntryColumns, Record, RecordBatcher, RecordFormatError,
+    StreamEntry, pack_columns, pack_entry, positioned, unpack_columns, unpack_entry,
 )
 
 
@@ -90,3 +92,76 @@ def test_columns_pack_to_the_bytes_records_pack_to(items, is_end, records_before
                           bytes_before=bytes_before, last_txid=last_txid, is_end_of_stream=is_end)
     assert packed == pack_entry(entry)
     assert unpack_columns(packed).payloads == [p for _, p in items]
+
+
+# -- unpack_columns against the plain decoder it replaced -----------------------------------
+
+
+def _reference_unpack_columns(payload: bytes) -> EntryColumns:
+    """The decoder as first written: lists, a comprehension per column, a check per record."""
+    try:
+        version, flags, records_before, bytes_before, last_txid, items = msgpack.unpackb(payload, raw=False)
+        txids = [item[0] for item in items]
+        payloads = [item[1] for item in items]
+        flags = int(flags)
+    except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
+        raise RecordFormatError(f"not a batch of stream records: {exc}") from None
+    if version != RECORDS_FORMAT:
+        raise RecordFormatError(f"stream record format {version} is not {RECORDS_FORMAT}")
+    if not (all(len(item) == 2 for item in items) and all(type(t) is int for t in txids)
+            and all(type(p) is bytes for p in payloads)) or \
+            not all(type(n) is int for n in (records_before, bytes_before, last_txid)):
+        raise RecordFormatError("stream records must be (int txid, bytes payload) with int counters")
+    return EntryColumns(txids, payloads, records_before, bytes_before, last_txid, bool(flags & END_OF_STREAM_FLAG))
+
+
+def _decoded(decode, payload: bytes):
+    try:
+        return decode(payload)
+    except RecordFormatError:
+        return "refused"
+
+
+_non_ints = st.one_of(st.binary(max_size=4), st.text(max_size=3), st.booleans(), st.none(), st.floats(allow_nan=False),
+                      st.lists(st.integers(0, 9), max_size=2))
+_scalars = st.one_of(st.integers(-2**63, 2**64 - 1), _non_ints)
+_CHANGES = ["none", "field", "txid", "payload", "longer", "shorter", "record", "top-level count"]
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=8)).map(list), min_size=1, max_size=6),
+       st.sampled_from(_CHANGES), st.integers(0, 5), _scalars, st.data())
+def test_unpack_columns_accepts_and_refuses_what_the_plain_decoder_does(records, change, index, scalar, data):
+    """A good entry with at most one thing changed: a top-level field, a record's txid or
+    payload, a record's field count, a whole record, or the number of top-level fields."""
+    fields = [RECORDS_FORMAT, 0, 5, 9, 7, records]
+    at = index % len(records)
+    if change == "field":
+        fields[index] = scalar
+    elif change == "top-level count":
+        fields = fields + [0] if index % 2 else fields[:index]
+    elif change == "txid":
+        records[at][0] = data.draw(_non_ints)
+    elif change == "payload":
+        records[at][1] = data.draw(st.one_of(st.integers(), _non_ints.filter(lambda v: type(v) is not bytes)))
+    elif change == "longer":
+        records[at].append(scalar)
+    elif change == "shorter":
+        del records[at][index % 2]
+    elif change == "record":
+        records[at] = data.draw(st.one_of(_scalars, st.dictionaries(st.text(max_size=2), _scalars, max_size=2)))
+    payload = msgpack.packb(fields, use_bin_type=True)
+    assert _decoded(unpack_columns, payload) == _decoded(_reference_unpack_columns, payload)
+
+
+def test_malformed_records_are_refused():
+    def entry(items, counters=(0, 0, -1)):
+        return msgpack.packb([RECORDS_FORMAT, 0, *counters, items], use_bin_type=True)
+    assert unpack_columns(entry([])).txids == []
+    assert unpack_columns(entry([[5, b"a"], [6, b""]])).payloads == [b"a", b""]
+    for items in ([[1, b"x", 3]], [[1]], [[1, b"x"], [2]], [[1, b"x"], [2, b"y", 3]], [[1, "text"]], [[True, b"x"]],
+                  [[1.0, b"x"]], [[None, b"x"]], [{"a": 1, "b": 2}], [b"ab"], ["ab"], 7, None, [[1, [b"x"]]]):
+        with pytest.raises(RecordFormatError):
+            unpack_columns(entry(items))
+    with pytest.raises(RecordFormatError):
+        unpack_columns(entry([[1, b"x"]], counters=(0, "0", -1)))
