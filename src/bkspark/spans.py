@@ -16,7 +16,7 @@ from typing import Iterator
 from pyspark.sql.datasource import InputPartition
 
 from bkspark import cluster
-from bkspark.arrow_rows import ledger_batch, stream_batch
+from bkspark.arrow_rows import LedgerRows, StreamRows
 from bkspark.options import SourceOptions
 from bkspark.planning import ReadSpan
 from bkspark.read_sizing import is_batch_full, read_range
@@ -50,21 +50,20 @@ def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
     if handle is None:
         _on_lost_ledger(options, span)
         return
-    batch_first, batch_payloads, batch_size = span.first_entry_id, [], 0
     reads = read_range(bk, handle, span.first_entry_id, span.last_entry_id, entries_max=options.read_batch_entries,
                        in_flight_max=READS_IN_FLIGHT)
+    rows = LedgerRows(span.ledger_id, span.first_entry_id) if span.stream is None else StreamRows(span)
+    entry_count = size = 0
     for first, payloads in reads:
         if payloads is None:
             _on_lost_ledger(options, span)
             return
-        batch_payloads += payloads
-        batch_size += sum(map(len, payloads))
-        if is_batch_full(len(batch_payloads), batch_size) or first + len(payloads) > span.last_entry_id:
-            if span.stream is None:
-                yield ledger_batch(span.ledger_id, batch_first, batch_payloads, options.value_format)
-            else:
-                yield stream_batch(span, batch_first, batch_payloads, options.value_format)
-            batch_first, batch_payloads, batch_size = batch_first + len(batch_payloads), [], 0
+        rows.add(first, payloads)
+        entry_count += len(payloads)
+        size += sum(map(len, payloads))
+        if is_batch_full(entry_count, size) or first + len(payloads) > span.last_entry_id:
+            yield rows.take_batch(options.value_format)
+            entry_count = size = 0
 
 
 def _on_lost_ledger(options: SourceOptions, span: ReadSpan) -> None:
