@@ -91,7 +91,7 @@ HEADLINES = (
     Headline("spark", "Spark batch read of 1 KiB ledger entries, rows/s", "read_ledgers.per_second",
              "Python data source reading nothing, rows/s", "python_source_ceiling.per_second", (">=", 0.9), True),
     Headline("spark", "Spark batch read of a stream, rows/s", "read_stream.per_second",
-             "Python data source reading nothing, rows/s", "python_source_ceiling.per_second", (">=", 0.9), True),
+             "Python data source reading nothing, rows/s", "python_source_ceiling_stream.per_second", (">=", 0.9), True),
     Headline("spark", "Spark exactly-once write into a stream, rows/s", "write_stream.per_second",
              "Parquet write rows/s", "parquet_write.per_second", (">=", 0.5), True),
     Headline("spark", "Spark exactly-once write into a stream, rows/s", "write_stream.per_second",

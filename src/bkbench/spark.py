@@ -15,10 +15,11 @@
     read_stream     the stream the write made, read back into a count
     parquet_read    the Parquet files read back, forcing every payload to be read
                     (sum(length(payload)); a bare count would read only Parquet's footers)
-    python_source_ceiling
-                    the same rows (schema, count, payload size, partitions) made in memory by
-                    a data source that reads nothing (bkbench.spark_ceiling): what PySpark's
-                    Python data source path alone allows on this machine
+    python_source_ceiling, python_source_ceiling_stream
+                    the rows of read_ledgers and of read_stream (schema, count, payload size,
+                    partitions, Arrow batch sizes) made in memory by a data source that reads
+                    nothing (bkbench.spark_ceiling): what PySpark's Python data source path
+                    alone allows on this machine for each
 
 Every write and read runs twice: *_first is the first run (cold code paths in the JVM and the
 Python workers; the first stream write goes to a stream of its own), the plain figure the
@@ -27,8 +28,11 @@ Every figure gives the CPU per row of this driver (client_), of Spark's JVM and 
 (spark_) and of the bookies (bookies_), and the machine's busy fraction: on a machine where the
 CPUs are all busy, that is where each row's time goes.
 
-Spark runs local[2]; the ratios are against Parquet and the no-op source and sink in the same
-run. Needs the spark extra.
+Spark runs local[2], sharing the machine's CPUs with the cluster; with --split-cpus it runs
+local[N] on the first half of the CPUs (N of them) and the bookies and metastore on the other
+half, so what the source and sink cost Spark itself is measured apart from the CPU the bookies
+take (on a 2-CPU machine: Spark on one, the cluster on the other). The ratios are against
+Parquet and the no-op source and sink in the same run. Needs the spark extra.
 """
 
 from __future__ import annotations
@@ -73,15 +77,30 @@ def _write_ledgers(bk, args) -> list[int]:
     return ledger_ids
 
 
-def _spark_session(work_dir: str):
+def _spark_session(work_dir: str, threads: int):
     from pyspark.sql import SparkSession
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[2]").appName("bk-bench-spark")
+    session = (SparkSession.builder.master(f"local[{threads}]").appName("bk-bench-spark")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .config("spark.driver.memory", "2g")
                .config("spark.sql.warehouse.dir", os.path.join(work_dir, "warehouse")).getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _split_cpus(cluster) -> dict:
+    """Spark on the first half of the CPUs, the cluster's processes (every thread) on the rest:
+    the JVM and Python workers Spark starts from this process inherit its CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("bk bench spark --split-cpus: needs at least 2 CPUs")
+    spark_cpus, cluster_cpus = set(cpus[:len(cpus) // 2]), set(cpus[len(cpus) // 2:])
+    for child in [*cluster.bookies, *cluster.metastore_nodes]:
+        for thread in os.listdir(f"/proc/{child.process.pid}/task"):
+            os.sched_setaffinity(int(thread), cluster_cpus)
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), spark_cpus)
+    return {"spark": sorted(spark_cpus), "cluster": sorted(cluster_cpus)}
 
 
 def _folder_size(path: str) -> int:
@@ -91,7 +110,7 @@ def _folder_size(path: str) -> int:
 def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict:
     from pyspark.sql import functions as F
     from bkbench.spark_ceiling import CeilingDataSource
-    from bkspark.options import MAX_ENTRIES_PER_PARTITION
+    from bkspark.read_sizing import ARROW_BATCH_BYTES, ARROW_BATCH_ENTRIES
     uri = cluster.metastore_uri
     spark.dataSource.register(CeilingDataSource)
     rows = (spark.range(0, args.entries, numPartitions=2)
@@ -130,32 +149,37 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     plain = {"compression": "none", "parquet.enable.dictionary": "false"}
     parquet_plain_write = measured(args.entries, lambda: write_parquet(plain_path, **plain))
 
-    def read_ledgers() -> int:
-        return source().option("ledgers", ",".join(map(str, ledger_ids))).option("password", "bench").load().count()
+    def ledgers_frame():
+        return source().option("ledgers", ",".join(map(str, ledger_ids))).option("password", "bench").load()
 
-    def read_stream() -> int:
-        return source().option("stream", "bench/spark").load().count()
+    def stream_frame():
+        return source().option("stream", "bench/spark").load()
 
     def read_parquet() -> int:
         return spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0]
 
-    def read_ceiling() -> int:
-        return (spark.read.format("bookkeeper-ceiling").option("rows", str(ledger_count))
-                .option("partitions", str(partition_count)).option("size", str(args.size)).load().count())
+    def ceiling_frame(rows: int, partitions: int, rows_per_batch: int):
+        return (spark.read.format("bookkeeper-ceiling").option("rows", str(rows)).option("partitions", str(partitions))
+                .option("size", str(args.size)).option("rowsPerBatch", str(rows_per_batch)).load())
 
+    # Each no-op read makes the rows the real read it stands beside makes: as many, in as many
+    # partitions as that read plans, in Arrow batches as large (ARROW_BATCH_ENTRIES entries of a
+    # raw ledger, each a row; ARROW_BATCH_BYTES of a stream's records).
+    ledger_count = len(ledger_ids) * -(-args.entries // args.ledgers)
+    ledger_ceiling = ceiling_frame(ledger_count, ledgers_frame().rdd.getNumPartitions(), ARROW_BATCH_ENTRIES)
+    stream_ceiling = ceiling_frame(args.entries, stream_frame().rdd.getNumPartitions(), ARROW_BATCH_BYTES // args.size)
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
     # second is the steady state that the ratios and the target are about.
-    per_ledger = -(-args.entries // args.ledgers)
-    ledger_count = len(ledger_ids) * per_ledger
-    partition_count = len(ledger_ids) * -(-per_ledger // MAX_ENTRIES_PER_PARTITION)    # as the real read plans
     announce("Spark reads (the no-op source, the ledgers, the stream, Parquet)")
-    ceiling_first = measured(ledger_count, read_ceiling)
-    ceiling = measured(ledger_count, read_ceiling)
-    assert read_ledgers() == ledger_count and read_stream() == args.entries
-    read_first = measured(ledger_count, read_ledgers)
-    read = measured(ledger_count, read_ledgers)
-    read_stream_first = measured(args.entries, read_stream)
-    stream = measured(args.entries, read_stream)
+    ceiling_first = measured(ledger_count, ledger_ceiling.count)
+    ceiling = measured(ledger_count, ledger_ceiling.count)
+    stream_ceiling_first = measured(args.entries, stream_ceiling.count)
+    stream_ceiling_rate = measured(args.entries, stream_ceiling.count)
+    assert ledgers_frame().count() == ledger_count and stream_frame().count() == args.entries
+    read_first = measured(ledger_count, lambda: ledgers_frame().count())
+    read = measured(ledger_count, lambda: ledgers_frame().count())
+    read_stream_first = measured(args.entries, lambda: stream_frame().count())
+    stream = measured(args.entries, lambda: stream_frame().count())
     assert read_parquet() == args.entries * args.size
     parquet_read_first = measured(args.entries, read_parquet)
     parquet_read = measured(args.entries, read_parquet)
@@ -168,14 +192,18 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
         "read_ledgers_first": read_first, "read_ledgers": read,
         "read_stream_first": read_stream_first, "read_stream": stream,
         "parquet_read_first": parquet_read_first, "parquet_read": parquet_read,
-        "python_source_ceiling_first": ceiling_first, "python_source_ceiling": ceiling,
+        "python_source_ceiling_first": {**ceiling_first, "partitions": ledger_ceiling.rdd.getNumPartitions()},
+        "python_source_ceiling": ceiling,
+        "python_source_ceiling_stream_first": {**stream_ceiling_first,
+                                               "partitions": stream_ceiling.rdd.getNumPartitions()},
+        "python_source_ceiling_stream": stream_ceiling_rate,
         "write_vs_parquet": _ratio(write, parquet_write),
         "write_vs_parquet_uncompressed": _ratio(write, parquet_plain_write),
         "write_vs_python_sink_ceiling": _ratio(write, sink_ceiling),
         "write_target_vs_parquet": 0.5,
         "read_vs_parquet": _ratio(read, parquet_read),
         "read_vs_python_source_ceiling": _ratio(read, ceiling),
-        "read_stream_vs_python_source_ceiling": _ratio(stream, ceiling),
+        "read_stream_vs_python_source_ceiling": _ratio(stream, stream_ceiling_rate),
         "read_target_vs_python_source_ceiling": 0.9,
     }
 
@@ -197,11 +225,14 @@ def bench_spark(args) -> int:
             for name in ("spark-first", "spark"):
                 bk.run(lambda client, name=name: client.streams.create_stream("bench", name))
             ledger_ids = _write_ledgers(bk, args)
+        cpus = _split_cpus(cluster) if args.split_cpus else "shared"
+        threads = len(cpus["spark"]) if args.split_cpus else 2
         announce("starting Spark")
-        spark = _spark_session(root)
+        spark = _spark_session(root, threads)
         results = _measure(spark, cluster, args, ledger_ids, root)
-        print(json.dumps({"benchmark": "spark", "master": "local[2]", "bookies": 3, "ledger_quorums": "E3 Qw3 Qa2", "entries": args.entries,
-                          "entry_size": args.size, **results}, indent=2))
+        print(json.dumps({"benchmark": "spark", "master": f"local[{threads}]", "cpus": cpus, "bookies": 3,
+                          "ledger_quorums": "E3 Qw3 Qa2", "entries": args.entries, "entry_size": args.size,
+                          **results}, indent=2))
     finally:
         if spark is not None:
             spark.stop()

@@ -13,7 +13,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
     WriterCommitMessage
 
 from bkspark.arrow_rows import ledger_batch, spark_schema_ddl
-from bkspark.read_sizing import ARROW_BATCH_ENTRIES as ROWS_PER_BATCH     # batches as large as the real source's
+from bkspark.read_sizing import ARROW_BATCH_ENTRIES as ROWS_PER_BATCH
 
 
 class _Slice(InputPartition):
@@ -23,8 +23,8 @@ class _Slice(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, rows: int, partitions: int, size: int) -> None:
-        self.rows, self.partition_count, self.size = rows, partitions, size
+    def __init__(self, rows: int, partitions: int, size: int, rows_per_batch: int) -> None:
+        self.rows, self.partition_count, self.size, self.rows_per_batch = rows, partitions, size, rows_per_batch
 
     def partitions(self) -> list[_Slice]:
         share = -(-self.rows // self.partition_count)
@@ -33,8 +33,8 @@ class _Reader(DataSourceReader):
 
     def read(self, partition: _Slice):
         payload = os.urandom(self.size)
-        for first in range(0, partition.rows, ROWS_PER_BATCH):
-            count = min(ROWS_PER_BATCH, partition.rows - first)
+        for first in range(0, partition.rows, self.rows_per_batch):
+            count = min(self.rows_per_batch, partition.rows - first)
             yield ledger_batch(partition.index, first, [payload] * count, "binary")
 
 
@@ -52,7 +52,8 @@ class _Discard(DataSourceArrowWriter):
 
 
 class CeilingDataSource(DataSource):
-    """Reads: options rows, partitions, size (payload bytes). Writes: any rows, dropped."""
+    """Reads: options rows, partitions, size (payload bytes), rowsPerBatch (by default as many as
+    the real source puts in a batch of small entries). Writes: any rows, dropped."""
 
     @classmethod
     def name(cls) -> str:
@@ -63,7 +64,7 @@ class CeilingDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         return _Reader(int(self.options["rows"]), int(self.options.get("partitions", "10")),
-                       int(self.options.get("size", "1024")))
+                       int(self.options.get("size", "1024")), int(self.options.get("rowsPerBatch", ROWS_PER_BATCH)))
 
     def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:
         return _Discard()

@@ -171,5 +171,8 @@ def _add_spark(sub) -> None:
     spark.add_argument("--entries", type=int, default=200_000, help="rows/entries per measurement (200000)")
     spark.add_argument("--size", type=int, default=1024, help="payload bytes (1024)")
     spark.add_argument("--ledgers", type=int, default=4, help="ledgers the raw entries are spread over (4)")
+    spark.add_argument("--split-cpus", action="store_true",
+                       help="Spark (driver, JVM, Python workers; local[N]) on the first half of the CPUs, the "
+                            "cluster on the other half, so the bookies do not take CPU from Spark (Linux)")
     _add_cluster_dir(spark)
 

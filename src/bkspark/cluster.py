@@ -83,13 +83,21 @@ async def stream_view(bk, namespace: str, stream: str) -> StreamView:
     return StreamView(f"{namespace}/{stream}", metadata.truncated_to, tuple(extents))
 
 
-async def ledger_extents(bk, ledger_ids: tuple[int, ...], password: bytes) -> list[tuple[int, int]]:
-    """(ledger id, last readable entry id) of raw ledgers, opened without recovery (an analytics
-    read never fences a ledger's writer)."""
+async def ledger_extents(bk, ledger_ids: tuple[int, ...], password: bytes) -> list[tuple[int, int, int]]:
+    """(ledger id, last readable entry id, average entry size; 0: none to go by) of raw ledgers,
+    opened without recovery (an analytics read never fences a ledger's writer). A closed ledger's
+    size is in its metadata; an open one's is guessed from its entry at the LAC."""
     extents = []
     for ledger_id in ledger_ids:
         handle = await bk.open_ledger(ledger_id, password=password, recovery=False)
-        extents.append((ledger_id, handle.last_add_confirmed))
+        last = handle.last_add_confirmed
+        if last < 0:
+            entry_size = 0
+        elif handle.is_closed:
+            entry_size = handle.metadata.length // (last + 1)
+        else:
+            entry_size = len((await handle.read(last, last))[0])
+        extents.append((ledger_id, last, entry_size))
     return extents
 
 

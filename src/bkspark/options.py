@@ -18,7 +18,10 @@ from bkspark.arrow_rows import VALUE_FORMATS
 from bkspark.offsets import OffsetSpec, parse_offset_spec
 
 DEFAULT_NAMESPACE = "default"
-MAX_ENTRIES_PER_PARTITION = 20_000
+# A partition reads about this much (Spark's spark.sql.files.maxPartitionBytes); a Python data
+# source task costs Spark tens of milliseconds, so partitions of small entries must not be small.
+MAX_BYTES_PER_PARTITION = 128 * 1024 * 1024
+MAX_ENTRIES_PER_PARTITION = 2**62       # no cap but the bytes unless maxEntriesPerPartition is set
 READ_BATCH_ENTRIES = 1_000
 DEFAULT_MAX_TRIGGER_DELAY_S = 15 * 60
 
@@ -50,6 +53,7 @@ class SourceOptions:
     starting: OffsetSpec = OffsetSpec("earliest")
     ending: OffsetSpec = OffsetSpec("latest")
     max_entries_per_partition: int = MAX_ENTRIES_PER_PARTITION
+    max_bytes_per_partition: int = MAX_BYTES_PER_PARTITION
     read_batch_entries: int = READ_BATCH_ENTRIES
     fail_on_data_loss: bool = True
     max_entries_per_trigger: int | None = None
@@ -98,6 +102,7 @@ def parse_options(raw: dict) -> SourceOptions:
         starting=parse_offset_spec(options.get("startingoffsets"), option="startingOffsets", default="earliest"),
         ending=parse_offset_spec(options.get("endingoffsets"), option="endingOffsets", default="latest"),
         max_entries_per_partition=_positive(options, "maxEntriesPerPartition", MAX_ENTRIES_PER_PARTITION),
+        max_bytes_per_partition=_positive(options, "maxBytesPerPartition", MAX_BYTES_PER_PARTITION),
         read_batch_entries=_positive(options, "readBatchEntries", READ_BATCH_ENTRIES),
         fail_on_data_loss=_boolean(options, "failOnDataLoss", True),
         max_entries_per_trigger=_positive(options, "maxEntriesPerTrigger", None),

@@ -7,7 +7,9 @@ how far it may be read) and turns offsets into ReadSpans, one per Spark partitio
 Rules:
 - A segment is never planned past what is safe to read: a completed segment to its last entry,
   an in-progress one to its LAC at planning time (the view carries it as readable_last_entry_id).
-- A span holds at most max_entries entries, so large segments are read by several tasks.
+- A span holds at most max_entries entries and about max_bytes bytes (128 MiB by default, as
+  Spark's file sources split files), so large segments are read by several tasks while small
+  entries still make partitions large enough to be worth a Spark task.
 - Ends are exclusive positions. A position inside an entry (slot > 0) is honoured by the span's
   first_slot / end_slot; streaming batches always end on entry boundaries.
 - Data loss is exact: an offset names the ledger of its segment, and the planner reports which
@@ -184,9 +186,18 @@ def find_data_loss(view: StreamView, start: StreamOffset) -> DataLoss | None:
 # -- spans ----------------------------------------------------------------------------------
 
 
-def plan_spans(view: StreamView, start: DLSN, end: DLSN, *, max_entries: int, txid_min: int = 0,
-               txid_max: int = TXID_MAX) -> list[ReadSpan]:
-    """Spans covering the records in [start, end) of live segments, at most max_entries each."""
+def partition_entries(entry_size: int, *, max_entries: int, max_bytes: int | None) -> int:
+    """Entries per partition: as many as hold max_bytes at this entry size (unknown: 0), at most
+    max_entries, at least one."""
+    if max_bytes is None or entry_size <= 0:
+        return max_entries
+    return max(1, min(max_entries, max_bytes // entry_size))
+
+
+def plan_spans(view: StreamView, start: DLSN, end: DLSN, *, max_entries: int, max_bytes: int | None = None,
+               txid_min: int = 0, txid_max: int = TXID_MAX) -> list[ReadSpan]:
+    """Spans covering the records in [start, end) of live segments, at most max_entries each and
+    about max_bytes each (from each segment's average entry size)."""
     assert max_entries >= 1
     spans = []
     for extent in view.extents:
@@ -203,8 +214,9 @@ def plan_spans(view: StreamView, start: DLSN, end: DLSN, *, max_entries: int, tx
                 last, end_slot = end.entry_id, end.slot
             else:
                 last = min(last, end.entry_id - 1)
-        for chunk_first in range(first, last + 1, max_entries):
-            chunk_last = min(last, chunk_first + max_entries - 1)
+        chunk = partition_entries(extent.entry_size_estimate, max_entries=max_entries, max_bytes=max_bytes)
+        for chunk_first in range(first, last + 1, chunk):
+            chunk_last = min(last, chunk_first + chunk - 1)
             spans.append(ReadSpan(view.name, extent.seqno, extent.ledger_id, chunk_first, chunk_last,
                                   first_slot=start.slot if (extent.seqno, chunk_first) == start[:2] else 0,
                                   end_slot=end_slot if chunk_last == last else -1,
@@ -212,10 +224,14 @@ def plan_spans(view: StreamView, start: DLSN, end: DLSN, *, max_entries: int, tx
     return spans
 
 
-def ledger_spans(ledgers: list[tuple[int, int]], *, max_entries: int) -> list[ReadSpan]:
-    """Spans over raw ledgers, given (ledger id, last readable entry id) each."""
-    return [ReadSpan(None, 0, ledger_id, first, min(last, first + max_entries - 1))
-            for ledger_id, last in ledgers for first in range(0, last + 1, max_entries)]
+def ledger_spans(ledgers: list[tuple[int, int, int]], *, max_entries: int, max_bytes: int | None = None) -> list[ReadSpan]:
+    """Spans over raw ledgers, given (ledger id, last readable entry id, average entry size or 0
+    if unknown) each."""
+    spans = []
+    for ledger_id, last, entry_size in ledgers:
+        chunk = partition_entries(entry_size, max_entries=max_entries, max_bytes=max_bytes)
+        spans += [ReadSpan(None, 0, ledger_id, first, min(last, first + chunk - 1)) for first in range(0, last + 1, chunk)]
+    return spans
 
 
 # -- admission control ----------------------------------------------------------------------

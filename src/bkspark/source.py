@@ -80,7 +80,8 @@ class BatchReader(DataSourceReader):
         bk = cluster.client(options)
         if options.stream is None:
             extents = bk.run(cluster.ledger_extents, options.ledgers, options.password)
-            return [SpanPartition(s) for s in ledger_spans(extents, max_entries=options.max_entries_per_partition)]
+            return [SpanPartition(s) for s in ledger_spans(extents, max_entries=options.max_entries_per_partition,
+                                                           max_bytes=options.max_bytes_per_partition)]
         view = bk.run(cluster.stream_view, options.namespace, options.stream)
         start, txid_min = resolve_start(view, options.starting)
         end, txid_max = resolve_end(view, options.ending)
@@ -89,6 +90,7 @@ class BatchReader(DataSourceReader):
         if start_position >= end_position:
             return []
         spans = plan_spans(view, start_position, end_position, max_entries=options.max_entries_per_partition,
+                           max_bytes=options.max_bytes_per_partition,
                            txid_min=max(txid_min, self.txid_min), txid_max=min(txid_max, self.txid_max))
         return [SpanPartition(span) for span in spans]
 

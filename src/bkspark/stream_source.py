@@ -116,7 +116,8 @@ class StreamSource(DataSourceStreamReader, SupportsTriggerAvailableNow):
         finish = decode(end).position
         if finish <= begin.position:
             return []
-        spans = plan_spans(view, begin.position, finish, max_entries=self.options.max_entries_per_partition)
+        spans = plan_spans(view, begin.position, finish, max_entries=self.options.max_entries_per_partition,
+                           max_bytes=self.options.max_bytes_per_partition)
         return [SpanPartition(span) for span in spans]
 
     def read(self, partition: SpanPartition):

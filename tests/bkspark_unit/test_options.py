@@ -20,12 +20,14 @@ def test_defaults_and_names_looked_up_whatever_their_case():
     options = parse(stream="events")
     assert (options.namespace, options.stream, options.stream_name) == ("default", "events", "default/events")
     assert (options.max_entries_per_partition, options.read_batch_entries) == (MAX_ENTRIES_PER_PARTITION, 1000)
+    assert options.max_bytes_per_partition == 128 * 1024 * 1024
     assert (options.starting, options.ending) == (OffsetSpec("earliest"), OffsetSpec("latest"))
     assert (options.fail_on_data_loss, options.filter_pushdown, options.value_format) == (True, False, "binary")
     options = parse(stream="ns/events", MaxEntriesPerPartition="5", READBATCHENTRIES="7", failondataloss="FALSE",
+                    maxBytesPerPartition="4096",
                     recordFormat="JSON", startingOffsets='{"position": "2:0:0"}', endingOffsets='{"txid": 9}')
     assert (options.namespace, options.stream) == ("ns", "events")
-    assert (options.max_entries_per_partition, options.read_batch_entries) == (5, 7)
+    assert (options.max_entries_per_partition, options.read_batch_entries, options.max_bytes_per_partition) == (5, 7, 4096)
     assert (options.fail_on_data_loss, options.value_format) == (False, "json")
     assert (options.starting, options.ending) == (OffsetSpec("position", position=DLSN(2, 0, 0)),
                                                   OffsetSpec("txid", value=9))

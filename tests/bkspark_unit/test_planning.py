@@ -75,8 +75,23 @@ def test_positions_inside_entries_become_slot_bounds_on_the_first_and_last_span_
 
 
 def test_raw_ledgers_are_split_from_entry_0_to_their_last_readable_entry():
-    assert ledger_spans([(7, 9), (8, -1), (9, 0)], max_entries=4) == [
+    assert ledger_spans([(7, 9, 0), (8, -1, 0), (9, 0, 0)], max_entries=4) == [
         ReadSpan(None, 0, 7, 0, 3), ReadSpan(None, 0, 7, 4, 7), ReadSpan(None, 0, 7, 8, 9), ReadSpan(None, 0, 9, 0, 0)]
+
+
+def test_partitions_hold_about_max_bytes_at_each_ledgers_or_segments_entry_size():
+    # 10 entries of 100 bytes and 10 of 30: 250 bytes a partition is 2 and 8 entries.
+    assert ledger_spans([(7, 9, 100), (8, 9, 30)], max_entries=2**62, max_bytes=250) == [
+        ReadSpan(None, 0, 7, first, min(9, first + 1)) for first in range(0, 10, 2)] + [
+        ReadSpan(None, 0, 8, 0, 7), ReadSpan(None, 0, 8, 8, 9)]
+    assert len(ledger_spans([(7, 9, 100)], max_entries=3, max_bytes=250)) == 5        # the bytes bind first
+    assert len(ledger_spans([(7, 9, 100)], max_entries=1, max_bytes=250)) == 10       # the entry cap binds
+    assert len(ledger_spans([(7, 9, 1000)], max_entries=2**62, max_bytes=250)) == 10  # never below one entry
+    # STREAM's segments hold 10, 5 and (in progress, its size from the counters at its LAC) 7
+    # entries of 1000 bytes.
+    by_bytes = plan_spans(STREAM, DLSN(1, 0, 0), end_of(STREAM).position, max_entries=2**62, max_bytes=3000)
+    assert [(s.seqno, s.entry_count) for s in by_bytes] == [(1, 3), (1, 3), (1, 3), (1, 1), (2, 3), (2, 2), (3, 3),
+                                                            (3, 3), (3, 1)]
 
 
 def test_txid_bounds_skip_completed_segments_outside_them_and_travel_with_each_span():
