@@ -27,12 +27,13 @@ import msgpack
 from bkcore.bookie.entrylog import ENTRY_ID_BITS, ENTRY_KEY, RECORD_HEADER, EntryLogger, memory_key
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import (
-    IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, leading_equal_count, ledger_id_of, ledger_key,
+    IndexStore, LEDGER_PREFIX, entry_id_of, entry_key, entry_prefix, ledger_id_of, ledger_key,
     log_meta_key, pack_location, unpack_location, unpack_locations,
 )
 from bkcore.bookie.read_cache import ReadCache
 from bkcore.bookie.storage import StorageIOError
 from bkcore.bookie.write_cache import WriteCache
+from bkcore.runs import leading_equal_count
 from bkcore.wire import INVALID_ENTRY_ID
 
 # A driver's timer for the phases of a checkpoint: timed("index_commit") wraps that phase.

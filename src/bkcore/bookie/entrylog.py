@@ -20,8 +20,9 @@ from typing import NamedTuple
 import crc32c
 
 from bkcore.bookie.fs import FileSystem, FileSystemError
-from bkcore.bookie.index import leading_equal_count, pack_location, unpack_location
+from bkcore.bookie.index import pack_location, unpack_location
 from bkcore.bookie.storage import StorageIOError
+from bkcore.runs import leading_equal_count, run_format
 
 ENTRY_LOG_MAGIC = b"BKLO"
 ENTRY_LOG_FORMAT_VERSION = 1
@@ -371,7 +372,7 @@ def run_bodies(data: bytes, offsets: list[int], *, ledger_id: int, first_entry_i
         # header | key | body of every record, each body of the size the offsets say (a size too
         # small for a record, or records past the end of data, raise struct.error)
         body_sizes = tuple(map(sub, sizes, repeat(_RECORD_PREFIX.size)))
-        fields = struct.unpack_from(">" + "II16s%ds" * count % body_sizes, data)
+        fields = struct.unpack_from(run_format("II16s%ds", body_sizes), data)
     except struct.error:
         count = 0
     else:

@@ -15,8 +15,9 @@ import functools
 import struct
 from bisect import bisect_left, insort
 from itertools import repeat
-from operator import eq
 from typing import Iterable, Iterator, Mapping, Protocol
+
+from bkcore.runs import leading_equal_count
 
 ENTRY_PREFIX = b"E"
 LEDGER_PREFIX = b"L"
@@ -43,13 +44,6 @@ def unpack_locations(values: list[bytes]) -> tuple[tuple[int, ...], tuple[int, .
         packed = b"".join(values[:count])
     fields = struct.unpack(">%dQ" % (2 * count), packed)
     return fields[0::2], fields[1::2]
-
-
-def leading_equal_count(items: list | tuple, expected: list | tuple) -> int:
-    """How many items at the start of two sequences of the same length and type are equal."""
-    if items == expected:                  # the usual answer, in one C comparison
-        return len(items)
-    return list(map(eq, items, expected)).index(False)
 
 
 def entry_prefix(ledger_id: int) -> bytes:
