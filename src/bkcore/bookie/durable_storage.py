@@ -40,6 +40,15 @@ from bkcore.wire import INVALID_ENTRY_ID
 PhaseTimer = Callable[[str], ContextManager[None]]
 
 
+def untimed(phase: str) -> ContextManager[None]:
+    return contextlib.nullcontext()
+
+
+ENTRY_READ_ATTEMPT_COUNT_MAX = 3
+_NOTHING = WriteCache()           # stands for "no checkpoint is flushing"; never added to
+RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
+
+
 def _run_read_size(offsets: list[int], size_max: int) -> int:
     """Bytes to read for the records at offsets (of one log) holding at most size_max bytes of
     bodies: up to the last one's start and twice the average step from one to the next for the
@@ -50,15 +59,6 @@ def _run_read_size(offsets: list[int], size_max: int) -> int:
         return bound
     span = offsets[-1] - offsets[0]
     return min(bound, span + 2 * span // (len(offsets) - 1) + RECORD_OVERHEAD_SIZE)
-
-
-def untimed(phase: str) -> ContextManager[None]:
-    return contextlib.nullcontext()
-
-
-ENTRY_READ_ATTEMPT_COUNT_MAX = 3
-_NOTHING = WriteCache()           # stands for "no checkpoint is flushing"; never added to
-RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ ENTRY_LOG_FORMAT_VERSION = 1
 ENTRY_LOG_HEADER = struct.Struct(">4sIq")
 RECORD_HEADER = struct.Struct(">II")
 ENTRY_KEY = struct.Struct(">qq")
-_RECORD_PREFIX = struct.Struct(">IIqq")     # RECORD_HEADER then ENTRY_KEY: length, checksum, ledger, entry
+_RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
 ENTRY_LOG_SUFFIX = ".log"
 
 # Entries in a bookie's read cache are keyed by one int, memory_key(ledger, entry) =
@@ -371,7 +371,7 @@ def run_bodies(data: bytes, offsets: list[int], *, ledger_id: int, first_entry_i
     try:
         # header | key | body of every record, each body of the size the offsets say (a size too
         # small for a record, or records past the end of data, raise struct.error)
-        body_sizes = tuple(map(sub, sizes, repeat(_RECORD_PREFIX.size)))
+        body_sizes = tuple(map(sub, sizes, repeat(_RECORD_OVERHEAD_SIZE)))
         fields = struct.unpack_from(run_format("II16s%ds", body_sizes), data)
     except struct.error:
         count = 0
