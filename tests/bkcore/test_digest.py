@@ -76,3 +76,42 @@ def test_entries_are_of_checks_every_header_of_a_batch():
     assert not entries_are_of([bodies[0], bodies[1][:20]], 9, 5)  # a header cut short
     other = Digester(ledger_id=8, digest_type=DigestType.CRC32C, password=b"pw")
     assert not entries_are_of([bodies[0], other.pack_entry(entry_id=6, lac=5, length=7, payload=b"p")], 9, 5)
+
+
+def _damaged_answer(rng, digester: Digester) -> list[bytes]:
+    """A batch read's bodies for entries 5.. : alike or not, with now and then a flipped bit,
+    another ledger's or position's entry, a body cut short."""
+    size = rng.choice([0, 1, 100])
+    bodies = [digester.pack_entry(entry_id=entry_id, lac=entry_id - 1, length=entry_id * 10,
+                                  payload=rng.randbytes(size if rng.random() < 0.7 else rng.randrange(50)))
+              for entry_id in range(5, 5 + rng.randrange(12))]
+    if bodies and rng.random() < 0.5:
+        index = rng.randrange(len(bodies))
+        damage = rng.randrange(4)
+        if damage == 0:
+            body = bytearray(bodies[index])
+            body[rng.randrange(len(body))] ^= 1 << rng.randrange(8)
+            bodies[index] = bytes(body)
+        elif damage == 1:
+            other = Digester(ledger_id=digester.ledger_id + 1, digest_type=digester.digest_type, password=b"pw")
+            bodies[index] = other.pack_entry(entry_id=5 + index, lac=0, length=0, payload=b"x")
+        elif damage == 2:
+            bodies[index] = digester.pack_entry(entry_id=6 + index, lac=0, length=0, payload=b"x")
+        else:
+            bodies[index] = bodies[index][:rng.randrange(40)]
+    return bodies
+
+
+@pytest.mark.parametrize("digest_type", list(DigestType))
+def test_unpack_payloads_checks_what_unpack_entry_checks(digest_type):
+    import random
+    rng = random.Random(7)
+    digester = Digester(ledger_id=9, digest_type=digest_type, password=b"pw")
+    for _ in range(500):
+        bodies = _damaged_answer(rng, digester)
+        payloads, error = digester.unpack_payloads(bodies, 5)
+        plain_payloads, plain_error = digester.unpack_payloads_plain(bodies, 5)
+        assert payloads == plain_payloads
+        assert (error is None and plain_error is None) or str(error) == str(plain_error)
+        if error is None:
+            assert len(payloads) == len(bodies)

@@ -386,6 +386,40 @@ def test_get_entries_takes_only_what_the_index_places_there():
     assert restarted.get_entries(1, 0, 10, 1 << 20) == [b"L1-E%d" % e for e in range(5)]
 
 
+def test_get_entries_reads_a_run_across_entry_logs_and_checkpoints(stack):
+    # Ledger 1's entries lie in three logs (they roll at 200 bytes) and, between checkpoints,
+    # apart from each other (ledger 2's entries and the next checkpoint's come between).
+    storage = stack.storage(entry_log_size_max=200)
+    fill(storage, 1, 7)
+    fill(storage, 2, 3)
+    storage.checkpoint()
+    fill(storage, 1, 6, first=7)
+    fill(storage, 2, 3, first=3)
+    storage.checkpoint()
+    assert len(storage.entry_logger.log_ids()) > 3
+    restarted = stack.storage(entry_log_size_max=200)
+    assert restarted.get_entries(1, 0, 100, 1 << 20) == [b"L1-E%d" % e for e in range(13)]
+    assert restarted.get_entries(1, 5, 4, 1 << 20) == [b"L1-E%d" % e for e in range(5, 9)]
+    assert restarted.get_entries(2, 1, 100, 1 << 20) == [b"L2-E%d" % e for e in range(1, 6)]
+
+
+def test_get_entries_takes_an_entry_written_again_from_memory_inside_a_logged_run(stack):
+    storage = stack.storage()
+    fill(storage, 1, 8)
+    storage.checkpoint()
+    restarted = stack.storage()
+    restarted.add_entries(1, 4, [b"again-4"])            # (a recovery writing it again)
+    restarted.add_entries(1, 8, [b"new-8", b"new-9"])    # not logged yet
+    expected = [b"L1-E%d" % e for e in range(8)] + [b"new-8", b"new-9"]
+    expected[4] = b"again-4"
+    assert restarted.get_entries(1, 0, 100, 1 << 20) == expected
+    plan = restarted.begin_checkpoint()                  # and while a checkpoint writes them out
+    assert restarted.get_entries(1, 0, 100, 1 << 20) == expected
+    restarted.write_checkpoint(plan)
+    restarted.finish_checkpoint(plan)
+    assert stack.storage().get_entries(1, 0, 100, 1 << 20) == expected
+
+
 def test_get_entries_of_a_deleted_ledger_finds_nothing(stack):
     storage = stack.storage()
     fill(storage, 1, 4)

@@ -71,3 +71,58 @@ def test_small_runs_of_many_ledgers_share_one_write(monkeypatch):
     appended = entry_logger.append_many([(ledger_id, 0, [b"x" * 10]) for ledger_id in range(1, 101)])
     assert writes == [100 * (RECORD_OVERHEAD_SIZE + 10)]
     assert len(appended.runs) == 100
+
+
+# -- a batch read's runs: run_bodies against its plain reference --------------------------------
+
+def _records(rng: random.Random, ledger_id: int, first_entry_id: int, count: int) -> list[bytes]:
+    records = []
+    for entry_id in range(first_entry_id, first_entry_id + count):
+        payload = ENTRY_KEY.pack(ledger_id, entry_id) + rng.randbytes(rng.choice([0, 1, 7, 100, 1024]))
+        records.append(RECORD_HEADER.pack(len(payload), entrylog.crc32c.crc32c(payload)) + payload)
+    return records
+
+
+def _damaged_run(rng: random.Random) -> tuple[bytes, list[int]]:
+    """The offsets an index might give for entries 5.. of ledger 3 and a log's bytes from the
+    first: a run with a gap, a foreign record, a flipped bit, a cut end, offsets out of order
+    (each now and then)."""
+    records = _records(rng, 3, 5, rng.randrange(1, 12))
+    if rng.random() < 0.3:                       # another ledger's record in the middle
+        records.insert(rng.randrange(len(records) + 1), _records(rng, 4, 5, 1)[0])
+    if rng.random() < 0.3:                       # a gap: the rest of the run written later
+        records.insert(rng.randrange(len(records) + 1), b"\0" * rng.randrange(1, 64))
+    data = bytearray(b"".join(records))
+    if rng.random() < 0.4:
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    base_offset = 16
+    offsets, position = [], base_offset
+    for record in records:
+        if len(record) >= RECORD_OVERHEAD_SIZE and ENTRY_KEY.unpack_from(record, RECORD_HEADER.size)[0] == 3:
+            offsets.append(position)
+        position += len(record)
+    if rng.random() < 0.2 and len(offsets) > 2:
+        index = rng.randrange(1, len(offsets))
+        offsets[index] += rng.choice([-1, 1, 8, -(offsets[index] - base_offset) - 5])
+    if rng.random() < 0.3:
+        data = data[:rng.randrange(len(data) + 1)]
+    offsets = offsets[:rng.randrange(len(offsets) + 1)]
+    return bytes(data[offsets[0] - base_offset:] if offsets else b""), offsets
+
+
+@pytest.mark.parametrize("seed", range(400))
+def test_run_bodies_finds_what_the_plain_walk_finds(seed):
+    data, offsets = _damaged_run(random.Random(seed))
+    expected = entrylog.run_bodies_plain(data, offsets, ledger_id=3, first_entry_id=5)
+    assert entrylog.run_bodies(data, offsets, ledger_id=3, first_entry_id=5) == expected
+
+
+def test_run_bodies_of_a_whole_run_and_of_one_cut_short():
+    records = _records(random.Random(1), 3, 5, 10)
+    data = b"".join(records)
+    offsets = [sum(map(len, records[:index])) for index in range(10)]
+    bodies = [record[RECORD_OVERHEAD_SIZE:] for record in records]
+    assert entrylog.run_bodies(data, offsets, ledger_id=3, first_entry_id=5) == bodies
+    assert entrylog.run_bodies(data[:offsets[7] + 3], offsets, ledger_id=3, first_entry_id=5) == bodies[:7]
+    assert entrylog.run_bodies(data, offsets, ledger_id=3, first_entry_id=6) == []
+    assert entrylog.run_bodies(data, offsets, ledger_id=2, first_entry_id=5) == []

@@ -37,6 +37,9 @@ def check(cache: WriteCache, model: dict) -> None:
             assert cache.get(ledger_id, entry_id) == model.get((ledger_id, entry_id))
         held = [entry_id for (ledger, entry_id) in model if ledger == ledger_id]
         assert cache.last_entry_id(ledger_id) == (max(held) if held else None)
+        for first in range(-1, 50, 3):
+            for end in (first, first + 1, first + 4, first + 30):
+                assert cache.holds_any(ledger_id, first, end) == any(first <= e < end for e in held)
 
 
 @settings(max_examples=300, deadline=None)

@@ -14,7 +14,10 @@ from __future__ import annotations
 import functools
 import struct
 from bisect import bisect_left, insort
+from itertools import repeat
 from typing import Iterable, Iterator, Mapping, Protocol
+
+from bkcore.runs import leading_equal_count
 
 ENTRY_PREFIX = b"E"
 LEDGER_PREFIX = b"L"
@@ -29,6 +32,18 @@ _ENTRY_KEY = struct.Struct(">cQQ")      # ENTRY_PREFIX, ledger, entry: the same 
 entry_key = functools.partial(_ENTRY_KEY.pack, ENTRY_PREFIX)
 pack_location = _U64_PAIR.pack
 unpack_location = _U64_PAIR.unpack
+
+
+def unpack_locations(values: list[bytes]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(log ids, offsets) of packed locations, up to the first value that is not one: all of them
+    in one unpack, not a call and a tuple each."""
+    count = len(values)
+    packed = b"".join(values)
+    if len(packed) != count * _U64_PAIR.size:
+        count = next(index for index, value in enumerate(values) if len(value) != _U64_PAIR.size)
+        packed = b"".join(values[:count])
+    fields = struct.unpack(">%dQ" % (2 * count), packed)
+    return fields[0::2], fields[1::2]
 
 
 def entry_prefix(ledger_id: int) -> bytes:
@@ -59,11 +74,21 @@ class IndexStore(Protocol):
     def get(self, key: bytes) -> bytes | None: ...
     def last_key_with_prefix(self, prefix: bytes) -> bytes | None: ...
     def keys_with_prefix(self, prefix: bytes) -> Iterator[bytes]: ...
-    # Up to count_max (key, value) pairs in key order from the first key >= `first`: a batch
-    # read's locations in one pass, not a lookup each.
+    # Up to count_max (key, value) pairs in key order from the first key >= `first`.
     def items_from(self, first: bytes, count_max: int) -> list[tuple[bytes, bytes]]: ...
+    # A batch read's locations in one pass, not a lookup each: the values of the ledger's entries
+    # first_entry_id, first_entry_id + 1, ... up to the first one not indexed, count_max at most.
+    def entry_locations(self, ledger_id: int, first_entry_id: int, count_max: int) -> list[bytes]: ...
     # puts: a mapping, or (key, value) pairs (an iterator is consumed once). Deletes go first.
     def write(self, puts: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], deletes: list[bytes]) -> None: ...
+
+
+def entry_locations_plain(index: IndexStore, ledger_id: int, first_entry_id: int, count_max: int) -> list[bytes]:
+    """IndexStore.entry_locations from items_from, its keys checked against the keys expected."""
+    items = index.items_from(entry_key(ledger_id, first_entry_id), count_max)
+    expected = list(map(entry_key, repeat(ledger_id, len(items)), range(first_entry_id, first_entry_id + len(items))))
+    count = leading_equal_count([bytes(key) for key, _ in items], expected)
+    return [bytes(value) for _, value in items[:count]]
 
 
 class MemoryIndexStore:
@@ -101,6 +126,9 @@ class MemoryIndexStore:
         data = self._data
         start = bisect_left(self._keys, first)
         return [(key, data[key]) for key in self._keys[start:start + count_max]]
+
+    def entry_locations(self, ledger_id: int, first_entry_id: int, count_max: int) -> list[bytes]:
+        return entry_locations_plain(self, ledger_id, first_entry_id, count_max)
 
     def write(self, puts: Mapping[bytes, bytes] | Iterable[tuple[bytes, bytes]], deletes: list[bytes]) -> None:
         if not isinstance(puts, dict):

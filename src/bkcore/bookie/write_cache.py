@@ -136,6 +136,15 @@ class WriteCache:
     def holds(self, ledger_id: int, entry_id: int) -> bool:
         return self.get(ledger_id, entry_id) is not None
 
+    def holds_any(self, ledger_id: int, first_entry_id: int, end_entry_id: int) -> bool:
+        """Whether any entry first_entry_id <= id < end_entry_id of the ledger is held."""
+        runs = self._ledgers.get(ledger_id)
+        if runs is None or end_entry_id <= first_entry_id:
+            return False
+        # Runs are sorted and apart: only the last one starting before end_entry_id may reach in.
+        index = bisect_right(runs.starts, end_entry_id - 1) - 1
+        return index >= 0 and runs.starts[index] + len(runs.bodies[index]) > first_entry_id
+
     def last_entry_id(self, ledger_id: int) -> int | None:
         runs = self._ledgers.get(ledger_id)
         return runs.end() - 1 if runs is not None and runs.starts else None

@@ -7,6 +7,8 @@ explicitly asks for unconfirmed entries. Its LAC only moves forward.
 
 from __future__ import annotations
 
+from itertools import chain
+
 from bkcore.client.context import ClientContext
 from bkcore.client.metadata_update import read_ledger_metadata
 from bkcore.client.reads import BatchRead, EntryRead, LacRead, _replicas, fragment_end
@@ -108,7 +110,7 @@ class LedgerReader:
             results[start] = payloads
             state["count"] += len(payloads)
             if state["count"] == count:
-                self.ctx.complete(op_id, result=[p for first in starts for p in results[first]])
+                self.ctx.complete(op_id, result=list(chain.from_iterable(map(results.__getitem__, starts))))
 
         for start in starts:
             reads.append(make_read(start, lambda payloads, error, at_ns, start=start: on_part(start, payloads, error,
