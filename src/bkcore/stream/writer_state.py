@@ -20,7 +20,7 @@ import itertools
 import operator
 
 from bkcore.stream.errors import TxidOutOfOrder
-from bkcore.stream.records import Record, StreamEntry, pack_columns, pack_entry
+from bkcore.stream.records import Record, StreamEntry, new_entry_packer, pack_columns, pack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings
 
 _INT_ONLY = frozenset({int})
@@ -35,6 +35,7 @@ class SegmentWriteState:
         self.first_txid = -1
         self.record_count = 0
         self.size = 0
+        self._packer = new_entry_packer()
 
     def assign_txid(self, txid: int | None) -> int:
         """The txid of the next record: `txid` itself if it does not go backwards, or the
@@ -80,7 +81,7 @@ class SegmentWriteState:
         if txids and self.first_txid < 0:
             self.first_txid = txids[0]
         data = pack_columns(txids, payloads, records_before=self.record_count, bytes_before=self.size,
-                            last_txid=txids[-1] if txids else self.packed_txid)
+                            last_txid=txids[-1] if txids else self.packed_txid, packer=self._packer)
         self.record_count += len(txids)
         self.size += sum(map(len, payloads))
         if txids:
