@@ -156,7 +156,8 @@ def _add_all(sub) -> None:
     every = sub.add_parser("all", help="every benchmark, one JSON file and a Markdown table")
     every.add_argument("--seconds", type=float, default=5.0, help="seconds per measurement (5)")
     every.add_argument("--sim-seeds", type=int, default=20, help="seeds for bk bench sim (20)")
-    every.add_argument("--spark-entries", type=int, default=50_000, help="rows for bk bench spark (50000)")
+    every.add_argument("--spark-entries", type=int, default=1_000_000,
+                       help="rows for bk bench spark (1000000: fewer let fixed costs hide or dominate)")
     every.add_argument("--out", default="bench-results", help="directory for results.json, results.md, failover.png")
     every.add_argument("--dir", default=None, help="where benchmarks put their data (default: --out)")
     every.add_argument("--no-peers", dest="peers", action="store_false",
@@ -168,7 +169,8 @@ def _add_all(sub) -> None:
 
 def _add_spark(sub) -> None:
     spark = sub.add_parser("spark", help="the Spark data source: batch read and write entries/s beside Parquet (JSON)")
-    spark.add_argument("--entries", type=int, default=200_000, help="rows/entries per measurement (200000)")
+    spark.add_argument("--entries", type=int, default=1_000_000,
+                       help="rows/entries per measurement (1000000: fewer let fixed costs hide or dominate)")
     spark.add_argument("--size", type=int, default=1024, help="payload bytes (1024)")
     spark.add_argument("--ledgers", type=int, default=4, help="ledgers the raw entries are spread over (4)")
     spark.add_argument("--split-cpus", action="store_true",
