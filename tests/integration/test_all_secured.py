@@ -235,12 +235,18 @@ def spark_clients_get_the_credentials(cluster, security, bk) -> None:
     ledger = bk.create_ledger(password=b"pw")
     ledger.add_many([b"a", b"b", b"c"])
     ledger.close()
+    still_open = bk.create_ledger(password=b"pw")
+    still_open.add_many([b"xyz", b"xyz"])
     secured = SourceOptions(metastore=cluster.metastore_uri,
                             credentials=Credentials(tls_ca=ca_file(security),
                                                     auth_secret_file=security.auth_secret_file))
     try:
-        assert spark_cluster.client(secured).run(spark_cluster.ledger_extents, (ledger.ledger_id,), b"pw") == \
-            [(ledger.ledger_id, 2)]
+        # (ledger, last readable entry, average entry size: from the metadata of a closed ledger,
+        # from the entry at the LAC of an open one, whose LAC may or may not cover its last add yet)
+        closed, opened = spark_cluster.client(secured).run(spark_cluster.ledger_extents,
+                                                           (ledger.ledger_id, still_open.ledger_id), b"pw")
+        assert closed == (ledger.ledger_id, 2, 1)
+        assert opened[0] == still_open.ledger_id and opened[1] in (0, 1) and opened[2] == 3
         with pytest.raises(MetastoreRefused, match="refused the connection: no auth secret"):
             spark_cluster.client(SourceOptions(metastore=cluster.metastore_uri, credentials=Credentials(
                 tls_ca=ca_file(security)))).run(read_all, ledger.ledger_id)
