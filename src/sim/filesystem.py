@@ -190,6 +190,10 @@ class SimFileSystem:
         self.operation_count += 1
         self._file(path).sync()
 
+    def drop_cached(self, path: str, offset: int, size: int) -> None:
+        """Nothing to forget: the simulated disk has no page cache. (Not an operation either, so
+        crash points and traces are those of a bookie that never asks.)"""
+
     def sync_dir(self, path: str) -> None:
         if self._operation():
             raise SimulatedCrash(f"crash before sync of directory {path}")

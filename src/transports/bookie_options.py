@@ -89,6 +89,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("journalPreAllocSizeMB", "journal", "journal_prealloc_size", int, to_field=_mib, from_field=_in_mib,
            help="grow journal files ahead of their records in chunks of this size, so a group's "
                 "fdatasync need not persist a new file size; 0 = off (16)"),
+    Option("journalRemoveFromPageCache", "journal", "journal_remove_from_page_cache", bool,
+           help="after each journal sync, let the OS drop the journal's cached pages up to 8 MiB behind "
+                "its end (posix_fadvise DONTNEED): journals are read only at replay (true)"),
     Option("journalMaxGroupWaitMSec", "bookie", "journal_max_group_wait_ns", float,
            to_field=lambda v: int(v * MS), from_field=lambda v: v / MS,
            help="longest wait of a record for its group commit (2)"),

@@ -4,11 +4,13 @@ Open write handles are cached per path (a journal writes thousands of times a se
 opened O_APPEND for append(), one without it for write_at() and preallocate() (on Linux a
 pwrite to an O_APPEND descriptor appends, whatever its offset); rename and delete close them
 first. preallocate() uses posix_fallocate, or writes zeros where the file system or the
-platform has no fallocate. Blocking: call from a worker thread in async code.
+platform has no fallocate. drop_cached() is posix_fadvise(DONTNEED), where there is one.
+Blocking: call from a worker thread in async code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -25,6 +27,8 @@ FILE_KINDS = tuple(_FILE_KINDS)
 # posix_fallocate's answers that mean "not here" (then zeros are written instead).
 _NO_FALLOCATE_ERRNOS = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 ZERO_CHUNK_SIZE = 1024 * 1024
+# drop_cached's advice; None where the platform has no posix_fadvise (then it does nothing).
+_FADVISE_DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None) if hasattr(os, "posix_fadvise") else None
 
 
 def _fallocate(fd: int, offset: int, size: int) -> bool:
@@ -158,6 +162,15 @@ class OsFileSystem:
             os.fdatasync(fd)
         finally:
             os.close(fd)
+
+    def drop_cached(self, path: str, offset: int, size: int) -> None:
+        fd = self._handles.get(path)
+        if fd is None:
+            fd = self._positional_handles.get(path)
+        if fd is None or _FADVISE_DONTNEED is None:
+            return
+        with contextlib.suppress(OSError):          # a hint: a filesystem may not take it
+            os.posix_fadvise(fd, offset, size, _FADVISE_DONTNEED)
 
     def sync_dir(self, path: str) -> None:
         fd = os.open(self._path(path), os.O_RDONLY | os.O_DIRECTORY)

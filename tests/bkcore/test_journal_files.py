@@ -7,10 +7,12 @@ import pytest
 
 from bkcore.bookie.journal import EntryRecord, FenceRecord, encode_record
 from bkcore.bookie.journal_files import (
-    JOURNAL_HEADER, Journal, JournalConfig, JournalStartError, LogMark, journal_name,
+    JOURNAL_HEADER, PAGE_CACHE_DROP_ALIGN, PAGE_CACHE_DROP_LAG, Journal, JournalConfig, JournalStartError, LogMark, journal_name,
 )
 from bksim.filesystem import SimFileSystem
 from bksim.options import DiskOptions
+
+MIB = 1024 * 1024
 
 
 def entries(first: int, count: int, size: int = 10) -> list[EntryRecord]:
@@ -166,3 +168,52 @@ def test_last_mark_checksum_catches_damage(fs):
     fs.append("ledgers/lastMark", bytes(data))
     with pytest.raises(JournalStartError, match="checksum"):
         reopen(fs)
+
+
+class RecordingDrops:
+    """A file system that passes everything on and notes each drop_cached asked of it."""
+
+    def __init__(self, fs) -> None:
+        self._fs = fs
+        self.drops: list[tuple[str, int, int]] = []
+
+    def drop_cached(self, path: str, offset: int, size: int) -> None:
+        self.drops.append((path, offset, size))
+        self._fs.drop_cached(path, offset, size)
+
+    def __getattr__(self, name):
+        return getattr(self._fs, name)
+
+
+@pytest.mark.parametrize("remove_from_page_cache", [True, False])
+def test_syncs_let_the_journal_pages_go_up_to_8_mib_behind_its_end(fs, remove_from_page_cache):
+    """BookKeeper's JournalChannel.forceWrite: with journalRemoveFromPageCache (its default),
+    after each sync the pages from the last drop to cacheDropLagBytes (8 MiB) before the synced
+    end are dropped (POSIX_FADV_DONTNEED), each byte once; a new file starts from its start.
+    Here the ranges also start and end on 2 MiB boundaries (whole page cache folios)."""
+    recording = RecordingDrops(fs)
+    config = JournalConfig(journal_max_size=24 * MIB, journal_remove_from_page_cache=remove_from_page_cache)
+    journal, _ = reopen(recording, config)
+    records = [EntryRecord(1, i, bytes([i]) * (MIB - 64)) for i in range(40)]
+    ends: list[tuple[int, int]] = []              # (journal id, its end) after each sync
+    for record in records:
+        write(journal, [record])
+        ends.append((journal.current_id, journal.current_size))
+    if not remove_from_page_cache:
+        assert recording.drops == []
+    else:
+        first_file = journal_name(ends[0][0])
+        assert len({journal_id for journal_id, _ in ends}) == 2     # it rolled once
+        expected, dropped = [], {}
+        for journal_id, end in ends:
+            start = dropped.get(journal_id, 0)
+            drop_end = (end - PAGE_CACHE_DROP_LAG) // PAGE_CACHE_DROP_ALIGN * PAGE_CACHE_DROP_ALIGN
+            if drop_end > start:
+                expected.append((f"journal/{journal_name(journal_id)}", start, drop_end - start))
+                dropped[journal_id] = drop_end
+        assert recording.drops == expected
+        assert recording.drops[0] == (f"journal/{first_file}", 0, PAGE_CACHE_DROP_ALIGN)
+        assert all(offset % PAGE_CACHE_DROP_ALIGN == size % PAGE_CACHE_DROP_ALIGN == 0
+                   for _, offset, size in recording.drops)
+    _, replay = reopen(fs, config, now_ms=5000)
+    assert replay.records == records               # a hint: nothing written is lost

@@ -24,6 +24,13 @@ end of a file is reported and tolerated (it was a crash in the middle of a write
 followed by good data is corruption and stops the start with the file and offset. After replay
 the bookie writes into a new journal file, so a torn tail is never appended to.
 
+Dropping from the page cache (BookKeeper's journalRemoveFromPageCache, on by default): after each
+sync, the OS is told it may forget the cached pages of the current file up to
+PAGE_CACHE_DROP_LAG bytes behind its end (BookKeeper's cacheDropLagBytes, so that the page the
+next group goes into stays), in whole PAGE_CACHE_DROP_ALIGN pieces. Journal data is read only at replay, after a restart; its pages
+would otherwise push entry log pages, which readers do read, out of memory, and the next writes
+would need fresh pages rather than those just freed.
+
 Journals older than the LastLogMark are deleted, keeping the newest journal_max_backups of them.
 """
 
@@ -49,6 +56,10 @@ JOURNAL_SUFFIX = ".txn"
 # A flip only ever makes a checksummed scan stop sooner, so the read that gets furthest wins.
 REREAD_ATTEMPT_COUNT_MAX = 8
 REREAD_TAIL_ATTEMPT_COUNT_MAX = 32
+PAGE_CACHE_DROP_LAG = 8 * 1024 * 1024
+# Ranges dropped start and end on this boundary: the page cache holds a file in naturally aligned
+# folios of up to 2 MiB, and keeps one the range covers only in part.
+PAGE_CACHE_DROP_ALIGN = 2 * 1024 * 1024
 
 
 @store_fields_directly
@@ -68,6 +79,7 @@ class JournalConfig:
     journal_max_size: int = 2048 * 1024 * 1024       # journalMaxSizeMB
     journal_max_backups: int = 5                      # journalMaxBackups
     journal_prealloc_size: int = 16 * 1024 * 1024    # journalPreAllocSizeMB; 0: no preallocation
+    journal_remove_from_page_cache: bool = True       # journalRemoveFromPageCache
 
     def __post_init__(self) -> None:
         if self.journal_prealloc_size < 0:
@@ -112,6 +124,7 @@ class Journal:
         self.current_size = 0       # bytes written to the current file (its header and records)
         # The current file's size on disk: >= current_size; larger by the preallocated zeros.
         self.allocated_size = 0
+        self._dropped_size = 0      # the current file's bytes whose cached pages were let go
         self._unsynced_ids: list[int] = []
 
     # -- paths ----------------------------------------------------------------------------
@@ -243,6 +256,7 @@ class Journal:
         self._current_path = path
         self.current_size = JOURNAL_HEADER.size
         self.allocated_size = allocated_size
+        self._dropped_size = 0
 
     def _preallocate(self, path: str, end: int) -> int:
         """Grow the file in whole chunks to hold `end` bytes, stopping at journal_max_size;
@@ -272,7 +286,12 @@ class Journal:
         return LogMark(self.current_id, end)
 
     def sync(self) -> None:
-        self.fs.sync(self._journal_path(self.current_id))
+        path = self._current_path
+        self.fs.sync(path)
+        drop_end = (self.current_size - PAGE_CACHE_DROP_LAG) // PAGE_CACHE_DROP_ALIGN * PAGE_CACHE_DROP_ALIGN
+        if drop_end > self._dropped_size and self.config.journal_remove_from_page_cache:
+            self.fs.drop_cached(path, self._dropped_size, drop_end - self._dropped_size)
+            self._dropped_size = drop_end
 
     # -- garbage collection ---------------------------------------------------------------
 
