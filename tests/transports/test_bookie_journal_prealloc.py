@@ -14,10 +14,10 @@ from bkcore.bookie.fs import DiskFullError
 from bkcore.bookie.journal import EntryRecord, scan_records
 from bkcore.bookie.journal_files import JOURNAL_HEADER, journal_id_of
 from bkcore.digest import Digester, DigestType, master_key
-from bkcore.errors import Code
 from bkcore.wire import AddRequest, FrameDecoder, encode_frame
 from bktransports import filesystem
 from bktransports.filesystem import OsFileSystem
+from raw_frames import expect_ok
 
 MIB = 1024 * 1024
 LEDGER_ID = 7
@@ -30,13 +30,9 @@ async def add_entries(port: int) -> None:
     decoder = FrameDecoder()
     for entry_id in range(ADD_COUNT):
         body = digester.pack_entry(entry_id=entry_id, lac=entry_id - 1, length=entry_id + 1, payload=b"p" * 100)
-        await stream.send_all(encode_frame([AddRequest(request_id=entry_id, ledger_id=LEDGER_ID, entry_id=entry_id,
-                                                       master_key=master_key(b"pw"), body=body)]))
-        answer = None
-        while answer is None:
-            decoder.feed(await stream.receive_some(65536))
-            answer = decoder.next_frame()
-        assert answer[0].code == Code.OK
+        await expect_ok(stream, decoder, encode_frame([AddRequest(request_id=entry_id, ledger_id=LEDGER_ID,
+                                                                  entry_id=entry_id, master_key=master_key(b"pw"),
+                                                                  body=body)]))
     await stream.aclose()
 
 

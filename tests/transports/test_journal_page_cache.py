@@ -14,9 +14,9 @@ import trio
 from bklocal.processes import spawn_bookie
 from bkcore.bookie.journal_files import PAGE_CACHE_DROP_LAG, journal_id_of
 from bkcore.digest import Digester, DigestType, master_key
-from bkcore.errors import Code
 from bkcore.wire import AddBatchRequest, FrameDecoder, encode_frame
 from bktransports.filesystem import OsFileSystem
+from raw_frames import expect_ok
 
 MIB = 1024 * 1024
 PAGE = mmap.PAGESIZE
@@ -73,14 +73,10 @@ async def add_megabytes(port: int, count: int) -> None:
         first = frame_index * per_frame
         bodies = [digester.pack_entry(entry_id=i, lac=i - 1, length=(i + 1) * len(payload), payload=payload)
                   for i in range(first, first + per_frame)]
-        await stream.send_all(encode_frame([AddBatchRequest(request_id=frame_index, ledger_id=LEDGER_ID,
-                                                            first_entry_id=first, master_key=master_key(PASSWORD),
-                                                            bodies=bodies)]))
-        answer = None
-        while answer is None:
-            decoder.feed(await stream.receive_some(65536))
-            answer = decoder.next_frame()
-        assert answer[0].code == Code.OK
+        await expect_ok(stream, decoder, encode_frame([AddBatchRequest(request_id=frame_index, ledger_id=LEDGER_ID,
+                                                                       first_entry_id=first,
+                                                                       master_key=master_key(PASSWORD),
+                                                                       bodies=bodies)]))
     await stream.aclose()
 
 
