@@ -272,8 +272,12 @@ class Bookie:
         # (None otherwise: every other input is refused meanwhile), and how many of its waiters
         # (adds at its front) it answered.
         self._unapplied: _Group | None = None
+        self._unapplied_token = 0
         self._unapplied_answered_count = 0
         self._next_token = 1
+        # The last JournalWrite whose records are all applied to storage (0: none since start):
+        # a checkpoint's LastLogMark may cover it and nothing after (BookieStack).
+        self.applied_token = 0
         self._pending_adds_count = 0
         self._pending_syncs_count = 0
         self._long_polls = LongPollWaiters(count_max=config.long_poll_waiters_count_max)
@@ -378,7 +382,7 @@ class Bookie:
         if not in_flight or in_flight[0][0] != token:
             raise BookieUsageError(f"journal token {token} is not the oldest write in flight "
                                    f"({in_flight[0][0] if in_flight else 'none'})")
-        group = in_flight.popleft()[1]
+        self._unapplied_token, group = in_flight.popleft()
         self._unapplied = group
         self._unapplied_answered_count = self._answer_adds(group.waiters, self._effects)
 
@@ -411,6 +415,7 @@ class Bookie:
             rest = waiters[answered_count:] if answered_count else waiters
             for request, source in rest[self._answer_adds(rest, self._effects):]:
                 self._complete(request, source)
+        self.applied_token = self._unapplied_token
         self._maybe_flush(now_ns)
 
     @property
