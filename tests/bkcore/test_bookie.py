@@ -432,6 +432,68 @@ def test_no_other_input_comes_between_the_early_answers_and_the_apply():
     assert d.answers(ReadResponse)[0].body == body(0)
 
 
+def test_a_write_applied_in_slices_answers_what_each_slice_applied_and_others_are_served_between():
+    d = Driver()
+    for entry_id in range(4):
+        d.send(add(entry_id))
+    d.send(batch(4, 10))
+    d.send(add(14))
+    d.tick()
+    (write,) = d.in_flight
+    d.in_flight.clear()
+    d.bookie.begin_persisted(write.token)
+    # Records: the ledger's MASTER_KEY, four ENTRY, one ENTRIES of 10, one ENTRY: slices of 3
+    # records, each answering the adds whose records it applied.
+    assert d.bookie.apply_persisted(d.now_ns, record_count_max=3) == 3
+    d.collect()
+    assert d.bookie.is_applying and d.answers() == [AddResponse(100, Code.OK, 1, 0), AddResponse(101, Code.OK, 1, 1)]
+    assert d.bookie.journal_queued_size == len(write.data), "the rest of the write is not in storage yet"
+    # Served between two slices: a read, a new add, a timer that writes its group. The next
+    # write is not applied before this one.
+    d.send(ReadRequest(request_id=7, ledger_id=1, entry_id=1))
+    assert d.answers() == [ReadResponse(7, Code.OK, 1, 1, body(1), -1)]
+    d.send(add(15))
+    d.tick()
+    (next_write,) = d.in_flight
+    for refused in (lambda: d.bookie.begin_persisted(next_write.token),
+                    lambda: d.bookie.answer_persisted(next_write.token, d.now_ns)):
+        with pytest.raises(BookieUsageError):
+            refused()
+    assert d.bookie.apply_persisted(d.now_ns, record_count_max=3) == 3
+    d.collect()
+    assert d.answers() == [AddResponse(102, Code.OK, 1, 2), AddResponse(103, Code.OK, 1, 3),
+                           AddBatchResponse(504, Code.OK, 1, 4, 10)]
+    assert d.bookie.is_applying and d.bookie.applied_token == 0
+    assert d.bookie.apply_persisted(d.now_ns, record_count_max=3) == 1
+    d.collect()
+    assert not d.bookie.is_applying and d.answers() == [AddResponse(114, Code.OK, 1, 14)]
+    assert [d.storage.get_entry(1, e) for e in range(15)] == [body(e, e - 1 if 4 <= e < 14 else -1)
+                                                             for e in range(15)]
+    assert d.bookie.applied_token == write.token
+    d.persist()
+    assert d.answers() == [AddResponse(115, Code.OK, 1, 15)] and d.bookie.applied_token == next_write.token
+    with pytest.raises(BookieUsageError):
+        d.bookie.apply_persisted(d.now_ns)          # nothing left to apply
+
+
+def test_a_fence_read_in_a_write_applied_in_slices_is_answered_once_the_records_before_it_are():
+    d = Driver()
+    d.send(add(0))
+    d.send(fence())
+    d.send(add(1, request_id=77, is_recovery=True))
+    d.tick()
+    (write,) = d.in_flight
+    d.in_flight.clear()
+    d.bookie.begin_persisted(write.token)
+    answers = []
+    while d.bookie.is_applying:            # one record a slice: MASTER_KEY, ENTRY, FENCE, ENTRY
+        assert d.bookie.apply_persisted(d.now_ns, record_count_max=1) == 1
+        d.collect()
+        answers.append([(type(a).__name__, a.request_id, a.entry_id) for a in d.answers()])
+    assert answers == [[], [("AddResponse", 100, 0)], [("ReadResponse", 9, 0)], [("AddResponse", 77, 1)]]
+    assert d.storage.is_fenced(1) and d.bookie.statistics().adds_ok_count == 2
+
+
 def test_a_group_without_adds_answers_nothing_early():
     d = Driver(answers_early=True)
     d.send(add(0))

@@ -158,3 +158,28 @@ def test_crash_anywhere_in_random_workloads(steps, crash_fraction, seed):
     for journal_config in JOURNAL_CONFIGS.values():
         crash_at(int(operation_count(steps, journal_config) * crash_fraction), steps=steps, seed=seed,
                  journal_config=journal_config)
+
+
+def test_a_checkpoint_between_a_sync_and_the_core_hearing_of_it_does_not_cover_that_write():
+    """A threaded driver syncs in its journal thread and tells the core later, from its loop; a
+    checkpoint beginning in between must not move the LastLogMark past the write (storage does
+    not hold it yet), or a crash after that checkpoint loses an acknowledged entry."""
+    fs = SimFileSystem(rng=random.Random(0), options=DiskOptions.none())
+    index = MemoryIndexStore()
+    process = BookieProcess(fs, index, now_ms=1)
+    stack, core = process.stack, process.stack.core
+    core.receive(AddRequest(request_id=1, ledger_id=1, entry_id=0, master_key=KEY, body=body(1, 0)),
+                 source="client", now_ns=1_000_000)
+    (write,) = core.take_effects()
+    assert isinstance(write, JournalWrite)
+    stack.write_journal(write, now_ms=1)
+    stack.sync_journal(write.token)                  # (the journal thread)
+    mark = stack.checkpoint()                        # (the loop, before it hears of the sync)
+    assert mark == stack.persisted_mark and stack.storage.get_entry(1, 0) is None
+    core.on_persisted(write.token, 2_000_000)
+    assert [effect.message.code for effect in core.take_effects()] == [Code.OK]
+    next_mark = stack.persisted_mark
+    fs.crash()
+    restarted = BookieProcess(fs, index, now_ms=10_000)
+    assert restarted.storage.get_entry(1, 0) == body(1, 0)
+    assert next_mark.position > mark.position        # once applied, the next checkpoint covers it

@@ -2,9 +2,10 @@
 
 Inputs: receive(message), on_persisted(token) when a JournalWrite is durable (or its two
 halves, answer_persisted(token) then apply_persisted(), for a driver that writes the early
-answers before the apply), on_timer(now) when next_deadline_ns() is due. Outputs: Send
-(responses) and JournalWrite effects. After a restart, replay_journal() (or replay_records())
-rebuilds storage before anything is served.
+answers before the apply; or begin_persisted(token) then apply_persisted() in slices, for a
+driver that serves other inputs between them), on_timer(now) when next_deadline_ns() is due.
+Outputs: Send (responses) and JournalWrite effects. After a restart, replay_journal() (or
+replay_records()) rebuilds storage before anything is served.
 
 Batched adds (AddBatchRequest: consecutive entries of one ledger) are checked as a whole,
 journaled as one ENTRIES record and answered once; otherwise they follow the rules of adds.
@@ -62,6 +63,8 @@ from bkcore.wire import (
 MS = 1_000_000
 KIB = 1024
 MIB = 1024 * KIB
+# apply_persisted() without a bound: all of the write at once.
+RECORD_COUNT_UNBOUNDED = 1 << 62
 
 
 class BookieUsageError(Exception):
@@ -268,12 +271,23 @@ class Bookie:
         # (token, group) of every JournalWrite emitted and not yet persisted, oldest first.
         self._in_flight: deque[tuple[int, _Group]] = deque()
         self._in_flight_max = config.journal_writes_in_flight_max
-        # The group answer_persisted() took off _in_flight, until apply_persisted() applies it
-        # (None otherwise: every other input is refused meanwhile), and how many of its waiters
-        # (adds at its front) it answered.
+        # The group answer_persisted() or begin_persisted() took off _in_flight, until
+        # apply_persisted() has applied all of it (None otherwise), and its token. Of it: how
+        # many records are applied, how many waiters have their record applied (every record
+        # but a MASTER_KEY or an explicit LAC has one waiter, appended right after it), and how
+        # many waiters are answered. answer_persisted() answers the adds at its front before
+        # any record is applied: until all are, every other input is refused (nobody may see
+        # storage without the records of adds already answered).
         self._unapplied: _Group | None = None
+        self._unapplied_token = 0
+        self._unapplied_applied_count = 0
+        self._unapplied_ready_count = 0
         self._unapplied_answered_count = 0
+        self._has_early_answers = False
         self._next_token = 1
+        # The last JournalWrite whose records are all applied to storage (0: none since start):
+        # a checkpoint's LastLogMark may cover it and nothing after (BookieStack).
+        self.applied_token = 0
         self._pending_adds_count = 0
         self._pending_syncs_count = 0
         self._long_polls = LongPollWaiters(count_max=config.long_poll_waiters_count_max)
@@ -296,9 +310,11 @@ class Bookie:
 
     @property
     def journal_queued_size(self) -> int:
-        """Bytes of records not yet durable: the journal writes in flight and the group
-        collected for the next one (what persisting them will add to storage, at most)."""
+        """Bytes of records not yet in storage: the write being applied (all of it, until it
+        is), the journal writes in flight and the group collected for the next one (what
+        persisting them will add to storage, at most)."""
         return ((0 if self._collecting is None else self._collecting.size)
+                + (0 if self._unapplied is None else self._unapplied.size)
                 + sum(group.size for _, group in self._in_flight))
 
     def take_effects(self) -> list | tuple:
@@ -319,7 +335,7 @@ class Bookie:
         return poll_deadline
 
     def on_timer(self, now_ns: int) -> None:
-        if self._unapplied is not None:
+        if self._has_early_answers:
             self._refuse_before_apply()
         poll_deadline = self._long_polls.next_deadline_ns()
         if poll_deadline is not None and poll_deadline <= now_ns:    # else none has expired
@@ -330,7 +346,7 @@ class Bookie:
 
     def receive(self, message: object, *, source: str, now_ns: int) -> None:
         """receive_batch() of one message, without building the batch."""
-        if self._unapplied is not None:
+        if self._has_early_answers:
             self._refuse_before_apply()
         self._has_served = True
         row = _REQUEST_TABLE.get(type(message))
@@ -344,7 +360,7 @@ class Bookie:
     def receive_batch(self, messages, *, source: str, now_ns: int) -> None:
         """Handle every request of one receive buffer, then decide about the journal once: a
         bookie flushing "when the queue is empty" treats the end of a batch as empty."""
-        if self._unapplied is not None:
+        if self._has_early_answers:
             self._refuse_before_apply()
         self._has_served = True
         for message in messages:
@@ -372,27 +388,52 @@ class Bookie:
         still applies it. The adds are durable, so they may be acknowledged first; and no
         other input reaches this bookie before apply_persisted() (any other is refused), so
         nobody can see storage without them."""
+        self._take_persisted(token)
+        self._unapplied_answered_count = self._answer_adds(self._unapplied.waiters, self._effects)
+        self._has_early_answers = True
+
+    def begin_persisted(self, token: int) -> None:
+        """on_persisted() in slices, for a driver that serves other inputs between them: the
+        JournalWrite `token` is durable, and apply_persisted(record_count_max=...) applies its
+        records a slice at a time until is_applying is false, each slice answering the requests
+        whose records it applied (in order: those are the records of every earlier request too).
+        Other inputs may come between two slices: storage holds every record of a request
+        answered, and some of the others, as it might before a write is synced. The next write
+        waits for this one."""
+        self._take_persisted(token)
+
+    def _take_persisted(self, token: int) -> None:
         if self._unapplied is not None:
-            self._refuse_before_apply()
+            raise BookieUsageError(f"journal token {token} is durable, but write {self._unapplied_token} is still "
+                                   f"being applied: apply_persisted() finishes it first (they apply in order)")
         in_flight = self._in_flight
         if not in_flight or in_flight[0][0] != token:
             raise BookieUsageError(f"journal token {token} is not the oldest write in flight "
                                    f"({in_flight[0][0] if in_flight else 'none'})")
-        group = in_flight.popleft()[1]
-        self._unapplied = group
-        self._unapplied_answered_count = self._answer_adds(group.waiters, self._effects)
+        self._unapplied_token, self._unapplied = in_flight.popleft()
+        self._unapplied_applied_count = self._unapplied_ready_count = self._unapplied_answered_count = 0
 
-    def apply_persisted(self, now_ns: int) -> None:
+    def apply_persisted(self, now_ns: int, *, record_count_max: int = RECORD_COUNT_UNBOUNDED) -> int:
         """The second half of on_persisted(): apply the records of the write answer_persisted()
-        was told of, answer what waited on it behind its first adds (fence reads, forces and
-        anything after them: only now can they see the records), in order, then write the next
-        group if it is due."""
+        or begin_persisted() was told of, in order, at most record_count_max of them, and return
+        how many; answer, in order, what waited on the records applied and was not answered
+        early (fence reads and forces see every record before theirs). Once all are applied,
+        write the next group if it is due. (A record costs about the same whoever sent it: one
+        entry or a batch's ENTRIES record, applied, then one answer.)"""
         group = self._unapplied
         if group is None:
-            raise BookieUsageError("apply_persisted() without a write told durable by answer_persisted()")
-        self._unapplied = None
+            raise BookieUsageError("apply_persisted() without a write told durable by answer_persisted() or "
+                                   "begin_persisted()")
         storage = self.storage
-        for record in group.records:
+        records = group.records
+        index = self._unapplied_applied_count
+        record_count = len(records)
+        ready_count = self._unapplied_ready_count
+        end = min(record_count, index + record_count_max)
+        applied_count = end - index
+        while index < end:
+            record = records[index]
+            index += 1
             if type(record) is AddRequest or type(record) is EntryRecord:
                 # _apply of an entry, spelled out (nearly every record is one; see _on_add).
                 ledger_id = record.ledger_id
@@ -403,19 +444,34 @@ class Bookie:
                     known = self._known_lac.get(ledger_id)    # (_cache_lac may replace the dict)
                     if known is None or header[2] > known:        # else _learn_lac does nothing
                         self._learn_lac(ledger_id, header[2])
+                ready_count += 1
             else:
                 self._apply(record)
-        waiters = group.waiters
+                kind = type(record)
+                if kind is not MasterKeyRecord and kind is not LacRecord:
+                    ready_count += 1
+        self._unapplied_applied_count = index
+        self._unapplied_ready_count = ready_count
         answered_count = self._unapplied_answered_count
-        if answered_count < len(waiters):
-            rest = waiters[answered_count:] if answered_count else waiters
-            for request, source in rest[self._answer_adds(rest, self._effects):]:
+        if answered_count < ready_count:
+            waiters = group.waiters
+            is_all = ready_count == len(waiters) and not answered_count
+            ready = waiters if is_all else waiters[answered_count:ready_count]
+            for request, source in ready[self._answer_adds(ready, self._effects):]:
                 self._complete(request, source)
+            self._unapplied_answered_count = ready_count
+        if index < record_count:
+            return applied_count
+        self._unapplied = None
+        self._has_early_answers = False
+        self.applied_token = self._unapplied_token
         self._maybe_flush(now_ns)
+        return applied_count
 
     @property
     def is_applying(self) -> bool:
-        """Whether a write told durable by answer_persisted() awaits apply_persisted()."""
+        """Whether a write told durable by answer_persisted() or begin_persisted() has records
+        apply_persisted() has not applied yet."""
         return self._unapplied is not None
 
     def _refuse_before_apply(self) -> None:
@@ -932,14 +988,21 @@ class Bookie:
         groups = [group for _, group in self._in_flight] + ([self._collecting] if self._collecting is not None else [])
         waiters = [request for group in groups for request, _ in group.waiters]
         unapplied = self._unapplied
-        if unapplied is not None:     # durable, its first adds answered, its records not yet applied
+        if unapplied is not None:     # durable, not all of its records applied
+            assert self._unapplied_applied_count < len(unapplied.records) or not unapplied.records
+            assert self._unapplied_ready_count <= len(unapplied.waiters)
+            assert self._has_early_answers or self._unapplied_answered_count == self._unapplied_ready_count
             waiters += [request for request, _ in unapplied.waiters[self._unapplied_answered_count:]]
             groups.append(unapplied)
+        else:
+            assert not self._has_early_answers
         adds = [r for r in waiters if type(r) is AddRequest or type(r) is AddBatchRequest]
         assert sum(map(_entry_count, adds)) == self._pending_adds_count <= config.pending_adds_count_max
         assert len(waiters) - len(adds) == self._pending_syncs_count <= config.pending_syncs_count_max
         for group in groups:
             assert group.size == sum(map(len, group.chunks)) > 0
+            assert len(group.waiters) == sum(type(r) is not MasterKeyRecord and type(r) is not LacRecord
+                                             for r in group.records), "one waiter per record but keys and LACs"
             assert group.size <= config.journal_queue_size_max
         pending_records = [record for group in groups for record in group.records]
         fenced_pending = {r.ledger_id for r in pending_records if type(r) is FenceRecord}

@@ -40,8 +40,15 @@ class BookieStack:
         # Made by start(), after the cookies say these directories are this bookie's.
         self.storage: DurableLedgerStorage | None = None
         self.core: Bookie | None = None
-        # Journal position after the last group the core has been told is durable.
-        self.persisted_mark: LogMark | None = None
+        # Journal position after each write (written by write_journal), kept until the core has
+        # applied a later one entirely: a checkpoint's mark is that of core.applied_token
+        # (persisted_mark), never that of a write merely synced. A threaded driver syncs in its
+        # journal thread and tells the core afterwards, from its loop: a checkpoint beginning
+        # in between must not promise storage holds what it has not been given yet (a crash
+        # after that checkpoint would lose those records: replay starts at the mark).
+        # Only write_journal and sync_journal change it (one thread at a time: the journal's),
+        # the loop only looks one mark up.
+        self._start_mark: LogMark | None = None
         self._marks_by_token: dict[int, LogMark] = {}
 
     def start(self, *, now_ms: int, new_instance_id: str = "",
@@ -57,23 +64,33 @@ class BookieStack:
         self.core = Bookie(bookie_id=self.bookie_id, config=self._bookie_config, storage=self.storage)
         replay = self.journal.open(now_ms=now_ms)
         self.core.replay_records(replay.records)
-        self.persisted_mark = replay.end_mark
+        self._start_mark = replay.end_mark
         return replay
+
+    @property
+    def persisted_mark(self) -> LogMark | None:
+        """Journal position after the last write the core has applied entirely (after replay,
+        before any: where replay ended)."""
+        applied_token = self.core.applied_token
+        if not applied_token:
+            return self._start_mark
+        return self._marks_by_token[applied_token]
 
     def write_journal(self, effect: JournalWrite, *, now_ms: int) -> None:
         self._marks_by_token[effect.token] = self.journal.append(effect.data, now_ms=now_ms)
 
     def sync_journal(self, token: int) -> None:
         """Make the write `token` durable, and with it every write before it (one sync covers
-        the journal file; a roll synced the previous one)."""
+        the journal file; a roll synced the previous one). The driver then tells the core, and
+        persisted_mark moves once the core has applied it. (Marks older than the core's last
+        applied write are dropped here: what is kept is that one and the writes after it.)"""
         self.journal.sync()
+        applied_token = self.core.applied_token
         marks = self._marks_by_token
-        self.persisted_mark = marks.pop(token)
-        for older in [t for t in marks if t < token]:
+        for older in [t for t in marks if t < applied_token]:
             del marks[older]
 
     def checkpoint(self) -> LogMark:
-        assert not self.core.is_applying, "a checkpoint between answer_persisted and apply_persisted"
         mark = self.persisted_mark
         self.storage.checkpoint()
         self.advance_last_mark(mark)
@@ -85,8 +102,9 @@ class BookieStack:
     # delete_old_journals, never while a journal write is in progress.
 
     def begin_checkpoint(self) -> tuple[LogMark, CheckpointPlan]:
-        """The mark covers exactly the records applied so far, which are what the plan holds."""
-        assert not self.core.is_applying, "a checkpoint between answer_persisted and apply_persisted"
+        """The mark covers the writes the core has applied entirely, all of which the plan
+        holds (it may hold some records of the next: replay from the mark applies them again,
+        which changes nothing)."""
         return self.persisted_mark, self.storage.begin_checkpoint()
 
     def write_checkpoint(self, plan: CheckpointPlan, *, timed: PhaseTimer = untimed) -> None:
