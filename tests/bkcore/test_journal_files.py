@@ -7,7 +7,8 @@ import pytest
 
 from bkcore.bookie.journal import EntryRecord, FenceRecord, encode_record
 from bkcore.bookie.journal_files import (
-    JOURNAL_HEADER, PAGE_CACHE_DROP_ALIGN, PAGE_CACHE_DROP_LAG, Journal, JournalConfig, JournalStartError, LogMark, journal_name,
+    JOURNAL_HEADER, PAGE_CACHE_DROP_ALIGN, PAGE_CACHE_DROP_LAG, Journal, JournalConfig, JournalStartError, LogMark,
+    journal_name,
 )
 from bksim.filesystem import SimFileSystem
 from bksim.options import DiskOptions

@@ -185,13 +185,13 @@ async def _held_first_sync(cluster, monkeypatch):
     return bookie, holding, release, reported, log, steps
 
 
-async def test_a_large_write_is_applied_in_slices_the_loop_serving_others_between_in_journal_order(
-        start_cluster, monkeypatch):
+async def _two_writes_behind_a_held_sync(start_cluster, monkeypatch):
+    """_held_first_sync's bookie with write 1 (GROUP_ENTRY_COUNT adds, on `writer`) held in its
+    sync, and write 2 sent and queued behind it: (cluster, bookie, writer, release, reported, log)."""
     cluster = await start_cluster(URI, 0)
-    bookie, holding, release, reported, log, steps = await _held_first_sync(cluster, monkeypatch)
+    bookie, holding, release, reported, log, _ = await _held_first_sync(cluster, monkeypatch)
     server = bookie.server
     writer = _Wire(await trio.open_tcp_stream("127.0.0.1", server.listen_port))
-    reader = _Wire(await trio.open_tcp_stream("127.0.0.1", server.listen_port))
     await writer.send(_adds(0, GROUP_ENTRY_COUNT))                     # write 1: its sync is held
     with trio.fail_after(10):
         while not holding.is_set():
@@ -200,6 +200,14 @@ async def test_a_large_write_is_applied_in_slices_the_loop_serving_others_betwee
     with trio.fail_after(10):
         while server._journal.outstanding < 2:
             await trio.sleep(0.01)
+    return cluster, bookie, writer, release, reported, log
+
+
+async def test_a_large_write_is_applied_in_slices_the_loop_serving_others_between_in_journal_order(
+        start_cluster, monkeypatch):
+    cluster, bookie, writer, release, reported, log = await _two_writes_behind_a_held_sync(start_cluster, monkeypatch)
+    server = bookie.server
+    reader = _Wire(await trio.open_tcp_stream("127.0.0.1", server.listen_port))
     first_sliced = trio.Event()
     core_apply = server.core.apply_persisted
 
@@ -246,18 +254,8 @@ async def test_a_large_write_is_applied_in_slices_the_loop_serving_others_betwee
 
 async def test_a_bookie_stopped_while_applying_a_write_in_slices_finishes_it_before_closing_its_files(
         start_cluster, monkeypatch):
-    cluster = await start_cluster(URI, 0)
-    bookie, holding, release, reported, log, steps = await _held_first_sync(cluster, monkeypatch)
+    cluster, bookie, writer, release, reported, log = await _two_writes_behind_a_held_sync(start_cluster, monkeypatch)
     server = bookie.server
-    writer = _Wire(await trio.open_tcp_stream("127.0.0.1", server.listen_port))
-    await writer.send(_adds(0, GROUP_ENTRY_COUNT))
-    with trio.fail_after(10):
-        while not holding.is_set():
-            await trio.sleep(0.01)
-    await writer.send(_adds(GROUP_ENTRY_COUNT, GROUP_ENTRY_COUNT))
-    with trio.fail_after(10):
-        while server._journal.outstanding < 2:
-            await trio.sleep(0.01)
     core_apply = server.core.apply_persisted
 
     def apply_then_stop(now_ns, *, record_count_max):

@@ -156,7 +156,8 @@ class RecordEncoder:
         try:
             packer.pack([int(_KIND_OF[kind]), *(getattr(record, name) for name in record.__slots__)])
             with packer.getbuffer() as payload:
-                assert len(payload) <= RECORD_SIZE_MAX, f"{kind.__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
+                assert len(payload) <= RECORD_SIZE_MAX, \
+                    f"{kind.__name__} of {len(payload)} bytes exceeds RECORD_SIZE_MAX"
                 return b"".join((RECORD_HEADER.pack(len(payload), crc32c.crc32c(payload)), payload))
         finally:
             packer.reset()

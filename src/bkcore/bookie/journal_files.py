@@ -27,9 +27,9 @@ the bookie writes into a new journal file, so a torn tail is never appended to.
 Dropping from the page cache (BookKeeper's journalRemoveFromPageCache, on by default): after each
 sync, the OS is told it may forget the cached pages of the current file up to
 PAGE_CACHE_DROP_LAG bytes behind its end (BookKeeper's cacheDropLagBytes, so that the page the
-next group goes into stays), in whole PAGE_CACHE_DROP_ALIGN pieces. Journal data is read only at replay, after a restart; its pages
-would otherwise push entry log pages, which readers do read, out of memory, and the next writes
-would need fresh pages rather than those just freed.
+next group goes into stays), in whole PAGE_CACHE_DROP_ALIGN pieces. Journal data is read only
+at replay, after a restart; its pages would otherwise push entry log pages, which readers do
+read, out of memory, and the next writes would need fresh pages rather than those just freed.
 
 Journals older than the LastLogMark are deleted, keeping the newest journal_max_backups of them.
 """
