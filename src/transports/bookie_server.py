@@ -408,7 +408,7 @@ class BookieServer:
                     # may wait behind them with the loop held: handing those syncs to the
                     # thread instead doubled the p50 of adds paced at a quarter and half of the
                     # peak, bench/compare_revisions.py, 3 rounds.)
-                    if (len(effect.data) <= self._sync_inline_size_max and not self._journal.outstanding
+                    if (effect.size <= self._sync_inline_size_max and not self._journal.outstanding
                             and not self._durable_writes and not has_synced_inline):
                         has_synced_inline = True
                         started = time.perf_counter()

@@ -584,7 +584,7 @@ class Bookie:
             kind = type(request)
             if kind is AddRequest or kind is AddBatchRequest:
                 entry_count += _entry_count(request)
-        self._effects.append(JournalWrite(token, b"".join(group.chunks), entry_count, group.started_at_ns))
+        self._effects.append(JournalWrite(token, group.chunks, group.size, entry_count, group.started_at_ns))
 
     def _apply(self, record: JournalRecord) -> None:
         """Apply one durable record to storage; crash replay and live persistence share this.
