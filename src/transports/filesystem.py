@@ -150,10 +150,13 @@ class OsFileSystem:
         while offset < end:
             offset += os.pwrite(fd, memoryview(zeros)[:end - offset], offset)
 
-    def sync(self, path: str) -> None:
+    def _open_handle(self, path: str) -> int | None:
+        """A descriptor of `path` already open here (either kind), or None."""
         fd = self._handles.get(path)
-        if fd is None:
-            fd = self._positional_handles.get(path)
+        return self._positional_handles.get(path) if fd is None else fd
+
+    def sync(self, path: str) -> None:
+        fd = self._open_handle(path)
         if fd is not None:
             os.fdatasync(fd)           # any descriptor of the file syncs all of its data
             return
@@ -164,9 +167,7 @@ class OsFileSystem:
             os.close(fd)
 
     def drop_cached(self, path: str, offset: int, size: int) -> None:
-        fd = self._handles.get(path)
-        if fd is None:
-            fd = self._positional_handles.get(path)
+        fd = self._open_handle(path)
         if fd is None or _FADVISE_DONTNEED is None:
             return
         with contextlib.suppress(OSError):          # a hint: a filesystem may not take it
