@@ -22,6 +22,7 @@ from bkcore.errors import BKException, LedgerClosed, LedgerFenced, NoSuchLedger
 from bkcore.stream.errors import EndOfStream, StreamException, WriterFenced
 from bkcore.stream.records import DLSN, Record, RecordBatcher, unpack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings, stream_last_txid
+from bkcore.stream.send_rounds import SendRounds
 from bkcore.stream.writer_state import SegmentWriteState, recovered_segment
 from bkcore.stream.catalog import StreamCatalog
 
@@ -50,7 +51,8 @@ class StreamWriter:
     def __init__(self, bk, catalog: StreamCatalog, namespace: str, stream: str, *,
                  after_roll: Callable[[], Awaitable[None]] | None = None,
                  entry_size_max: int = ENTRY_SIZE_MAX, entries_in_flight_max: int = ENTRIES_IN_FLIGHT_MAX,
-                 pending_bytes_max: int = PENDING_BYTES_MAX, lac_push_delay_ns: int | None = None) -> None:
+                 pending_bytes_max: int = PENDING_BYTES_MAX, lac_push_delay_ns: int | None = None,
+                 rounds: SendRounds | None = None) -> None:
         self._bk = bk
         self._rt = bk.runtime
         self._catalog = catalog
@@ -60,6 +62,8 @@ class StreamWriter:
         self._entries_in_flight_max = entries_in_flight_max
         self._pending_bytes_max = pending_bytes_max
         self._lac_push_delay_ns = lac_push_delay_ns      # for its ledgers (create_ledger)
+        # Shared with other writers: entries go in their rounds (bkcore.stream.send_rounds).
+        self._rounds = rounds
         self._queue: collections.deque[_Pending] = collections.deque()
         self._queued_bytes = 0
         self._in_flight = 0
@@ -113,6 +117,8 @@ class StreamWriter:
             await self._wait_for_change()
         if self._failure is None and self._ledger is not None and not self._is_end_of_stream:
             await self._complete_segment()
+        if self._rounds is not None:
+            self._rounds.leave(self)
 
     def abort(self, error: BaseException) -> None:
         """Stop without sealing anything (the owner gave the stream up): waiting and later
@@ -200,7 +206,8 @@ class StreamWriter:
         self._queued_bytes += size
         if not self._in_flight:
             self._send_next_entry_now()
-        if self._queue and self._in_flight < self._entries_in_flight_max:
+        if (self._queue and self._in_flight < self._entries_in_flight_max
+                and not (self._rounds is not None and self._rounds.is_waiting(self))):
             self._signal()
 
     def _records_of(self, items) -> list[Record]:
@@ -241,8 +248,12 @@ class StreamWriter:
             while self._in_flight >= self._entries_in_flight_max:
                 await self._wait_for_change()
             self._raise_failure()
-            if self._queue:         # (an acknowledgement may have sent it meanwhile)
+            if not self._queue:     # (an acknowledgement may have sent it meanwhile)
+                continue
+            if self._is_admitted():
                 self._send_entry()
+            else:                   # (the round's end sends it: _on_round_open)
+                await self._wait_for_change()
 
     def _send_entry(self) -> None:
         """Pack as many queued records as fit one entry and start adding it."""
@@ -256,6 +267,9 @@ class StreamWriter:
         payload = self._state.pack(batcher.flush())
         seqno = self._state.segment.seqno
         self._in_flight += 1
+        rounds = self._rounds
+        if rounds is not None:
+            rounds.started(self)
 
         def on_done(entry_id: int | None, error: BKException | None) -> None:
             self._in_flight -= 1
@@ -265,7 +279,12 @@ class StreamWriter:
                 self._signal()
             else:
                 self.last_position = DLSN(seqno, entry_id, len(taken) - 1)
-                self._send_next_entry_now()       # (before the records' owners are told: it waits on nothing of theirs)
+                # The next entry leaves before the records' owners are told: it waits on nothing
+                # of theirs. In rounds, it leaves when the round ends (now, if this ended it).
+                if rounds is None:
+                    self._send_next_entry_now()
+                else:
+                    rounds.finished(self, self._on_round_open if self._queue else None)
                 _settle(taken, positions=[DLSN(seqno, entry_id, slot) for slot in range(len(taken))])
                 if self._queue or self._closing or self._roll_requested or self._is_end_of_stream:
                     # (Otherwise nobody waits for an acknowledgement: the flusher waits for
@@ -284,8 +303,21 @@ class StreamWriter:
         LAC to every bookie). The flusher keeps what needs waiting: rolls, closing."""
         if (self._queue and self._failure is None and not self._roll_requested
                 and self._in_flight < self._entries_in_flight_max
-                and not self._state.should_roll(int(self._rt.wall_time_s()))):
+                and not self._state.should_roll(int(self._rt.wall_time_s()))
+                and self._is_admitted()):
             self._send_entry()
+
+    def _is_admitted(self) -> bool:
+        """Whether the next entry may leave now: always, unless the writer sends in rounds and
+        one is in flight (the round's end then calls _on_round_open)."""
+        return self._rounds is None or self._rounds.admit(self, self._on_round_open)
+
+    def _on_round_open(self) -> None:
+        """The round this writer waited for ended: its next entry leaves, or the flusher sees
+        to what keeps it (a roll that is due)."""
+        self._send_next_entry_now()
+        if self._queue and self._in_flight < self._entries_in_flight_max:
+            self._signal()
 
     async def _roll(self) -> None:
         await self._complete_segment()
@@ -341,6 +373,8 @@ class StreamWriter:
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
             self._failure = error
+        if self._rounds is not None:
+            self._rounds.leave(self)
         failed, self._queue = list(self._queue), collections.deque()
         _settle(failed, error=self._failure)
         self._queued_bytes = 0

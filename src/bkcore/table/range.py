@@ -17,8 +17,9 @@ A command is journaled first and applied once durable, strictly in journal order
 acknowledged command survives a crash of the owner and a new owner applies the same ones in the
 same order. Commands commit in groups: the journal has one entry in flight at a time
 (JOURNAL_ENTRIES_IN_FLIGHT_MAX), and the commands that arrive meanwhile go together, one record
-each, into the next entry (one ledger add, one fsync per bookie for the group). Each is answered
-once its entry is durable; a crash loses none of those, and of the rest only whole entries. Reads are served from the applied state: in the loop, or in another thread from a
+each, into the next entry (one ledger add, one fsync per bookie for the group). The ranges of
+one server send their entries in rounds (`journal_rounds`, bkcore.stream.send_rounds), so that
+a bookie syncs theirs together. Each is answered once its entry is durable; a crash loses none of those, and of the rest only whole entries. Reads are served from the applied state: in the loop, or in another thread from a
 snapshot of the index (read_in_thread). After each checkpoint the oldest kept
 checkpoint bounds what must stay: both streams are truncated behind it.
 
@@ -41,6 +42,7 @@ import crc32c
 from bkcore.stream.errors import NamespaceExists, PositionTruncated, StreamExists
 from bkcore.stream.records import DLSN
 from bkcore.stream.segments import StreamSettings
+from bkcore.stream.send_rounds import SendRounds
 from bkcore.table.commands import (
     COMMAND_SIZE_MAX, Command, ExpireKeys, RangeRead, RangeResult, Stamped, TableError, decode_stamped, describe,
     encode_stamped,
@@ -138,7 +140,8 @@ class _Watcher:
 class TableRange:
     def __init__(self, streams, table: str, range_id: int = 0, *,
                  settings: StreamSettings = StreamSettings(),
-                 checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS, index: KvIndex | None = None) -> None:
+                 checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS, index: KvIndex | None = None,
+                 journal_rounds: SendRounds | None = None) -> None:
         self._streams = streams
         self._rt = streams.runtime
         self.table, self.range_id = table, range_id
@@ -147,6 +150,7 @@ class TableRange:
         self._journal_name = journal_stream_name(table, range_id)
         self._checkpoint_name = checkpoint_stream_name(self._journal_name)
         self._index = index if index is not None else MemoryKvIndex()
+        self._journal_rounds = journal_rounds
         self.state = RangeState(self._index)
         self._slots: collections.deque[_Slot] = collections.deque()
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=WATCH_HISTORY_EVENTS)
@@ -186,7 +190,7 @@ class TableRange:
         self._journal = await streams.start_writer(nursery, TABLES_NAMESPACE, self._journal_name,
                                                    entry_size_max=JOURNAL_ENTRY_SIZE_MAX,
                                                    entries_in_flight_max=JOURNAL_ENTRIES_IN_FLIGHT_MAX,
-                                                   lac_push_delay_ns=LAC_PUSH_DELAY_NS)
+                                                   lac_push_delay_ns=LAC_PUSH_DELAY_NS, rounds=self._journal_rounds)
         self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name,
                                                              entry_size_max=CHECKPOINT_ENTRY_SIZE_MAX,
                                                              lac_push_delay_ns=LAC_PUSH_DELAY_NS)

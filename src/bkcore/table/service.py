@@ -25,6 +25,7 @@ import crc32c
 
 from bkcore.stream.errors import NamespaceNotFound
 from bkcore.stream.segments import StreamSettings
+from bkcore.stream.send_rounds import SendRounds
 from bkcore.table.commands import (
     Command, DeleteRange, DeleteResult, Increment, IncrementResult, KeyValue, Put, PutResult, RangeRead,
     RangeResult, TableError, Txn, TxnResult, fold_key, pkey_end, unfold_key,
@@ -79,6 +80,9 @@ class Tables:
         # use, tests, the simulator).
         self._indexes = indexes
         self._nursery = nursery
+        # The journals of the ranges served here send their entries in rounds, so that the
+        # bookies sync them together (bkcore.stream.send_rounds).
+        self.journal_rounds = SendRounds(self._rt, nursery.start_soon)
         # With a server id, ranges are claimed in the metastore (several servers share the
         # tables); without one, this process serves every range it is asked about.
         self._ownership = RangeOwnership(bk.store, bk.layout.root, server_id) if server_id else None
@@ -171,7 +175,8 @@ class Tables:
             table = f"{namespace}/{stream}"
             if self._indexes is not None:
                 options["index"] = self._indexes.index_for(table, range_id)
-            table_range = TableRange(self._bk.streams, table, range_id, settings=journal_settings, **options)
+            table_range = TableRange(self._bk.streams, table, range_id, settings=journal_settings,
+                                     journal_rounds=self.journal_rounds, **options)
             try:
                 await table_range.open(self._nursery)
             except BaseException:
