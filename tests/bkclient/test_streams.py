@@ -11,7 +11,9 @@ from bkcore.stream.errors import (
     StreamExists, StreamNotFound, TxidOutOfOrder, WriterFenced,
 )
 from bkcore.stream.records import DLSN
+from bkcore.stream import send_rounds as rounds_module
 from bkcore.stream.segments import StreamSettings
+from bkcore.stream.send_rounds import SendRounds
 
 URI = "memory://streams"
 SMALL = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
@@ -116,6 +118,55 @@ async def test_with_one_entry_in_flight_what_arrives_meanwhile_goes_in_the_next_
     # Every entry holds at least one record: slots 0.. of each entry, no entry left empty.
     assert sorted({(r.dlsn.segment, r.dlsn.entry_id) for r in records}) == \
         [(1, entry_id) for entry_id in range(len(entries))]
+
+
+async def test_writers_sharing_send_rounds_send_their_entries_together_and_a_fenced_one_holds_none_up(bk, nursery):
+    """Three range-journal-like writers (one entry in flight each) in one SendRounds: every
+    record is durable and reads back where its writer was told, the writers' entries went in
+    shared rounds (fewer rounds than entries), and once one writer is fenced the others go on
+    without waiting for it."""
+    streams = bk.streams
+
+    class CheckedRounds(SendRounds):
+        """Counts entries started while another writer's round was in flight (none should)."""
+        out_of_turn = 0
+
+        def started(self, writer) -> None:
+            if any(other is not writer for other in self._in_flight) and not self._is_opening:
+                self.out_of_turn += 1
+            super().started(writer)
+    rounds = CheckedRounds(streams.runtime, nursery.start_soon)
+    names = ["r0", "r1", "r2"]
+    writers = {}
+    for name in names:
+        await streams.create_stream("ns", name)
+        writers[name] = await streams.start_writer(nursery, "ns", name, entries_in_flight_max=1, rounds=rounds)
+    written: dict[str, dict[bytes, DLSN]] = {name: {} for name in names}
+
+    async def client(index: int) -> None:
+        name = names[index % 3]
+        for n in range(12):
+            payload = b"c%d-%d" % (index, n)
+            written[name][payload] = await writers[name].write(payload)
+    async with trio.open_nursery() as clients:
+        for index in range(9):
+            clients.start_soon(client, index)
+    entry_count = sum(len({(p.segment, p.entry_id) for p in positions.values()}) for positions in written.values())
+    assert rounds.rounds_count < entry_count and rounds.out_of_turn == 0
+    for name in names:
+        records = await read_all(streams, name, count=36)
+        assert {r.payload: r.dlsn for r in records} == written[name]
+
+    async with streams.open_writer("ns", "r0"):         # fences r0's writer
+        pass
+    with pytest.raises(WriterFenced):
+        await writers["r0"].write(b"fenced")
+    with trio.fail_after(rounds_module.ROUND_WAIT_MAX_S * 50):
+        await writers["r1"].write(b"after")
+        await writers["r2"].write(b"after")
+    assert rounds.rounds_given_up_count == 0            # (nothing waited for the fenced writer)
+    for name in ("r1", "r2"):
+        await writers[name].aclose()
 
 
 async def test_records_written_without_waiting_are_told_their_positions_by_callback(bk, nursery):

@@ -47,10 +47,13 @@ class SendRounds:
         self.rounds_given_up_count = 0        # rounds the watchdog stopped waiting for
 
     def admit(self, writer, send: Callable[[], None]) -> bool:
-        """May `writer` send its next entry now? If not, it waits: send() is called once the
-        round in flight ends (and sends, or finds what stops it: a roll, a failure)."""
+        """May `writer` send its next entry now? Yes when no round is in flight, or when the
+        round is the writer's own and nobody waits for it to end (a writer alone pipelines its
+        entries). If not, it waits: send() is called once the round in flight ends (and sends,
+        or finds what stops it: a roll, a failure)."""
         in_flight = self._in_flight
-        if not in_flight or self._is_opening or (len(in_flight) == 1 and writer in in_flight):
+        if (not in_flight or self._is_opening
+                or (len(in_flight) == 1 and writer in in_flight and not self._waiting)):
             return True
         self._wait(writer, send)
         return False
