@@ -116,7 +116,7 @@ class Call:
     __slots__ = ("method", "metadata", "deadline", "trailers", "_connection", "_stream_id", "_scope", "is_done",
                  "is_stream", "stats", "started_s")
 
-    def __init__(self, connection: _Connection, stream_id: int, method: str, headers: list) -> None:
+    def __init__(self, connection: _Connection, stream_id: int, method: str, headers: tuple) -> None:
         self._connection, self._stream_id = connection, stream_id
         self.method = method
         self.metadata: dict[str, str] = {}
@@ -169,7 +169,7 @@ class _Stream:
 
     __slots__ = ("path", "headers", "body", "outbound", "end_after", "headers_sent")
 
-    def __init__(self, path: str, headers: list) -> None:
+    def __init__(self, path: str, headers: tuple) -> None:
         self.path, self.headers = path, headers
         self.body = bytearray()
         self.headers_sent = False
@@ -222,7 +222,7 @@ class _Connection:
 
     # -- what the HTTP/2 layer says (Http2Server's owner) --------------------------------------
 
-    def on_request(self, stream_id: int, headers: list, end_stream: bool) -> None:
+    def on_request(self, stream_id: int, headers: tuple, end_stream: bool) -> None:
         path = ""
         for name, value in headers:
             if name == b":path":
@@ -509,7 +509,7 @@ class GrpcServer:
             stats = self.call_stats[path] = CallStats()
         return stats
 
-    def is_authorized(self, headers: list) -> bool:
+    def is_authorized(self, headers: tuple) -> bool:
         for name, value in headers:
             if name == AUTHORIZATION_HEADER:
                 return is_bearer(value, self.auth_secret)

@@ -37,6 +37,8 @@ NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERRO
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_SIZE = 16_384
 WINDOW_MAX = 2**31 - 1
+# Header blocks of indexed fields only remembered per connection (Http2Server._decoded).
+INDEXED_BLOCKS_KEPT = 64
 # Our receive windows are given back once this much of them is used: a stream's before the
 # client has our SETTINGS may be only DEFAULT_WINDOW.
 STREAM_WINDOW_REFILL = 32 * 1024
@@ -85,7 +87,7 @@ class ProtocolError(Exception):
 class Http2Server:
     """One connection. The owner gets, from receive():
 
-        on_request(stream_id, headers, end_stream)   headers: [(name, value)] as bytes
+        on_request(stream_id, headers, end_stream)   headers: ((name, value), ...) as bytes
         on_data(stream_id, data, end_stream)
         on_reset(stream_id)                           the client cancelled the stream
         on_window(stream_id)                          more may be sent there (0: on every stream)
@@ -98,6 +100,10 @@ class Http2Server:
         self._out = bytearray()
         self._seen_preface = False
         self._decoder = hpack.Decoder()
+        # Decoded header blocks made of indexed fields only (a client repeating a call sends its
+        # headers as the same few bytes): such a block reads the dynamic table and does not
+        # change it, so while no other block has been decoded its headers are the same again.
+        self._indexed_blocks: dict[bytes, tuple] = {}
         self._peer_initial_window = DEFAULT_WINDOW
         self.peer_max_frame_size = DEFAULT_FRAME_SIZE
         self._connection_send_window = DEFAULT_WINDOW
@@ -241,13 +247,31 @@ class Http2Server:
             raise self._go_away(PROTOCOL_ERROR, "a client may not push")
         # PRIORITY and unknown kinds: nothing to do
 
+    def _decoded(self, block: bytes) -> tuple:
+        """The header block's (name, value) pairs. hpack's decoder costs a good part of a small
+        call's CPU, so blocks of indexed fields only are remembered (INDEXED_BLOCKS_KEPT), until
+        a block of any other kind, which may change the dynamic table, is decoded."""
+        known = self._indexed_blocks.get(block)
+        if known is not None:
+            return known
+        try:
+            headers = tuple(self._decoder.decode(block, raw=True))
+        except hpack.HPACKError as exc:
+            raise self._go_away(COMPRESSION_ERROR, f"a header block that does not decode: {exc}") from None
+        # Every byte with its top bit set: each is an indexed field (1xxxxxxx, index < 127; a
+        # longer index would need a last byte without it). Its decoding succeeded, so it held
+        # no other kind of field.
+        if min(block, default=0) >= 0x80:
+            if len(self._indexed_blocks) < INDEXED_BLOCKS_KEPT:
+                self._indexed_blocks[block] = headers
+        else:
+            self._indexed_blocks.clear()
+        return headers
+
     def _end_headers(self) -> None:
         stream_id, flags, block = self._headers_pending
         self._headers_pending = None
-        try:
-            headers = self._decoder.decode(bytes(block), raw=True)
-        except hpack.HPACKError as exc:
-            raise self._go_away(COMPRESSION_ERROR, f"a header block that does not decode: {exc}") from None
+        headers = self._decoded(bytes(block))
         end_stream = bool(flags & FLAG_END_STREAM)
         if stream_id in self._receiving:          # trailers from the client: nothing in them for us
             if end_stream:

@@ -8,6 +8,8 @@ import struct
 
 import hpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bktransports.http2 import (
     CONTINUATION, DATA, FLAG_ACK, FLAG_END_HEADERS, FLAG_END_STREAM, GOAWAY, HEADERS, PING, PREFACE,
@@ -83,6 +85,30 @@ def test_a_client_without_the_preface_is_refused_with_goaway():
     with pytest.raises(ProtocolError):
         server.receive(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert frames_of(server.take_output())[0][0] == GOAWAY
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"/a.A/Put", b"/a.A/Get", b"/b.B/Range"]),
+                          st.sampled_from([b"", b"x", b"yy"]), st.booleans()), min_size=1, max_size=30))
+def test_header_blocks_decode_as_a_fresh_decoder_reads_them_whether_remembered_or_not(calls):
+    """A client's requests, some of them the byte-for-byte block of an earlier request sent
+    again: the headers that reach the owner are those a fresh hpack decoder reads from the same
+    blocks, though blocks of indexed fields only are remembered (the dynamic table may have
+    moved under an old block since)."""
+    server, owner = connected()
+    encoder, reference = hpack.Encoder(), hpack.Decoder()
+    sent: list[bytes] = []
+    for index, (path, value, again) in enumerate(calls):
+        headers = [(b":method", b"POST"), (b":path", path), (b"content-type", b"application/grpc")]
+        if value:
+            headers.append((b"x-meta", value))
+        block = sent[index // 2] if again and sent else encoder.encode(headers)
+        sent.append(block)
+        stream_id = 2 * index + 1
+        server.receive(frame(HEADERS, FLAG_END_HEADERS | FLAG_END_STREAM, stream_id, block))
+        request = owner.events.pop()
+        assert request[:2] == ("request", stream_id)
+        assert request[2] == [(bytes(n), bytes(v)) for n, v in reference.decode(block, raw=True)]
 
 
 def test_a_request_split_over_continuation_and_data_frames_arrives_whole():
