@@ -105,3 +105,25 @@ async def test_a_round_held_up_too_long_is_given_up_and_its_late_entry_disturbs_
         with trio.fail_after(5):     # nobody waits: the watchdog ends
             while rounds._is_watching:
                 await trio.sleep(0.01)
+
+
+async def test_a_writer_whose_send_fails_leaves_those_after_it_to_the_watchdog():
+    async with trio.open_nursery() as nursery:
+        rounds = SendRounds(TRIO_RUNTIME, nursery.start_soon, round_wait_max_s=0.02)
+        log: list[str] = []
+        first, broken, last = (Writer(rounds, name, log) for name in ("first", "broken", "last"))
+
+        def fail() -> None:
+            raise RuntimeError("a bug in a writer")
+        first.write()
+        rounds.admit(broken, fail)
+        last.write()
+        try:
+            first.acknowledged()         # the round ends; broken's send raises to the caller
+        except RuntimeError:
+            pass
+        assert log == ["first"] and rounds.is_waiting(last)
+        with trio.fail_after(5):         # no round is in flight: the watchdog lets last go
+            while log != ["first", "last"]:
+                await trio.sleep(0.005)
+        last.acknowledged()

@@ -23,7 +23,10 @@ the watchdog as a task.
 
 from __future__ import annotations
 
+import logging
 from typing import Callable
+
+logger = logging.getLogger(__name__)
 
 ROUND_WAIT_MAX_S = 0.02
 
@@ -98,29 +101,43 @@ class SendRounds:
             self._spawn(self._watch)
 
     def _open(self) -> None:
-        """End the round: every writer waiting sends now."""
+        """End the round: every writer waiting sends now. (If one raises, those after it wait
+        on, and the watchdog lets them go: it releases writers that wait with no round in
+        flight.)"""
         if not self._waiting:
             return
-        waiting, self._waiting = self._waiting, {}
+        waiting, self._waiting = list(self._waiting.items()), {}
         self._is_opening = True
         try:
-            for send in waiting.values():
-                send()
+            for index, (_, send) in enumerate(waiting):
+                try:
+                    send()
+                except BaseException:
+                    for writer, later in waiting[index + 1:]:
+                        self._wait(writer, later)
+                    raise
         finally:
             self._is_opening = False
 
     async def _watch(self) -> None:
-        """While writers wait: a round that has taken round_wait_max_s is given up on."""
+        """While writers wait: a round that has taken round_wait_max_s is given up on, and
+        writers left waiting with no round in flight are let go."""
         try:
             while self._waiting:
                 await self._rt.sleep(self._round_wait_max_s)
-                if (self._waiting and self._in_flight
-                        and self._rt.monotonic_s() - self._round_started_s >= self._round_wait_max_s):
+                if not self._waiting:
+                    break
+                if self._in_flight and self._rt.monotonic_s() - self._round_started_s < self._round_wait_max_s:
+                    continue
+                if self._in_flight:
                     self.rounds_given_up_count += 1
                     for writer, count in self._in_flight.items():
                         self._stragglers[writer] = self._stragglers.get(writer, 0) + count
                     self._in_flight = {}
+                try:
                     self._open()
+                except Exception as exc:      # noqa: BLE001 - one writer's fault; the others go on
+                    logger.warning("a stream writer failed to send its entry when its round began: %r", exc)
         finally:
             self._is_watching = False
 
