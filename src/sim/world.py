@@ -6,7 +6,9 @@ The world performs the effects of the pure core the way a real deployment would,
   node that is down, or that restarted since the message left, is dropped (its connection broke);
 - JournalWrite: write to the bookie's SimDisk, fsync after a drawn latency, then
   answer_persisted and apply_persisted (in the order the writes were made, as one journal
-  file persists them);
+  file persists them); or, for a drawn share of the writes, begin_persisted and
+  apply_persisted a drawn number of records at a time, other inputs coming between the slices
+  (as a server applies a large write its journal thread synced: transports/bookie_server.py);
   a full disk kills the bookie (as a journal I/O error does in BookKeeper);
 - MetadataCall: submitted to the metastore (the memory tree, or three raft-lite members: see
   bksim.metastore_client) after a latency, unless it is in an outage; the answer may be lost on
@@ -55,6 +57,11 @@ CHECKPOINT_INTERVAL_NS = 500_000_000
 GC_EVERY_CHECKPOINTS = 4
 MAJOR_EVERY_GC_ROUNDS = 4
 PUMP_ROUND_COUNT_MAX = 1_000
+# Durable journal writes applied in slices (_persisted): what share of them, how many records
+# a slice applies (one of these, drawn per write), and the most time between two slices.
+APPLIED_IN_SLICES_SHARE = 0.25
+SLICE_RECORD_COUNTS = (1, 2, 5)
+SLICE_GAP_MAX_NS = 300_000
 HEALED_RESTART_RETRY_NS = 100_000_000
 HEALED_DISK_CAPACITY_SIZE = 1 << 40
 METASTORE_RETRY_NS = 100_000_000
@@ -88,8 +95,9 @@ class _Node:
     # When the latest journal write in flight becomes durable: writes persist in the order they
     # were made (the core expects that), so a later one never completes before it.
     journal_durable_at_ns: int = 0
-    # Journal writes durable while the node was paused, oldest first, told to the core when it
-    # resumes; later ones queue behind them, so the core still hears of them in order.
+    # Journal writes durable while the node was paused or was applying an earlier one in
+    # slices, oldest first, told to the core when it resumes (or is done); later ones queue
+    # behind them, so the core still hears of them in order.
     persisted_backlog: list[int] = field(default_factory=list)
     # Clients only.
     on_completed: Callable[[str, Completed, int], None] | None = None
@@ -187,6 +195,8 @@ class SimWorld:
         self._post_at = self.loop.post_at
         self._fates_ns = self.network.fate_ns
         self.metastore = self._new_metastore(random.Random(seeds.getrandbits(64)))
+        # Which durable writes are applied in slices, and how (_persisted).
+        self._slice_rng = random.Random(seeds.getrandbits(64))
         if self.metastore.needs_keepalive:
             self.loop.call_later(self._ping_interval_ns(), self._keep_bookie_sessions_alive)
 
@@ -535,12 +545,12 @@ class SimWorld:
             return
         now_ns = self.loop.now_ns
         backlog = node.persisted_backlog
-        if node.paused_until_ns > now_ns or backlog:
-            if not backlog:
+        if node.paused_until_ns > now_ns or backlog or node.core.is_applying:
+            if not backlog and not node.core.is_applying:
                 self.loop.call_at(node.paused_until_ns, self._on_persisted_backlog, node, incarnation)
-            backlog.append(token)
+            backlog.append(token)       # (a write applied in slices drains it once done)
             return
-        self._persisted(node, token, now_ns)
+        self._persisted(node, token, now_ns, incarnation)
         pump = node.pump
         pump(node)
 
@@ -552,22 +562,58 @@ class SimWorld:
         if node.paused_until_ns > now_ns:        # paused again meanwhile
             self.loop.call_at(node.paused_until_ns, self._on_persisted_backlog, node, incarnation)
             return
-        backlog, node.persisted_backlog = node.persisted_backlog, []
-        for token in backlog:
-            self._persisted(node, token, now_ns)
+        self._persist_backlog(node, now_ns, incarnation)
         pump = node.pump
         pump(node)
 
-    def _persisted(self, node: _BookieNode, token: int, now_ns: int) -> None:
-        """In two inputs, as a server does for a group it syncs itself: the first gives the
-        adds' answers, the second applies the records. The caller's pump then sends the early
-        answers first, in the order the server writes them before the apply (a message
-        posted here reaches nobody sooner for being posted between the two)."""
+    def _persist_backlog(self, node: _BookieNode, now_ns: int, incarnation: int) -> None:
+        """Tell the core of the writes waiting in the backlog, in order, until one of them is
+        applied in slices (the rest wait for it)."""
+        backlog = node.persisted_backlog
+        while backlog and not node.core.is_applying:
+            self._persisted(node, backlog.pop(0), now_ns, incarnation)
+
+    def _persisted(self, node: _BookieNode, token: int, now_ns: int, incarnation: int) -> None:
+        """Mostly in two inputs, as a server does for a group it syncs itself: the first gives
+        the adds' answers, the second applies the records. The caller's pump then sends the
+        early answers first, in the order the server writes them before the apply (a message
+        posted here reaches nobody sooner for being posted between the two). A drawn share
+        of the writes is applied in slices instead (_apply_slice)."""
         node.stack.sync_journal(token)
         self.trace.record_plain((now_ns, "synced", node.name, token))
         core = node.core
-        core.answer_persisted(token, now_ns)
-        core.apply_persisted(now_ns)
+        rng = self._slice_rng
+        if rng.random() >= APPLIED_IN_SLICES_SHARE:
+            core.answer_persisted(token, now_ns)
+            core.apply_persisted(now_ns)
+            return
+        core.begin_persisted(token)
+        self._apply_slice(node, incarnation, rng.choice(SLICE_RECORD_COUNTS))
+
+    def _apply_slice(self, node: _BookieNode, incarnation: int, record_count_max: int) -> None:
+        """Apply the next record_count_max records of the write being applied in slices; the
+        next slice comes a drawn moment later (inputs that arrive meanwhile come first), and
+        once the write is applied, the writes durable meanwhile."""
+        if not node.is_up or node.incarnation != incarnation:
+            return
+        now_ns = self.loop.now_ns
+        if node.paused_until_ns > now_ns:
+            self.loop.call_at(node.paused_until_ns, self._apply_slice_step, node, incarnation, record_count_max)
+            return
+        core = node.core
+        core.apply_persisted(now_ns, record_count_max=record_count_max)
+        if core.is_applying:
+            gap_ns = self._slice_rng.randrange(SLICE_GAP_MAX_NS + 1)
+            self.loop.call_at(now_ns + gap_ns, self._apply_slice_step, node, incarnation, record_count_max)
+        else:
+            self._persist_backlog(node, now_ns, incarnation)
+
+    def _apply_slice_step(self, node: _BookieNode, incarnation: int, record_count_max: int) -> None:
+        """A later slice (_apply_slice), then what it asked for."""
+        self._apply_slice(node, incarnation, record_count_max)
+        if node.is_up and node.incarnation == incarnation:
+            pump = node.pump
+            pump(node)
 
     def _on_timer(self, node: _Node, incarnation: int) -> None:
         node.timer_handle = None
