@@ -46,7 +46,7 @@ class SendRounds:
         self._round_started_s = 0.0
         self._is_opening = False
         self._is_watching = False
-        self.rounds_count = 0                 # rounds started (for tests and metrics)
+        self.rounds_count = 0                 # rounds started (tests read these two)
         self.rounds_given_up_count = 0        # rounds the watchdog stopped waiting for
 
     def admit(self, writer, send: Callable[[], None]) -> bool:
