@@ -65,6 +65,9 @@ def bookie_config_from_mapping(values: dict, *, source: str = "config") -> tuple
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
     config = BookieServerConfig(**top, **built)
+    if not 0 <= config.checkpoint_completion_target <= 1:
+        raise ConfigError(f"{source}: checkpointCompletionTarget is a fraction of flushInterval, from 0 to 1, "
+                          f"not {config.checkpoint_completion_target}")
     if config.http_tls and not config.tls_cert_file:
         raise ConfigError(f"{source}: httpServerTlsEnable serves HTTPS with the bookie's certificate: set "
                           f"tlsCertificatePath and tlsKeyPath too")

@@ -50,9 +50,10 @@ from bksim.raftlite_metastore import RaftMetastore
 from bksim.scenario import Scenario
 
 # Small journal files and entry logs, and frequent checkpoints, so rolling, LastLogMark moves
-# and journal deletion happen in every run.
+# and journal deletion happen in every run; checkpoints in small parts, so crashes fall
+# between two of them (some of a checkpoint's entries indexed, the rest not).
 SIM_JOURNAL_MAX_SIZE = 64 * 1024
-SIM_STORAGE_CONFIG = StorageConfig(entry_log_size_max=4 * 1024)
+SIM_STORAGE_CONFIG = StorageConfig(entry_log_size_max=4 * 1024, checkpoint_part_size=1024)
 CHECKPOINT_INTERVAL_NS = 500_000_000
 GC_EVERY_CHECKPOINTS = 4
 MAJOR_EVERY_GC_ROUNDS = 4

@@ -119,6 +119,10 @@ OPTIONS: tuple[Option, ...] = (
            help="entries read ahead after a read from an entry log (100; 0 turns it off)"),
     Option("flushInterval", "", "flush_interval_s", int, to_field=_per_second, from_field=_ms_of,
            help="checkpoint period in ms (1000)"),
+    Option("checkpointCompletionTarget", "", "checkpoint_completion_target", float,
+           help="a periodic checkpoint's entry-log writes are spread over this fraction of flushInterval, "
+                "so they do not hold up adds in one burst; one started because the write cache is half full "
+                "is not (0.5; 0: as fast as they go)"),
     Option("dbStorage_writeCacheMaxSizeMb", "", "write_cache_size_max", int, to_field=_mib, from_field=_in_mib,
            help="a checkpoint starts early when the write cache holds half of this; if it fills while the "
                 "other half is being flushed, the bookie stops reading requests until it is done (256)"),

@@ -52,7 +52,7 @@ from bkcore.bookie.bookie import BookieConfig
 from bkcore.bookie.compaction import CompactionConfig, Compactor
 from bkcore.bookie.cookie import Cookie
 from bkcore.bookie.diskmonitor import DiskUsageConfig, DiskUsageMonitor
-from bkcore.bookie.durable_storage import StorageConfig
+from bkcore.bookie.durable_storage import StorageConfig, unpaced
 from bkcore.bookie.fs import DiskFullError
 from bkcore.bookie.gc import find_garbage
 from bkcore.bookie.journal_files import JournalConfig
@@ -77,6 +77,7 @@ from bktransports.filesystem import INDEX_DIR, OsFileSystem
 from bktransports.tls import handshake as tls_handshake, server_context as tls_server_context
 from bktransports.http_admin import AdminHttpServer
 from bktransports.http_admin_api import admin_routes
+from bktransports.checkpoint_pacer import CheckpointPacer
 from bktransports.lmdb_index import LmdbIndexStore
 from bktransports.metadata_walk import blocking_children_lister
 from bktransports.bookie_metrics import BookieMetrics, bookie_families
@@ -119,6 +120,9 @@ class BookieServerConfig:
     disk_usage: DiskUsageConfig = field(default_factory=DiskUsageConfig)
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     flush_interval_s: float = 1.0                   # flushInterval: checkpoint period
+    # checkpointCompletionTarget: a periodic checkpoint's entry-log writes are spread over this
+    # fraction of flush_interval_s (bktransports.checkpoint_pacer); 0: as fast as they go.
+    checkpoint_completion_target: float = 0.5
     # dbStorage_writeCacheMaxSizeMb: a checkpoint starts when the write cache holds half of it;
     # the other half is the cache being flushed meanwhile.
     write_cache_size_max: int = 256 * 1024 * 1024
@@ -163,6 +167,7 @@ class BookieServer:
         self._write_cache_half_size = config.write_cache_size_max // 2
         self._is_flushing_cache = False         # a checkpoint holds the other half of the cache
         self._checkpoint_wanted = trio.Event()  # the write cache is half full: do not wait
+        self._checkpoint_pacer: CheckpointPacer | None = None     # of the paced checkpoint running
         self._receive_gate = ReceiveGate()      # shut: no connection reads (the cache is full)
         self._receive_gate_shut_at = 0.0
         self._timer = CoreTimer(self._on_timer_due)
@@ -295,6 +300,7 @@ class BookieServer:
                 await trio.sleep(0.005)
         for connection in list(self.connections.values()):
             connection.close("bookie shutting down")
+        self._hurry_checkpoint()
         await self.checkpoint()
         log.info("bookie %s shut down: %d requests unanswered", self.config.bookie_id, self.core.journal_waiter_count)
 
@@ -438,6 +444,7 @@ class BookieServer:
         adds already received still reach the cache once journaled: the journal's own limits
         bound them, journal_queue_size_max and pending_adds_count_max.)"""
         self._checkpoint_wanted.set()
+        self._hurry_checkpoint()
         if self._is_flushing_cache and not self._receive_gate.is_shut:
             self._receive_gate.shut()
             self._receive_gate_shut_at = time.perf_counter()
@@ -579,12 +586,16 @@ class BookieServer:
 
     # -- maintenance ------------------------------------------------------------------------
 
-    async def checkpoint(self) -> None:
+    async def checkpoint(self, *, spread_s: float = 0.0) -> None:
         """Storage first, then the LastLogMark: the slow writes run in worker threads while the
-        loop keeps serving; one checkpoint or compaction at a time (the storage lock)."""
+        loop keeps serving; one checkpoint or compaction at a time (the storage lock). With
+        spread_s, the entry-log writes are paced to end about that long after they start
+        (CheckpointPacer), unless the checkpoint is hurried meanwhile."""
         async with self._storage_lock:
             stack, stalls = self.stack, self.stalls
             started = time.perf_counter()
+            pacer = self._checkpoint_pacer = (CheckpointPacer(spread_s)
+                                              if spread_s > 0 and not self.is_shutting_down else None)
             with stalls.timed("checkpoint_begin"):
                 mark, plan = stack.begin_checkpoint()
             entry_count = len(plan.cache)           # (the cache is emptied as it is released)
@@ -595,8 +606,8 @@ class BookieServer:
             self._receive_gate.open()           # the cache new adds go to is empty
             try:
                 try:
-                    await trio.to_thread.run_sync(
-                        functools.partial(stack.write_checkpoint, plan, timed=stalls.timed_always))
+                    await trio.to_thread.run_sync(functools.partial(
+                        stack.write_checkpoint, plan, timed=stalls.timed_always, pace=pacer or unpaced))
                 except DiskFullError:
                     stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
                     await self._on_ledger_disk_full()
@@ -611,6 +622,7 @@ class BookieServer:
                 await trio.to_thread.run_sync(plan.cache.release_gradually)
             finally:
                 self._is_flushing_cache = False
+                self._checkpoint_pacer = None
             # The mark's fsyncs (temp file, directory) may run beside journal writes; deleting
             # old journals may not (a roll lists the directory), so it runs in the journal's
             # thread, in order with the writes.
@@ -618,7 +630,8 @@ class BookieServer:
             await self._journal.run(stack.delete_old_journals, mark)
             took = time.perf_counter() - started
             self.metrics.checkpoints.observe(took)
-            stalls.record("checkpoint", took, f"{entry_count} entries", always=True)
+            paced = f", paced {pacer.waited_s * 1e3:.0f} ms of it" if pacer is not None else ""
+            stalls.record("checkpoint", took, f"{entry_count} entries{paced}", always=True)
         self.counts["checkpoints"] += 1
 
     # -- numbers for the admin endpoint -----------------------------------------------------
@@ -635,12 +648,23 @@ class BookieServer:
         """Times the write cache filled and every connection stopped reading (the receive gate)."""
         return self._receive_gate.shut_count
 
+    def _hurry_checkpoint(self) -> None:
+        if self._checkpoint_pacer is not None:
+            self._checkpoint_pacer.hurry()
+
     async def _checkpoint_loop(self) -> None:
+        """A checkpoint every flush_interval_s from the start of the last, paced over
+        checkpoint_completion_target of it; one at once, not paced, when the write cache is
+        half full (_checkpoint_wanted)."""
+        interval_s = self.config.flush_interval_s
+        due_at = trio.current_time() + interval_s
         while True:
-            with trio.move_on_after(self.config.flush_interval_s):
+            with trio.move_on_at(due_at) as waiting:
                 await self._checkpoint_wanted.wait()
             self._checkpoint_wanted = trio.Event()     # a wish made during this one: the next
-            await self.checkpoint()
+            is_periodic = waiting.cancelled_caught
+            due_at = trio.current_time() + interval_s
+            await self.checkpoint(spread_s=self.config.checkpoint_completion_target * interval_s if is_periodic else 0.0)
 
     async def collect_garbage(self, *, is_major: bool = False, is_major_forced: bool = False,
                               is_minor_forced: bool = False) -> None:

@@ -18,7 +18,7 @@ NOT_DEFAULTS = {
     "journalBufferedWritesThreshold": 65536, "journalFlushWhenQueueEmpty": False, "journalWritesInFlightMax": 1,
     "journalSyncInlineMaxBytes": 4096, "maxAddsInProgressLimit": 500, "nettyMaxFrameSizeBytes": 1048576,
     "logSizeLimit": 268435456, "flushEntrylogBytes": 0, "readCacheMaxEntries": 100,
-    "dbStorage_readAheadCacheMaxSizeMb": 32, "dbStorage_readAheadCacheBatchSize": 10, "flushInterval": 250,
+    "dbStorage_readAheadCacheMaxSizeMb": 32, "dbStorage_readAheadCacheBatchSize": 10, "flushInterval": 250, "checkpointCompletionTarget": 0.25,
     "dbStorage_writeCacheMaxSizeMb": 128, "gcWaitTime": 30000, "majorCompactionInterval": 7200,
     "minorCompactionThreshold": 0.3, "majorCompactionThreshold": 0.7, "diskUsageThreshold": 0.9,
     "diskUsageLwmThreshold": 0.8, "diskCheckInterval": 5000,

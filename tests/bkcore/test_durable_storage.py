@@ -6,7 +6,7 @@ import random
 import pytest
 
 from bkcore.bookie.durable_storage import DurableLedgerStorage, StorageConfig, memory_key
-from bkcore.bookie.index import MemoryIndexStore, entry_key, unpack_location
+from bkcore.bookie.index import ENTRY_PREFIX, MemoryIndexStore, entry_id_of, entry_key, ledger_id_of, unpack_location
 from bkcore.bookie.storage import StorageIOError
 from bksim.filesystem import SimFileSystem
 from bksim.options import DiskOptions
@@ -481,3 +481,76 @@ def test_entries_in_memory_are_keyed_by_ints_that_sort_as_ledger_then_entry():
     storage.add_entries(1, 100, [b"x"] * 50)
     assert len(storage._write_cache) == 150
     assert [(ledger_id, first, len(run)) for ledger_id, first, run in storage._write_cache.runs()] == [(1, 0, 150)]
+
+def test_a_checkpoint_indexes_each_part_once_its_logs_are_synced_and_paces_its_writes(stack):
+    """write_checkpoint in parts: every index transaction but the last holds the locations of
+    one part, committed after a sync of the log they point into; pace() sees the fraction
+    written grow to 1.0; everything reads back after a restart."""
+    storage = stack.storage(checkpoint_part_size=40 * 1024, entry_log_flush_size=0)
+    body = bytes(range(256)) * 4                             # 1 KiB
+    storage.set_master_key(1, b"k1")
+    storage.set_master_key(2, b"k2")
+    for entry_id in range(100):
+        storage.add_entry(1, entry_id, body)
+    for entry_id in range(30):
+        storage.add_entry(2, entry_id, body)
+    events: list[tuple] = []
+    sync, write = stack.fs.sync, stack.index.write
+    stack.fs.sync = lambda path: (events.append(("sync", path)), sync(path))[1]
+
+    def recording_write(puts, deletes):
+        puts = list(puts.items() if isinstance(puts, dict) else puts)
+        events.append(("index", sorted((ledger_id_of(key), entry_id_of(key)) for key, _ in puts
+                                       if key.startswith(ENTRY_PREFIX))))
+        write(puts, deletes)
+
+    stack.index.write = recording_write
+    fractions: list[float] = []
+    plan = storage.begin_checkpoint()
+    storage.write_checkpoint(plan, pace=fractions.append)
+    storage.finish_checkpoint(plan)
+    stack.index.write = write
+    commits = [entries for kind, entries in events if kind == "index"]
+    assert [len(entries) for entries in commits] == [40, 40, 40, 10, 0]   # 40 KiB parts, then the ledgers
+    assert sum(commits, []) == [(1, e) for e in range(100)] + [(2, e) for e in range(30)]
+    for position, event in enumerate(events):
+        if event[0] == "index" and event[1]:
+            assert events[position - 1][0] == "sync" and events[position - 1][1].endswith(".log")
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0 and len(fractions) >= 4
+    restarted = stack.storage()
+    assert [restarted.get_entry(2, e) for e in (0, 29)] == [body, body]
+    assert restarted.last_entry_id(1) == 99
+
+
+def test_a_crash_between_two_parts_keeps_the_first_and_replay_writes_the_rest():
+    fs = SimFileSystem(rng=random.Random(4), options=DiskOptions.none())
+    index = MemoryIndexStore()
+    storage = DurableLedgerStorage(fs=fs, index=index, config=StorageConfig(checkpoint_part_size=64))
+    fill(storage, 1, 30)                    # bodies of 5-6 bytes: about 11 a part
+
+    class Boom(Exception):
+        pass
+
+    original = index.write
+    commits = []
+
+    def fail_second(puts, deletes):
+        commits.append(1)
+        if len(commits) == 2:
+            raise Boom()
+        original(puts, deletes)
+
+    index.write = fail_second
+    with pytest.raises(Boom):
+        storage.checkpoint()
+    index.write = original
+    fs.crash()
+    restarted = DurableLedgerStorage(fs=fs, index=index, config=StorageConfig(checkpoint_part_size=64))
+    first_part = [entry_id for entry_id in range(30) if restarted.get_entry(1, entry_id) is not None]
+    assert first_part == list(range(len(first_part))) and 5 < len(first_part) < 30
+    assert [restarted.get_entry(1, e) for e in first_part] == [b"L1-E%d" % e for e in first_part]
+    fill(restarted, 1, 30)                  # the journal replays the checkpoint's entries
+    restarted.checkpoint()
+    fs.crash()
+    again = DurableLedgerStorage(fs=fs, index=index)
+    assert [again.get_entry(1, e) for e in range(30)] == [b"L1-E%d" % e for e in range(30)]

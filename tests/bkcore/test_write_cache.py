@@ -85,3 +85,26 @@ def test_release_gradually_empties_the_cache():
     cache.add(2, 7, [b"y"] * 3)
     cache.release_gradually(step_count=1000)
     assert len(cache) == 0 and cache.size == 0 and list(cache.runs()) == [] and cache.get(1, 0) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(adds, st.integers(0, 40))
+def test_runs_in_parts_cut_the_runs_into_parts_of_at_least_the_size_asked(operations, part_size):
+    """A checkpoint's parts (DurableLedgerStorage.write_checkpoint): together they are runs()
+    exactly; each but the last holds at least part_size bytes of bodies, and would hold less
+    without its last body (a run crossing the line is cut right there)."""
+    cache, model = WriteCache(), {}
+    for operation in operations:
+        apply(cache, model, *operation)
+    parts = list(cache.runs_in_parts(part_size))
+    entries = [((ledger_id, entry_id), entry_body) for part in parts for ledger_id, first, run in part
+               for entry_id, entry_body in enumerate(run, first)]
+    assert entries == sorted(model.items())
+    assert all(run for part in parts for _, _, run in part)
+    sizes = [sum(len(entry_body) for _, _, run in part for entry_body in run) for part in parts]
+    if part_size == 0:
+        assert len(parts) == (1 if model else 0)
+        return
+    for part, size in zip(parts[:-1], sizes):
+        assert size - len(part[-1][2][-1]) < part_size <= size
+    assert not parts or 0 < sizes[-1] and sizes[-1] - len(parts[-1][-1][2][-1]) < part_size

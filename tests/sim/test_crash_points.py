@@ -30,7 +30,7 @@ JOURNAL_CONFIG = JournalConfig(journal_max_size=700, journal_max_backups=1, jour
 JOURNAL_CONFIGS = {"no-prealloc": JOURNAL_CONFIG,
                    "prealloc-chunks": dataclasses.replace(JOURNAL_CONFIG, journal_prealloc_size=256),
                    "prealloc-whole": dataclasses.replace(JOURNAL_CONFIG, journal_prealloc_size=4096)}
-STORAGE_CONFIG = StorageConfig(entry_log_size_max=600)
+STORAGE_CONFIG = StorageConfig(entry_log_size_max=600, checkpoint_part_size=200)   # crashes between parts too
 
 
 class BookieProcess:

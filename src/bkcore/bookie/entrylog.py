@@ -15,7 +15,7 @@ import struct
 from bisect import bisect_right
 from itertools import accumulate, chain, repeat
 from operator import add, sub
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import crc32c
 
@@ -29,7 +29,7 @@ ENTRY_LOG_FORMAT_VERSION = 1
 ENTRY_LOG_HEADER = struct.Struct(">4sIq")
 RECORD_HEADER = struct.Struct(">II")
 ENTRY_KEY = struct.Struct(">qq")
-_RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size
+RECORD_OVERHEAD_SIZE = RECORD_HEADER.size + ENTRY_KEY.size     # a record's bytes besides its body
 ENTRY_LOG_SUFFIX = ".log"
 
 # Entries in a bookie's read cache are keyed by one int, memory_key(ledger, entry) =
@@ -85,6 +85,7 @@ class EntryLogger:
         self.current_size = 0
         self._needs_roll = False    # set when a write failed: the current log's tail is uncertain
         self._pieces_size = 0       # bytes append_many has placed but not written yet
+        self._on_written: Callable[[int], None] | None = None     # append_many's, while it runs
         self._unflushed_ids: list[int] = []
         # The highest log id on disk or ever tried: listed by open(), then kept up to date by
         # _roll() (only this logger creates logs in its directory), so a roll needs no listing.
@@ -135,10 +136,12 @@ class EntryLogger:
     def append(self, ledger_id: int, entry_id: int, body: bytes) -> Location:
         return Location(*unpack_location(self.append_many([(ledger_id, entry_id, [body])]).runs[0][2][0]))
 
-    def append_many(self, runs) -> Appended:
+    def append_many(self, runs, *, on_written: Callable[[int], None] | None = None) -> Appended:
         """append() for runs of entries, (ledger id, first entry id, bodies) (a write cache's
         own runs, sorted by ledger), written in few large writes. What it returns is what the
-        index needs, made in the same pass.
+        index needs, made in the same pass. on_written(size) is called after each write (and
+        its sync, every flush_size bytes), with the bytes it wrote: a checkpoint paces itself
+        there.
 
         The work per record is done by C loops (map, accumulate, join) over up to
         APPEND_BATCH_COUNT records of a run at a time, not by Python steps per record: a
@@ -151,6 +154,7 @@ class EntryLogger:
         offsets in this one."""
         appended = Appended([], {})
         pieces: list[bytes] = []            # records not written yet: header, key, body, ...
+        self._on_written = on_written
         try:
             for ledger_id, first_entry_id, bodies in runs:
                 locations: list[bytes] = []
@@ -163,6 +167,8 @@ class EntryLogger:
             self._needs_roll = True           # what was written of the pieces is uncertain
             self._pieces_size = 0
             raise
+        finally:
+            self._on_written = None
         return appended
 
     def _append_batch(self, ledger_id: int, first_entry_id: int, bodies: list[bytes], pieces: list[bytes],
@@ -219,6 +225,8 @@ class EntryLogger:
         if self.flush_size and self._unsynced_size >= self.flush_size:
             self.fs.sync(path)
             self._unsynced_size = 0
+        if self._on_written is not None:
+            self._on_written(len(data))
 
     def is_finished(self, log_id: int) -> bool:
         """Flushed and no longer written to: only such logs may be compacted or deleted."""
@@ -371,7 +379,7 @@ def run_bodies(data: bytes, offsets: list[int], *, ledger_id: int, first_entry_i
     try:
         # header | key | body of every record, each body of the size the offsets say (a size too
         # small for a record, or records past the end of data, raise struct.error)
-        body_sizes = tuple(map(sub, sizes, repeat(_RECORD_OVERHEAD_SIZE)))
+        body_sizes = tuple(map(sub, sizes, repeat(RECORD_OVERHEAD_SIZE)))
         fields = struct.unpack_from(run_format("II16s%ds", body_sizes), data)
     except struct.error:
         count = 0

@@ -18,7 +18,9 @@ from typing import Iterator
 
 from bkcore.bookie.bookie import Bookie, BookieConfig
 from bkcore.bookie.cookie import Cookie, check_cookies
-from bkcore.bookie.durable_storage import CheckpointPlan, DurableLedgerStorage, PhaseTimer, StorageConfig, untimed
+from bkcore.bookie.durable_storage import (
+    CheckpointPlan, DurableLedgerStorage, Pacer, PhaseTimer, StorageConfig, unpaced, untimed,
+)
 from bkcore.bookie.fs import FileSystem
 from bkcore.bookie.index import IndexStore
 from bkcore.bookie.journal_files import Journal, JournalConfig, JournalReplay, LogMark
@@ -107,10 +109,11 @@ class BookieStack:
         which changes nothing)."""
         return self.persisted_mark, self.storage.begin_checkpoint()
 
-    def write_checkpoint(self, plan: CheckpointPlan, *, timed: PhaseTimer = untimed) -> None:
+    def write_checkpoint(self, plan: CheckpointPlan, *, timed: PhaseTimer = untimed, pace: Pacer = unpaced) -> None:
         """If this raises (DiskFullError), call abort_checkpoint instead of finish. timed(phase)
-        wraps each phase (a driver's clock: the core reads none)."""
-        self.storage.write_checkpoint(plan, timed=timed)
+        wraps each phase and pace(fraction) follows the entry-log writes (a driver's clock:
+        the core reads none)."""
+        self.storage.write_checkpoint(plan, timed=timed, pace=pace)
 
     def abort_checkpoint(self, plan: CheckpointPlan) -> None:
         self.storage.abort_checkpoint(plan)

@@ -17,7 +17,8 @@ neighbour they touch.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
 from typing import Iterator
 
 
@@ -165,6 +166,32 @@ class WriteCache:
             runs = self._ledgers[ledger_id]
             for start, bodies in zip(runs.starts, runs.bodies):
                 yield ledger_id, start, bodies
+
+    def runs_in_parts(self, part_size: int) -> Iterator[list[tuple[int, int, list[bytes]]]]:
+        """runs(), in lists of about part_size bytes of bodies: a run that crosses the line is
+        cut there, so every list but the last holds at least part_size (0: all in one list)."""
+        if part_size <= 0:
+            if self._ledgers:
+                yield list(self.runs())
+            return
+        part: list[tuple[int, int, list[bytes]]] = []
+        filled = 0                                   # bytes of bodies in part
+        for ledger_id, first_entry_id, bodies in self.runs():
+            ends = list(accumulate(map(len, bodies)))     # ends[i]: bytes of bodies[:i + 1]
+            start = 0
+            while start < len(bodies):
+                base = ends[start - 1] if start else 0
+                cut = bisect_left(ends, base + part_size - filled, start)    # the part's last body
+                if cut >= len(bodies):                                      # the rest fits
+                    part.append((ledger_id, first_entry_id + start, bodies[start:] if start else bodies))
+                    filled += ends[-1] - base
+                    break
+                part.append((ledger_id, first_entry_id + start, bodies[start:cut + 1]))
+                yield part
+                part, filled = [], 0
+                start = cut + 1
+        if part:
+            yield part
 
     def newest(self, count_max: int) -> list[tuple[int, int, bytes]]:
         """About count_max of the highest entries, shared among the ledgers, as (ledger, entry,
