@@ -15,6 +15,8 @@ Qa-th is done (bkbench.journal.raw_fdatasync_quorum); raw_sequential is the disk
 (1 MiB writes, each fdatasynced). The pipelined run reports what the device wrote meanwhile:
 every entry reaches it 2 x Qw times (each bookie's journal, then its entry log), and
 disk_bound_adds_per_second is the rate at which those bytes would take all of raw_sequential.
+Each phase reports what a raw disk loop beside it saw (disk_probe_*: bkbench.disk_probe), so a
+p99 set by the disk stopping on its own is told from one the bookies made.
 Pipelined and half peak load report the CPU they took: the client's and the bookies' per add,
 and the machine's busy fraction (at 1.0 the adds wait for CPUs, whatever the disk allows).
 This process calls bkclient.tune_gc() first, as the library advises for a busy writer (the
@@ -208,7 +210,7 @@ def bench_ledger(args) -> int:
         async def measure() -> dict:
             bookies = {"bookies": [bookie.process.pid for bookie in cluster.bookies]}
             async with connect(cluster.metastore_uri) as bk:
-                watch = PhaseWatch(bk.stalls, cluster.http_ports)
+                watch = PhaseWatch(bk.stalls, cluster.http_ports, disk_probe_dir=root)
                 samples = watch.adds if args.timeline else None
                 pipelined = await watch.run("pipelined adds", _pipelined, bk, args, payload, device_dir=root,
                                             processes=bookies)

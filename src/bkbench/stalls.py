@@ -11,12 +11,14 @@ lines up with the spikes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from array import array
 import urllib.request
 
 from bkbench import announce
+from bkbench.disk_probe import DiskProbe
 
 # Kinds summed up per phase, each as <who>_<kind>_max_ms; loop pauses are named loop_pause.
 SUMMED_KINDS = {"loop": "loop_pause", "gc": "gc_pause", "journal_sync": "journal_sync", "journal_write": "journal_write",
@@ -139,21 +141,27 @@ class AddSamples:
 
 class PhaseWatch:
     """Runs a benchmark's phases one after another, adding to each phase's report what held
-    the client and the bookies up meanwhile (phase_stalls), and keeping the events, the phase
-    windows and any add samples the phases give for draw_timeline."""
+    the client and the bookies up meanwhile (phase_stalls) and, given disk_probe_dir, what a
+    raw disk loop beside it saw (disk_probe_* fields: bkbench.disk_probe), and keeping the
+    events, the phase windows and any add samples the phases give for draw_timeline."""
 
-    def __init__(self, client_recorder, http_ports: list[int]) -> None:
+    def __init__(self, client_recorder, http_ports: list[int], *, disk_probe_dir: str | None = None) -> None:
         self._client_recorder = client_recorder
         self._http_ports = http_ports
+        self._disk_probe_dir = disk_probe_dir       # a raw disk loop beside each phase (DiskProbe)
         self.phases: list[tuple[str, float, float]] = []
         self.events: dict[str, list[dict]] = {}
         self.adds = AddSamples()
 
     async def run(self, name: str, measure, *args, **kwargs) -> dict:
         announce(name)
-        started = time.time()
-        report = await measure(*args, **kwargs)
+        probe = DiskProbe(self._disk_probe_dir) if self._disk_probe_dir else contextlib.nullcontext()
+        with probe:
+            started = time.time()
+            report = await measure(*args, **kwargs)
         fields, events = phase_stalls(self._client_recorder, self._http_ports, started)
+        if self._disk_probe_dir:
+            fields.update({f"disk_probe_{name}": value for name, value in probe.report.items()})
         self.phases.append((name, started, time.time()))
         for source, listed in events.items():
             self.events.setdefault(source, []).extend(listed)

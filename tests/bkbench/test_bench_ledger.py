@@ -1,6 +1,7 @@
 """`bk bench ledger` for a second per measurement on a real 3-bookie cluster: every figure is
 there, no add failed, the paced runs kept close to a quarter and half of the pipelined rate, each
-phase says what held the client and every bookie up, and the timeline is drawn."""
+phase says what held the client and every bookie up and what a raw disk loop beside it saw, and
+the timeline is drawn."""
 
 import json
 import subprocess
@@ -31,6 +32,8 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
         assert run["client_loop_pause_max_ms"] >= 0 and run["bookies_loop_pause_max_ms"] >= 0, phase
         assert len(run["each_bookie_loop_pause_max_ms"]) == 3 and "bookies_stalls_unreadable" not in run, phase
         assert max(run["each_bookie_loop_pause_max_ms"]) == run["bookies_loop_pause_max_ms"], phase
+        assert run["disk_probe_fdatasyncs"] > 0, phase                   # the raw disk loop beside it
+        assert run["disk_probe_fdatasync_max_ms"] >= run["disk_probe_fdatasync_p50_ms"] > 0, phase
     assert report["pipelined"]["bookies_journal_sync_max_ms"] > 0         # every bookie syncs its journal
     assert report["timeline"] == str(timeline) and timeline.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     floor = report["disk_quorum_fdatasync"]
@@ -45,3 +48,17 @@ def test_disk_ceiling_scales_the_rate_to_the_whole_raw_bandwidth():
     assert disk_ceiling(pipelined, 300.0, "adds_per_second") == {"device_write_fraction_of_raw": 0.833,
                                               "disk_bound_adds_per_second": 60_000}
     assert disk_ceiling({"adds_per_second": 50_000}, 300.0, "adds_per_second") == {}     # no device counters here
+
+
+def test_the_disk_probe_times_syncs_until_stopped_and_counts_the_stalls(tmp_path):
+    import time
+    from bkbench.disk_probe import STALL_MS, DiskProbe, summarize
+
+    with DiskProbe(str(tmp_path)) as probe:
+        time.sleep(0.2)
+    assert probe.report["fdatasyncs"] >= 5
+    assert probe.report["fdatasync_max_ms"] >= probe.report["fdatasync_p99_ms"] >= probe.report["fdatasync_p50_ms"] > 0
+    assert list(tmp_path.iterdir()) == []                  # its file is gone
+    summary = summarize([0.001] * 98 + [0.030, 0.500])
+    assert (summary["fdatasync_p50_ms"], summary["fdatasync_max_ms"]) == (1.0, 500.0)
+    assert summary[f"fdatasyncs_over_{STALL_MS:.0f}_ms"] == 2 and summarize([]) == {"fdatasyncs": 0}
