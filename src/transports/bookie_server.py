@@ -16,16 +16,13 @@ The thin driver around bkcore's BookieStack. What runs where:
   on a virtual machine (0.25-0.4 ms there and back); its adds are answered on the spot, before
   their entries are applied to the write cache. A failed journal write stops the bookie (its
   acknowledgements rest on the journal);
-- checkpoints (entry logs flushed, index committed, LastLogMark, old journals deleted) run every
-  flush_interval_s, their writes in worker threads (see BookieStack's checkpoint steps), and at
-  once when the write cache holds half of write_cache_size_max (dbStorage_writeCacheMaxSizeMb);
-  if it fills while the other half is still being flushed, every connection stops reading
-  (a ReceiveGate) until that checkpoint is done, so memory stays bounded and the clients are
-  slowed by TCP (BookKeeper's DbLedgerStorage throttles its adding threads the same way);
-- GC walks the metastore in a worker thread and deletes in the loop; compaction follows GC;
-  a round runs every gc_wait_time_s, and at once when request_gc asks (the admin endpoint),
-  its compaction major or minor unless an operator has suspended that kind (bookie_gc_status);
-- the disk monitor re-registers the bookie as readonly or writable when usage crosses the marks;
+- checkpoints, GC with compaction, and the disk monitor run in tasks of their own beside serving
+  (bktransports.bookie_maintenance, which says what runs where); the pump asks for a checkpoint
+  at once when the write cache holds half of write_cache_size_max, and every connection stops
+  reading while it is full (the maintenance's receive gate); the server's checkpoint,
+  collect_garbage, request_gc and check_disk delegate there;
+- readonly: set_readonly (the admin endpoint, or the disk monitor when usage crosses the marks
+  or the ledger disk is full) tells the core and registers the bookie again as readonly or writable;
 - registration is an ephemeral node under <root>/available (or available/readonly) tied to the
   metastore session; a lost session opens a new one (reopen_store) and registers again.
 
@@ -36,7 +33,6 @@ must be an AuthRequest carrying it, or the connection is answered UNAUTHORIZED a
 
 from __future__ import annotations
 
-import functools
 import hmac
 import itertools
 import ssl
@@ -49,12 +45,11 @@ from typing import Awaitable, Callable
 import trio
 
 from bkcore.bookie.bookie import BookieConfig
-from bkcore.bookie.compaction import CompactionConfig, Compactor
+from bkcore.bookie.compaction import CompactionConfig
 from bkcore.bookie.cookie import Cookie
 from bkcore.bookie.diskmonitor import DiskUsageConfig, DiskUsageMonitor
-from bkcore.bookie.durable_storage import StorageConfig, unpaced
+from bkcore.bookie.durable_storage import StorageConfig
 from bkcore.bookie.fs import DiskFullError
-from bkcore.bookie.gc import find_garbage
 from bkcore.bookie.journal_files import JournalConfig
 from bkcore.bookie.stack import BookieStack
 from bkcore.effects import JournalWrite, Send
@@ -69,6 +64,7 @@ from bkcore.wire import (
 from bkmetastore.api import MetadataStore
 from bktransports.auth import is_secret
 from bktransports.bookie_gc_status import GcStatus
+from bktransports.bookie_maintenance import BookieMaintenance
 from bktransports.connection import FramedConnection, ReceiveGate
 from bktransports.timer import CoreTimer, now_ns
 from bktransports import stall_recorder
@@ -79,7 +75,6 @@ from bktransports.http_admin import AdminHttpServer
 from bktransports.http_admin_api import admin_routes
 from bktransports.checkpoint_pacer import CheckpointPacer
 from bktransports.lmdb_index import LmdbIndexStore
-from bktransports.metadata_walk import blocking_children_lister
 from bktransports.bookie_metrics import BookieMetrics, bookie_families
 from bktransports.metrics import new_registry, publish
 
@@ -163,13 +158,7 @@ class BookieServer:
         # synced on the loop (its answers would overtake theirs).
         self._durable_writes: deque[JournalWrite] = deque()
         self._sync_inline_size_max = config.journal_sync_inline_size_max
-        self._storage_lock = trio.Lock()        # checkpoints vs. compaction (entry logs, index)
-        self._write_cache_half_size = config.write_cache_size_max // 2
-        self._is_flushing_cache = False         # a checkpoint holds the other half of the cache
-        self._checkpoint_wanted = trio.Event()  # the write cache is half full: do not wait
-        self._checkpoint_pacer: CheckpointPacer | None = None     # of the paced checkpoint running
-        self._receive_gate = ReceiveGate()      # shut: no connection reads (the cache is full)
-        self._receive_gate_shut_at = 0.0
+        self._write_cache_half_size = config.write_cache_size_max // 2    # then checkpoint at once
         self._timer = CoreTimer(self._on_timer_due)
         self.is_readonly = False          # refusing normal adds, registered under readonly/
         self.is_registered_readonly: bool | None = None
@@ -191,8 +180,9 @@ class BookieServer:
         self.stalls = stall_recorder.StallRecorder()
         self.http_port: int | None = None
         self.is_shutting_down = False
-        self.gc_status = GcStatus()
-        self._gc_wanted = trio.Event()          # a GC round is asked for now (request_gc)
+        # Checkpoints, GC and compaction, disk checks: it reads this server's stack, stalls and
+        # store at each use, and deletes old journals in this server's journal thread.
+        self.maintenance = BookieMaintenance(self, journal=self._journal)
         # The autorecovery daemon of this process, if it runs one (`bk bookie` with
         # autoRecoveryDaemonEnabled sets it): the admin endpoint asks it about audits.
         self.autorecovery = None
@@ -253,9 +243,9 @@ class BookieServer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._watch_journal)
                 nursery.start_soon(self._timer.run)
-                nursery.start_soon(self._checkpoint_loop)
-                nursery.start_soon(self._gc_loop)
-                nursery.start_soon(self._disk_loop)
+                nursery.start_soon(self.maintenance.checkpoint_loop)
+                nursery.start_soon(self.maintenance.gc_loop)
+                nursery.start_soon(self.maintenance.disk_loop)
                 await self._register()
                 nursery.start_soon(self._registration_loop)
                 if self.config.http_port:
@@ -436,20 +426,7 @@ class BookieServer:
         self._timer.set(deadline_ns)
         # What the write cache holds, and what the journal is about to add to it.
         if self.stack.storage.write_cache_size + core.journal_queued_size >= self._write_cache_half_size:
-            self._on_write_cache_half_full()
-
-    def _on_write_cache_half_full(self) -> None:
-        """Checkpoint now; and if the other half is still being flushed, the cache is full:
-        stop reading from every connection until that checkpoint has taken this half. (The
-        adds already received still reach the cache once journaled: the journal's own limits
-        bound them, journal_queue_size_max and pending_adds_count_max.)"""
-        self._checkpoint_wanted.set()
-        self._hurry_checkpoint()
-        if self._is_flushing_cache and not self._receive_gate.is_shut:
-            self._receive_gate.shut()
-            self._receive_gate_shut_at = time.perf_counter()
-            log.info("bookie %s: write cache full (%d bytes); reading paused until the checkpoint is done",
-                     self.config.bookie_id, self.stack.storage.write_cache_size)
+            self.maintenance.on_write_cache_half_full()
 
     def _observe_latency(self, connection_name: str, message: object) -> None:
         """A request's time, from its arrival to its answer queued, per entry (BookKeeper's
@@ -584,55 +561,41 @@ class BookieServer:
         self.core.on_timer(at_ns)
         self._pump()
 
-    # -- maintenance ------------------------------------------------------------------------
+    # -- maintenance: bktransports.bookie_maintenance runs it; the server's API stays ----------
 
     async def checkpoint(self, *, spread_s: float = 0.0) -> None:
-        """Storage first, then the LastLogMark: the slow writes run in worker threads while the
-        loop keeps serving; one checkpoint or compaction at a time (the storage lock). With
-        spread_s, the entry-log writes are paced to end about that long after they start
-        (CheckpointPacer), unless the checkpoint is hurried meanwhile."""
-        async with self._storage_lock:
-            stack, stalls = self.stack, self.stalls
-            started = time.perf_counter()
-            pacer = self._checkpoint_pacer = (CheckpointPacer(spread_s)
-                                              if spread_s > 0 and not self.is_shutting_down else None)
-            with stalls.timed("checkpoint_begin"):
-                mark, plan = stack.begin_checkpoint()
-            entry_count = len(plan.cache)           # (the cache is emptied as it is released)
-            self._is_flushing_cache = True      # the cache taken is still in memory until freed
-            if self._receive_gate.is_shut:
-                stalls.record("write_cache_full", time.perf_counter() - self._receive_gate_shut_at,
-                              "reading paused until a checkpoint took the full cache", always=True)
-            self._receive_gate.open()           # the cache new adds go to is empty
-            try:
-                try:
-                    await trio.to_thread.run_sync(functools.partial(
-                        stack.write_checkpoint, plan, timed=stalls.timed_always, pace=pacer or unpaced))
-                except DiskFullError:
-                    stack.abort_checkpoint(plan)    # back to memory; the mark stays where it was
-                    await self._on_ledger_disk_full()
-                    return
-                with stalls.timed("checkpoint_finish"):
-                    # In steps, the loop serving between them: filling the read cache with the
-                    # newest entries held it for 2-10 ms in one go.
-                    for _ in stack.finish_checkpoint_steps(plan):
-                        await trio.sleep(0)
-                # The flushed entries are freed in the worker, a slice at a time (it yields the
-                # GIL every switch interval), not all at once on the loop: ms per 20,000 entries.
-                await trio.to_thread.run_sync(plan.cache.release_gradually)
-            finally:
-                self._is_flushing_cache = False
-                self._checkpoint_pacer = None
-            # The mark's fsyncs (temp file, directory) may run beside journal writes; deleting
-            # old journals may not (a roll lists the directory), so it runs in the journal's
-            # thread, in order with the writes.
-            await trio.to_thread.run_sync(stack.write_last_mark, mark)
-            await self._journal.run(stack.delete_old_journals, mark)
-            took = time.perf_counter() - started
-            self.metrics.checkpoints.observe(took)
-            paced = f", paced {pacer.waited_s * 1e3:.0f} ms of it" if pacer is not None else ""
-            stalls.record("checkpoint", took, f"{entry_count} entries{paced}", always=True)
-        self.counts["checkpoints"] += 1
+        await self.maintenance.checkpoint(spread_s=spread_s)
+
+    async def collect_garbage(self, *, is_major: bool = False, is_major_forced: bool = False,
+                              is_minor_forced: bool = False) -> None:
+        await self.maintenance.collect_garbage(is_major=is_major, is_major_forced=is_major_forced,
+                                               is_minor_forced=is_minor_forced)
+
+    def request_gc(self, *, is_major: bool = False, is_minor: bool = False) -> None:
+        self.maintenance.request_gc(is_major=is_major, is_minor=is_minor)
+
+    async def check_disk(self) -> None:
+        await self.maintenance.check_disk()
+
+    def _hurry_checkpoint(self) -> None:
+        self.maintenance.hurry_checkpoint()
+
+    @property
+    def gc_status(self) -> GcStatus:
+        return self.maintenance.gc_status
+
+    # (Tests watch these three.)
+    @property
+    def _checkpoint_pacer(self) -> CheckpointPacer | None:
+        return self.maintenance.checkpoint_pacer
+
+    @property
+    def _receive_gate(self) -> ReceiveGate:
+        return self.maintenance.receive_gate
+
+    @property
+    def _is_flushing_cache(self) -> bool:
+        return self.maintenance.is_flushing_cache
 
     # -- numbers for the admin endpoint -----------------------------------------------------
 
@@ -648,111 +611,6 @@ class BookieServer:
         """Times the write cache filled and every connection stopped reading (the receive gate)."""
         return self._receive_gate.shut_count
 
-    def _hurry_checkpoint(self) -> None:
-        if self._checkpoint_pacer is not None:
-            self._checkpoint_pacer.hurry()
-
-    async def _checkpoint_loop(self) -> None:
-        """A checkpoint every flush_interval_s from the start of the last, paced over
-        checkpoint_completion_target of it; one at once, not paced, when the write cache is
-        half full (_checkpoint_wanted)."""
-        interval_s = self.config.flush_interval_s
-        due_at = trio.current_time() + interval_s
-        while True:
-            with trio.move_on_at(due_at) as waiting:
-                await self._checkpoint_wanted.wait()
-            self._checkpoint_wanted = trio.Event()     # a wish made during this one: the next
-            is_periodic = waiting.cancelled_caught
-            due_at = trio.current_time() + interval_s
-            await self.checkpoint(spread_s=self.config.checkpoint_completion_target * interval_s if is_periodic else 0.0)
-
-    async def collect_garbage(self, *, is_major: bool = False, is_major_forced: bool = False,
-                              is_minor_forced: bool = False) -> None:
-        """One GC round (deleted ledgers), then compaction of sparse entry logs: major when
-        is_major and not suspended, else minor unless suspended (GcStatus.compaction_kind)."""
-        kind = self.gc_status.compaction_kind(is_major_due=is_major, is_major_forced=is_major_forced,
-                                              is_minor_forced=is_minor_forced)
-        self.gc_status.running = kind or "gc"
-        started = time.perf_counter()
-        is_done = False
-        try:
-            await self._collect_garbage(kind)
-            is_done = True
-        finally:
-            self.gc_status.running = ""
-            self.metrics.gc_rounds.observe(time.perf_counter() - started, is_success=is_done)
-
-    async def _collect_garbage(self, kind: str | None) -> None:
-        storage = self.stack.storage
-        list_children = blocking_children_lister(self.store)
-        held = storage.ledger_ids()
-        report = await trio.to_thread.run_sync(find_garbage, held, self.layout, list_children)
-        for ledger_id in report.deleted_ledger_ids:
-            storage.delete_ledger(ledger_id)
-        self.counts["gc_rounds"] += 1
-        self.counts["ledgers_collected"] += len(report.deleted_ledger_ids)
-        if report.deleted_ledger_ids:
-            log.info("bookie %s: GC deleted ledgers %s", self.config.bookie_id, list(report.deleted_ledger_ids))
-            await self.checkpoint()
-        if kind is None:
-            return                              # (both kinds suspended)
-        config = self.config.compaction
-        threshold = config.major_compaction_threshold if kind == "major" else config.minor_compaction_threshold
-        async with self._storage_lock:
-            try:
-                with self.stalls.timed("compaction", kind, always=True):
-                    compaction = Compactor(storage=storage, config=config).run(threshold=threshold)
-            except DiskFullError:
-                await self._on_ledger_disk_full()
-                return
-        self.counts["bytes_compacted"] += compaction.bytes_reclaimed
-        status, now_ms = self.gc_status, int(time.time() * 1000)
-        if kind == "major":
-            status.major_count, status.last_major_ms = status.major_count + 1, now_ms
-        else:
-            status.minor_count, status.last_minor_ms = status.minor_count + 1, now_ms
-
-    def request_gc(self, *, is_major: bool = False, is_minor: bool = False) -> None:
-        """Run a GC round now, or right after the one running: a major one if asked (is_major),
-        that kind even while suspended when asked for explicitly (is_major, is_minor)."""
-        self.gc_status.is_force_wanted = True
-        self.gc_status.is_force_major |= is_major
-        self.gc_status.is_force_minor |= is_minor
-        self._gc_wanted.set()
-
-    async def _gc_loop(self) -> None:
-        """A round every gc_wait_time_s (major once major_compaction_interval_s has passed), and
-        one whenever request_gc asks."""
-        last_major = trio.current_time()
-        status = self.gc_status
-        while True:
-            with trio.move_on_after(self.config.gc_wait_time_s):
-                await self._gc_wanted.wait()
-            is_forced, self._gc_wanted = self._gc_wanted.is_set(), trio.Event()
-            is_major_forced = is_minor_forced = False
-            if is_forced:
-                is_major_forced, is_minor_forced = status.is_force_major, status.is_force_minor
-                status.is_force_major = status.is_force_minor = False
-                is_major = is_major_forced
-            else:
-                is_major = trio.current_time() - last_major >= self.config.major_compaction_interval_s
-            if is_major:
-                last_major = trio.current_time()
-            status.is_running_forced = is_forced
-            try:
-                await self.collect_garbage(is_major=is_major, is_major_forced=is_major_forced,
-                                           is_minor_forced=is_minor_forced)
-            except ConnectionError as exc:
-                log.warning("bookie %s: %s; GC tries again next round", self.config.bookie_id, exc)
-            finally:
-                status.is_running_forced = False
-                if is_forced:
-                    status.is_force_wanted = self._gc_wanted.is_set()     # (asked again meanwhile)
-
-    async def _on_ledger_disk_full(self) -> None:
-        if self.monitor.on_disk_full():
-            await self.set_readonly(True)
-
     async def set_readonly(self, is_readonly: bool) -> None:
         """Turn readonly (refuse normal adds, register under readonly/) or writable again."""
         self.is_readonly = is_readonly
@@ -760,17 +618,6 @@ class BookieServer:
         self.counts["readonly_transitions"] += 1
         log.warning("bookie %s is now %s", self.config.bookie_id, "readonly" if is_readonly else "writable")
         await self._register()
-
-    async def check_disk(self) -> None:
-        used, total = self.fs.usage()
-        change = self.monitor.observe(used_size=used, total_size=total)
-        if change is not None:
-            await self.set_readonly(change)
-
-    async def _disk_loop(self) -> None:
-        while True:
-            await self.check_disk()
-            await trio.sleep(self.config.disk_check_interval_s)
 
     async def _registration_loop(self) -> None:
         """Watch our own registration; if it vanishes (session expired), register again."""
