@@ -33,7 +33,6 @@ must be an AuthRequest carrying it, or the connection is answered UNAUTHORIZED a
 
 from __future__ import annotations
 
-import hmac
 import itertools
 import ssl
 import logging
