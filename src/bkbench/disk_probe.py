@@ -3,7 +3,8 @@
 A process of its own (so it takes no GIL from the bench or the bookies) writes 4 KiB into a file
 it wrote in full beforehand, fdatasyncs it, and sleeps PROBE_INTERVAL_S, over and over, until it
 is told to stop (SIGTERM); then it prints one JSON line: fdatasync p50, p99 and max, and how
-many took STALL_MS or more. The file is overwritten in place, round and round, so a sync
+many took STALL_MS or more, and when the longest of those began (`stalls`: a timeline marks
+them). The file is overwritten in place, round and round, so a sync
 never has to persist new blocks or a new size: its time is the disk's, and the queue it waits
 in, which the phase's own writes share. On a virtual machine whose disk now and then stops for
 tens or hundreds of milliseconds with nothing else running, an add's p99 is only read rightly
@@ -33,15 +34,26 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
 
 
-def summarize(latencies_s: list[float]) -> dict:
+STALLS_KEPT = 200               # the longest ones, for a timeline
+
+
+def summarize(latencies_s: list[float], started_at_s: list[float] | None = None) -> dict:
+    """The figures of a run of syncs; with their wall-clock start times, also `stalls`: the
+    STALLS_KEPT longest of STALL_MS or more, as {"at_s", "duration_ms"}, in time order."""
     if not latencies_s:
         return {"fdatasyncs": 0}
     ordered = sorted(latencies_s)
-    return {"fdatasyncs": len(ordered),
-            "fdatasync_p50_ms": round(_percentile(ordered, 0.5) * 1e3, 3),
-            "fdatasync_p99_ms": round(_percentile(ordered, 0.99) * 1e3, 3),
-            "fdatasync_max_ms": round(ordered[-1] * 1e3, 3),
-            f"fdatasyncs_over_{STALL_MS:.0f}_ms": sum(1 for value in ordered if value * 1e3 >= STALL_MS)}
+    summary = {"fdatasyncs": len(ordered),
+               "fdatasync_p50_ms": round(_percentile(ordered, 0.5) * 1e3, 3),
+               "fdatasync_p99_ms": round(_percentile(ordered, 0.99) * 1e3, 3),
+               "fdatasync_max_ms": round(ordered[-1] * 1e3, 3),
+               f"fdatasyncs_over_{STALL_MS:.0f}_ms": sum(1 for value in ordered if value * 1e3 >= STALL_MS)}
+    if started_at_s is not None:
+        stalls = sorted(((latency, at) for latency, at in zip(latencies_s, started_at_s)
+                         if latency * 1e3 >= STALL_MS), reverse=True)[:STALLS_KEPT]
+        summary["stalls"] = [{"at_s": at, "duration_ms": round(latency * 1e3, 3)}
+                             for latency, at in sorted(stalls, key=lambda stall: stall[1])]
+    return summary
 
 
 def run_probe(path: str) -> dict:
@@ -63,6 +75,8 @@ def run_probe(path: str) -> dict:
         print("ready", flush=True)
         record = os.urandom(PROBE_WRITE_SIZE)
         latencies: list[float] = []
+        started_at: list[float] = []           # wall clock, for the timeline's marks
+        wall_offset = time.time() - time.perf_counter()
         offset = 0
         while not stopping:
             os.pwrite(fd, record, offset)
@@ -70,8 +84,9 @@ def run_probe(path: str) -> dict:
             started = time.perf_counter()
             os.fdatasync(fd)
             latencies.append(time.perf_counter() - started)
+            started_at.append(started + wall_offset)
             time.sleep(PROBE_INTERVAL_S)
-        return summarize(latencies)
+        return summarize(latencies, started_at)
     finally:
         os.close(fd)
         os.unlink(path)

@@ -30,7 +30,8 @@ SUMMED_KINDS = {"loop": "loop_pause", "gc": "gc_pause", "journal_sync": "journal
 MARKED_KINDS = {"checkpoint": ("tab:blue", "checkpoint"), "index_commit": ("tab:cyan", "index commit"),
                 "journal_roll": ("tab:purple", "journal roll"), "journal_prealloc": ("tab:pink", "journal prealloc"),
                 "gc": ("tab:red", "GC pause"), "loop": ("tab:orange", "loop pause"),
-                "write_cache_full": ("black", "write cache full"), "compaction": ("tab:brown", "compaction")}
+                "write_cache_full": ("black", "write cache full"), "compaction": ("tab:brown", "compaction"),
+                "disk_stall": ("tab:gray", "raw disk loop's fdatasync >= 20 ms")}
 TIMELINE_EVENT_MIN_MS = {"gc": 1.0, "loop": 5.0}       # shorter ones would cover the picture
 
 
@@ -82,7 +83,8 @@ def draw_timeline(path: str, adds: AddSamples, events: dict[str, list[dict]],
                   phases: list[tuple[str, float, float]]) -> None:
     """A PNG at path: each add's latency (ms, log scale) at the wall time it started, the phases
     shaded and named, and below, one row per process with its recorded events as bars as long
-    as they lasted (checkpoints, index commits, journal rolls, GC and loop pauses)."""
+    as they lasted (checkpoints, index commits, journal rolls, GC and loop pauses, and the raw
+    disk loop's stalls when a DiskProbe ran beside the phases)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -111,7 +113,7 @@ def draw_timeline(path: str, adds: AddSamples, events: dict[str, list[dict]],
             bottom.broken_barh([(start, width)], (row - 0.4, 0.8), color=colour,
                                label=None if label in seen_labels else label)
             seen_labels.add(label)
-            if kind in ("checkpoint", "journal_roll", "write_cache_full", "compaction"):
+            if kind in ("checkpoint", "journal_roll", "write_cache_full", "compaction", "disk_stall"):
                 top.axvline(start, color=colour, linewidth=0.6, alpha=0.5)
     bottom.set_yticks(range(len(sources)), sources)
     bottom.set_xlabel("seconds")
@@ -161,7 +163,9 @@ class PhaseWatch:
             report = await measure(*args, **kwargs)
         fields, events = phase_stalls(self._client_recorder, self._http_ports, started)
         if self._disk_probe_dir:
+            stalls = probe.report.pop("stalls", [])
             fields.update({f"disk_probe_{name}": value for name, value in probe.report.items()})
+            events["disk (raw loop)"] = [{"kind": "disk_stall", "detail": "", **stall} for stall in stalls]
         self.phases.append((name, started, time.time()))
         for source, listed in events.items():
             self.events.setdefault(source, []).extend(listed)

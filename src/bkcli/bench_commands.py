@@ -112,8 +112,8 @@ def _add_ledger(sub) -> None:
                              "(needs nats-server, etcd-server and the bench extra)")
     ledger.add_argument("--timeline", metavar="PNG",
                         help="also draw add latency over time in the quarter and half peak loads, with the "
-                             "bookies' checkpoints, index commits, journal rolls, GC and loop pauses marked "
-                             "(needs matplotlib: the bench extra)")
+                             "bookies' checkpoints, index commits, journal rolls, GC and loop pauses marked, "
+                             "and the raw disk loop's stalls (needs matplotlib: the bench extra)")
 
 
 def _add_table_and_stream(sub) -> None:

@@ -34,6 +34,7 @@ def test_bench_ledger_reports_every_measurement(tmp_path):
         assert max(run["each_bookie_loop_pause_max_ms"]) == run["bookies_loop_pause_max_ms"], phase
         assert run["disk_probe_fdatasyncs"] > 0, phase                   # the raw disk loop beside it
         assert run["disk_probe_fdatasync_max_ms"] >= run["disk_probe_fdatasync_p50_ms"] > 0, phase
+        assert "disk_probe_stalls" not in run, phase                     # (those go to the timeline)
     assert report["pipelined"]["bookies_journal_sync_max_ms"] > 0         # every bookie syncs its journal
     assert report["timeline"] == str(timeline) and timeline.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     floor = report["disk_quorum_fdatasync"]
@@ -62,3 +63,7 @@ def test_the_disk_probe_times_syncs_until_stopped_and_counts_the_stalls(tmp_path
     summary = summarize([0.001] * 98 + [0.030, 0.500])
     assert (summary["fdatasync_p50_ms"], summary["fdatasync_max_ms"]) == (1.0, 500.0)
     assert summary[f"fdatasyncs_over_{STALL_MS:.0f}_ms"] == 2 and summarize([]) == {"fdatasyncs": 0}
+    timed = summarize([0.001, 0.5, 0.001, 0.03], [10.0, 11.0, 12.0, 13.0])
+    assert timed["stalls"] == [{"at_s": 11.0, "duration_ms": 500.0}, {"at_s": 13.0, "duration_ms": 30.0}]
+    assert "stalls" not in summary and probe.report["stalls"] == [
+        stall for stall in probe.report["stalls"] if stall["duration_ms"] >= STALL_MS]
