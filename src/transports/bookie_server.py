@@ -64,7 +64,7 @@ from bkmetastore.api import MetadataStore
 from bktransports.auth import is_secret
 from bktransports.bookie_gc_status import GcStatus
 from bktransports.bookie_maintenance import BookieMaintenance
-from bktransports.connection import FramedConnection, ReceiveGate
+from bktransports.connection import FramedConnection
 from bktransports.timer import CoreTimer, now_ns
 from bktransports import stall_recorder
 from bktransports.worker_thread import WorkerThread
@@ -72,7 +72,6 @@ from bktransports.filesystem import INDEX_DIR, OsFileSystem
 from bktransports.tls import handshake as tls_handshake, server_context as tls_server_context
 from bktransports.http_admin import AdminHttpServer
 from bktransports.http_admin_api import admin_routes
-from bktransports.checkpoint_pacer import CheckpointPacer
 from bktransports.lmdb_index import LmdbIndexStore
 from bktransports.bookie_metrics import BookieMetrics, bookie_families
 from bktransports.metrics import new_registry, publish
@@ -289,7 +288,7 @@ class BookieServer:
                 await trio.sleep(0.005)
         for connection in list(self.connections.values()):
             connection.close("bookie shutting down")
-        self._hurry_checkpoint()
+        self.maintenance.hurry_checkpoint()
         await self.checkpoint()
         log.info("bookie %s shut down: %d requests unanswered", self.config.bookie_id, self.core.journal_waiter_count)
 
@@ -318,7 +317,7 @@ class BookieServer:
         connection = FramedConnection(stream, name=name, on_messages=self._on_messages,
                                       frame_size_max=self.config.frame_size_max,
                                       send_queue_size_max=self.config.connection_send_queue_size_max,
-                                      receive_gate=self._receive_gate)
+                                      receive_gate=self.maintenance.receive_gate)
         self.connections[name] = connection
         self._request_started[name] = {}
         self.counts["connections"] += 1
@@ -576,25 +575,9 @@ class BookieServer:
     async def check_disk(self) -> None:
         await self.maintenance.check_disk()
 
-    def _hurry_checkpoint(self) -> None:
-        self.maintenance.hurry_checkpoint()
-
     @property
     def gc_status(self) -> GcStatus:
         return self.maintenance.gc_status
-
-    # (Tests watch these three.)
-    @property
-    def _checkpoint_pacer(self) -> CheckpointPacer | None:
-        return self.maintenance.checkpoint_pacer
-
-    @property
-    def _receive_gate(self) -> ReceiveGate:
-        return self.maintenance.receive_gate
-
-    @property
-    def _is_flushing_cache(self) -> bool:
-        return self.maintenance.is_flushing_cache
 
     # -- numbers for the admin endpoint -----------------------------------------------------
 
@@ -608,7 +591,7 @@ class BookieServer:
     @property
     def write_cache_full_count(self) -> int:
         """Times the write cache filled and every connection stopped reading (the receive gate)."""
-        return self._receive_gate.shut_count
+        return self.maintenance.receive_gate.shut_count
 
     async def set_readonly(self, is_readonly: bool) -> None:
         """Turn readonly (refuse normal adds, register under readonly/) or writable again."""

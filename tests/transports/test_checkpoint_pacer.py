@@ -66,12 +66,12 @@ async def test_a_periodic_checkpoint_is_spread_and_a_filling_cache_hurries_one(s
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: server.checkpoint(spread_s=60.0))
             with trio.fail_after(10):       # (once the periodic one before it is done)
-                while getattr(server._checkpoint_pacer, "spread_s", None) != 60.0:
+                while getattr(server.maintenance.checkpoint_pacer, "spread_s", None) != 60.0:
                     await trio.sleep(0.01)
-            pacer = server._checkpoint_pacer
+            pacer = server.maintenance.checkpoint_pacer
             await ledger.add_many([ENTRY] * 2100)           # past 8 MiB: the next is wanted now
             with trio.fail_after(20):
-                while server._checkpoint_pacer is pacer:
+                while server.maintenance.checkpoint_pacer is pacer:
                     await trio.sleep(0.01)
         assert pacer.is_hurried
         reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")

@@ -55,7 +55,7 @@ async def test_full_cache_stops_reading_until_the_checkpoint_is_done(start_clust
             nursery.start_soon(add_more)
             # The next half fills while the first is held: the bookie stops reading.
             with trio.fail_after(10):
-                while not server._receive_gate.is_shut:
+                while not server.maintenance.receive_gate.is_shut:
                     await trio.sleep(0.01)
             await trio.sleep(0.5)
             cached = stack.storage.write_cache_size
@@ -67,7 +67,7 @@ async def test_full_cache_stops_reading_until_the_checkpoint_is_done(start_clust
             assert stack.storage.write_cache_size == cached
             release.set()
         assert results == list(range(150, 150 + MORE_COUNT))
-        assert server._receive_gate.shut_count >= 1
+        assert server.maintenance.receive_gate.shut_count >= 1
         reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
         entries = await reader.read(0, 149 + MORE_COUNT)
         assert entries == [ENTRY] * (150 + MORE_COUNT)
