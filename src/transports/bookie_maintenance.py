@@ -73,8 +73,12 @@ class BookieMaintenance:
         """Storage first, then the LastLogMark: the slow writes run in worker threads while the
         loop keeps serving; one checkpoint or compaction at a time (the storage lock). With
         spread_s, the entry-log writes are paced to end about that long after they start
-        (CheckpointPacer), unless the checkpoint is hurried meanwhile."""
+        (CheckpointPacer), unless the checkpoint is hurried meanwhile. One asked for without
+        (the write cache half full, GC, the admin endpoint, shutdown) hurries a paced one that
+        holds the storage lock, rather than wait for its spread to end."""
         server = self._server
+        if not spread_s:
+            self.hurry_checkpoint()
         async with self._storage_lock:
             stack, stalls = server.stack, server.stalls
             started = time.perf_counter()
@@ -186,6 +190,7 @@ class BookieMaintenance:
             return                              # (both kinds suspended)
         config = self._config.compaction
         threshold = config.major_compaction_threshold if kind == "major" else config.minor_compaction_threshold
+        self.hurry_checkpoint()                 # (compaction waits for the storage lock it holds)
         async with self._storage_lock:
             try:
                 with server.stalls.timed("compaction", kind, always=True):

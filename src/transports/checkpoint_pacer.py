@@ -9,7 +9,9 @@ finishing `spread_s` after the start, as PostgreSQL spreads its checkpoints over
 checkpoint_completion_target of checkpoint_timeout.
 
 A checkpoint that must end soon is not paced, and hurry() ends the waits of one that is (from any
-thread): the write cache filling up (the next checkpoint is due at once) and shutdown.
+thread): the write cache filling up (the next checkpoint is due at once), and whatever else
+waits for the storage the paced one holds (a checkpoint asked for now, as GC, the admin
+endpoint and shutdown ask; a compaction).
 """
 
 from __future__ import annotations

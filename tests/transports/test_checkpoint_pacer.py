@@ -76,3 +76,24 @@ async def test_a_periodic_checkpoint_is_spread_and_a_filling_cache_hurries_one(s
         assert pacer.is_hurried
         reader = await bk.open_ledger(ledger.ledger_id, password=b"pw")
         assert await reader.read(0, 768 + 512 + 2100 - 1) == [ENTRY] * (768 + 512 + 2100)
+
+
+async def test_a_checkpoint_asked_for_now_or_a_compaction_hurries_a_paced_one(start_cluster):
+    """What waits for the storage lock a paced checkpoint holds does not wait out its spread: a
+    checkpoint asked for now (GC, the admin endpoint, shutdown) and a compaction."""
+    cluster = await start_cluster(URI, 0)
+    bookie = await cluster.add_bookie(flush_interval_s=3600.0, gc_wait_time_s=3600.0)
+    server = bookie.server
+    async with bkclient.connect(URI) as bk:
+        ledger = await bk.create_ledger(ensemble=1, write_quorum=1, ack_quorum=1, password=b"pw")
+        for asked_for_now in (server.checkpoint, server.collect_garbage):
+            await ledger.add_many([ENTRY] * 512)            # 2 MiB: four entry-log writes
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: server.checkpoint(spread_s=60.0))
+                with trio.fail_after(10):
+                    while server.maintenance.checkpoint_pacer is None:
+                        await trio.sleep(0.01)
+                pacer = server.maintenance.checkpoint_pacer
+                with trio.fail_after(20):                   # not the minute of the spread
+                    await asked_for_now()
+            assert pacer.is_hurried, asked_for_now
