@@ -24,16 +24,12 @@ import subprocess
 import sys
 import time
 
+from bkbench.journal import percentile
+
 PROBE_FILE_SIZE = 8 * 1024 * 1024
 PROBE_WRITE_SIZE = 4096
 PROBE_INTERVAL_S = 0.005
 STALL_MS = 20.0
-
-
-def _percentile(sorted_values: list[float], fraction: float) -> float:
-    return sorted_values[min(len(sorted_values) - 1, int(fraction * len(sorted_values)))]
-
-
 STALLS_KEPT = 200               # the longest ones, for a timeline
 
 
@@ -44,8 +40,8 @@ def summarize(latencies_s: list[float], started_at_s: list[float] | None = None)
         return {"fdatasyncs": 0}
     ordered = sorted(latencies_s)
     summary = {"fdatasyncs": len(ordered),
-               "fdatasync_p50_ms": round(_percentile(ordered, 0.5) * 1e3, 3),
-               "fdatasync_p99_ms": round(_percentile(ordered, 0.99) * 1e3, 3),
+               "fdatasync_p50_ms": round(percentile(ordered, 0.5) * 1e3, 3),
+               "fdatasync_p99_ms": round(percentile(ordered, 0.99) * 1e3, 3),
                "fdatasync_max_ms": round(ordered[-1] * 1e3, 3),
                f"fdatasyncs_over_{STALL_MS:.0f}_ms": sum(1 for value in ordered if value * 1e3 >= STALL_MS)}
     if started_at_s is not None:
