@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from bkcore.stream.records import CODECS
 from bkspark.arrow_rows import VALUE_FORMATS
 from bkspark.offsets import OffsetSpec, parse_offset_spec
 
@@ -65,6 +66,7 @@ class SourceOptions:
     filter_pushdown: bool = False
     checkpoint_location: str | None = None
     credentials: Credentials = Credentials()
+    compression: str = "none"        # of the entries a write makes (bkcore.stream.records.CODECS)
 
     @property
     def stream_name(self) -> str:
@@ -111,7 +113,16 @@ def parse_options(raw: dict) -> SourceOptions:
         max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_S),
         cursor=options.get("cursor") or None, writer_id=options.get("writerid") or None,
         filter_pushdown=_boolean(options, "filterPushdown", False),
-        checkpoint_location=options.get("checkpointlocation") or None, credentials=_credentials(options))
+        checkpoint_location=options.get("checkpointlocation") or None, credentials=_credentials(options),
+        compression=_compression(options))
+
+
+def _compression(options: dict) -> str:
+    name = options.get("compression", "none").strip().lower()
+    if name not in CODECS:
+        raise OptionError(f'option "compression"={name!r}: use one of {", ".join(CODECS)} (each entry\'s records '
+                          f'compressed, as DistributedLog\'s compressionType)')
+    return name
 
 
 def _credentials(options: dict) -> Credentials:

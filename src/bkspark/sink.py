@@ -170,7 +170,8 @@ async def _start_ledger(bk, options: SourceOptions, settings: StreamSettings, pa
         ensemble=settings.ensemble_size, write_quorum=settings.write_quorum_size,
         ack_quorum=settings.ack_quorum_size, password=STREAM_LEDGER_PASSWORD,
         custom_metadata={"stream": options.stream_name.encode(), "spark-task": str(partition_index).encode()})
-    return ledger, SegmentWriteState(SegmentMetadata(0, ledger.ledger_id), settings, last_txid=last_txid)
+    return ledger, SegmentWriteState(SegmentMetadata(0, ledger.ledger_id), settings, last_txid=last_txid,
+                                     compression=options.compression)
 
 
 def _columns(batch: pa.RecordBatch, state: SegmentWriteState) -> tuple[list[int], list[bytes]]:

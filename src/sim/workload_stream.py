@@ -128,8 +128,8 @@ class StreamWorkload(ProcessWorkload):
         streams = process.bk.streams
         while self.is_writing:
             try:
-                async with streams.open_writer(NAMESPACE, STREAM, entries_in_flight_max=self.rng.choice([1, 4, 16])) \
-                        as writer:
+                async with streams.open_writer(NAMESPACE, STREAM, entries_in_flight_max=self.rng.choice([1, 4, 16]),
+                                               compression=self.rng.choice(["none", "lz4"])) as writer:
                     self.history.writer_opens.append((process.name, writer.segment.seqno))
                     async with rt.open_nursery() as nursery:
                         for _ in range(self.rng.choice([1, 2, 3])):

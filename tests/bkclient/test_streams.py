@@ -1,7 +1,8 @@
 """Log streams against bookies on real TCP and files (memory:// metastore): namespaces, writers
-and fencing, rolling, readers from positions/txids/the tail, end of stream, truncation,
-retention and cursors."""
+and fencing, rolling, compression, readers from positions/txids/the tail, end of stream,
+truncation, retention and cursors."""
 
+import msgpack
 import pytest
 import trio
 
@@ -13,6 +14,7 @@ from bkcore.stream.errors import (
 from bkcore.stream.records import DLSN
 from bkcore.stream.segments import StreamSettings
 from bkcore.stream.send_rounds import SendRounds
+from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
 
 URI = "memory://streams"
 SMALL = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
@@ -270,6 +272,32 @@ async def test_a_new_writer_fences_the_old_one_and_keeps_every_acknowledged_reco
     records = await read_all(streams, "s", count=51)
     assert [r.dlsn for r in records[:50]] == acknowledged
     assert records[50].payload == b"from the new writer" and records[50].dlsn.segment == 2
+
+
+async def test_an_lz4_writer_compresses_its_entries_and_a_writer_recovering_after_it_reads_its_counters(bk):
+    streams = bk.streams
+    await streams.create_stream("ns", "z")
+    with pytest.raises(ValueError, match="compression 'gzip' is not one of none, lz4"):
+        await streams.open_writer("ns", "z", compression="gzip").__aenter__()
+    payloads = [b"%d:" % i + b"compressible " * 40 for i in range(300)]
+    async with streams.open_writer("ns", "z", compression="lz4") as old:
+        written = await old.write_many(payloads[:200])
+        # A second writer fences this one and recovers the open segment from its last entry,
+        # which is compressed: its totals must come through.
+        async with streams.open_writer("ns", "z") as new:
+            written += await new.write_many(payloads[200:])
+        with pytest.raises(WriterFenced):
+            await old.write(b"from the fenced writer")
+    info = await streams.stream_info("ns", "z")
+    first = info["segments"][0]
+    assert (first["records"], first["bytes"]) == (200, sum(map(len, payloads[:200])))
+    records = await read_all(streams, "z", count=300)
+    assert [(r.dlsn, r.payload) for r in records] == list(zip(written, payloads))
+    segment = (await streams.catalog.segments("ns", "z"))[0]
+    ledger = await bk.open_ledger(segment.ledger_id, password=STREAM_LEDGER_PASSWORD)
+    entries = await ledger.read(0, segment.last_entry_id)
+    assert all(msgpack.unpackb(entry)[1] >> 1 & 3 == 1 for entry in entries)       # LZ4's code
+    assert sum(map(len, entries)) * 5 < first["bytes"]
 
 
 async def test_truncation_and_retention_delete_old_segments(bk):

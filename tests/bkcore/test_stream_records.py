@@ -1,13 +1,15 @@
-"""Stream records: packing into entries, DLSN order and text form, batching by size, and the
-columnar decoder against the plain one it replaced."""
+"""Stream records: packing into entries, DLSN order and text form, batching by size, LZ4
+compression of an entry's records, and the columnar decoder against the plain one it replaced."""
 
+import lz4.block
 import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from bkcore.stream.records import (
-    DLSN, END_OF_STREAM_FLAG, RECORDS_FORMAT, ColumnBatcher, EntryColumns, Record, RecordBatcher, RecordFormatError,
-    StreamEntry, pack_columns, pack_entry, positioned, unpack_columns, unpack_entry,
+    DECOMPRESSED_SIZE_MAX, DLSN, END_OF_STREAM_FLAG, RECORDS_FORMAT, ColumnBatcher, EntryColumns, Record,
+    RecordBatcher, RecordFormatError, StreamEntry, codec_code, pack_columns, pack_entry, positioned, unpack_columns,
+    unpack_entry,
 )
 
 
@@ -104,6 +106,8 @@ def _reference_unpack_columns(payload: bytes) -> EntryColumns:
         txids = [item[0] for item in items]
         payloads = [item[1] for item in items]
         flags = int(flags)
+        if version == RECORDS_FORMAT and flags >> 1 & 3:
+            raise ValueError("a compressed entry's records are not a list (see the compression tests)")
     except (ValueError, TypeError, IndexError, KeyError, msgpack.UnpackException) as exc:
         raise RecordFormatError(f"not a batch of stream records: {exc}") from None
     if version != RECORDS_FORMAT:
@@ -165,3 +169,89 @@ def test_malformed_records_are_refused():
             unpack_columns(entry(items))
     with pytest.raises(RecordFormatError):
         unpack_columns(entry([[1, b"x"]], counters=(0, "0", -1)))
+
+
+# -- compressed entries (DistributedLog's compressionType lz4) ---------------------------------
+
+_compressible = st.builds(lambda prefix, n: prefix + b"x" * n, st.binary(max_size=8), st.integers(0, 300))
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**62), st.one_of(st.binary(max_size=60), _compressible)), max_size=30),
+       st.booleans(), st.integers(0, 2**40), st.integers(0, 2**40), st.integers(-1, 2**62))
+def test_compressed_entries_round_trip_and_are_never_larger_than_plain_ones(items, is_end, records_before,
+                                                                          bytes_before, last_txid):
+    entry = StreamEntry(tuple(Record(t, p) for t, p in items), records_before, bytes_before, last_txid, is_end)
+    plain, compressed = pack_entry(entry), pack_entry(entry, compression="lz4")
+    assert unpack_entry(compressed) == entry
+    codec = msgpack.unpackb(compressed)[1] >> 1 & 3
+    # An entry LZ4 would not shrink is written plain, byte for byte what no compression writes.
+    assert (codec, compressed) == (0, plain) if codec == 0 else (codec == 1 and len(compressed) < len(plain))
+
+
+def test_an_entry_of_repeated_records_is_compressed_and_keeps_its_counters_outside_the_block():
+    entry = StreamEntry(tuple(Record(i, b"row-payload " * 80) for i in range(400)), 7, 90, 399)
+    packed = pack_entry(entry, compression="lz4")
+    fields = msgpack.unpackb(packed)
+    assert fields[:5] == [RECORDS_FORMAT, 1 << 1, 7, 90, 399] and len(fields) == 7
+    assert len(packed) * 20 < len(pack_entry(entry))
+    assert unpack_entry(packed) == entry
+    # The end-of-stream flag and the codec share the flags field.
+    end = StreamEntry(entry.records, 7, 90, 399, is_end_of_stream=True)
+    assert msgpack.unpackb(pack_entry(end, compression="lz4"))[1] == 1 | 1 << 1
+    assert unpack_entry(pack_entry(end, compression="lz4")).is_end_of_stream
+
+
+def test_unknown_compression_names_are_refused_naming_the_choices():
+    assert codec_code("none") == 0 and codec_code("lz4") == 1
+    for name in ("zstd", "LZ4x", None, 1):
+        with pytest.raises(ValueError, match=r"compression .* is not one of none, lz4"):
+            codec_code(name)
+        with pytest.raises(ValueError):
+            pack_entry(StreamEntry((Record(1, b"x"),)), compression=name)
+
+
+def _compressed(records: list, *, flags: int = 1 << 1, size: int | None = None, block: object = None,
+                extra: tuple = ()) -> bytes:
+    packed = msgpack.packb(records, use_bin_type=True)
+    block = lz4.block.compress(packed, store_size=False) if block is None else block
+    return msgpack.packb([RECORDS_FORMAT, flags, 0, 0, 5, block, len(packed) if size is None else size, *extra],
+                         use_bin_type=True)
+
+
+def test_damaged_compressed_entries_are_refused_with_a_format_error():
+    records = [[i, b"abc" * 50] for i in range(6)]
+    assert unpack_columns(_compressed(records)).txids == list(range(6))
+    good_size = len(msgpack.packb(records, use_bin_type=True))
+    block = lz4.block.compress(msgpack.packb(records, use_bin_type=True), store_size=False)
+    refused = {
+        "size claimed too large": _compressed(records, size=good_size + 10),
+        "size claimed too small": _compressed(records, size=good_size - 10),
+        "size zero": _compressed(records, size=0),
+        "size past the bound": _compressed(records, size=DECOMPRESSED_SIZE_MAX + 1),
+        "size not an int": _compressed(records, size=str(good_size)),
+        "block cut short": _compressed(records, block=block[:-5]),
+        "block of junk": _compressed(records, block=b"\xff" * 40),
+        "block not bytes": _compressed(records, block="text"),
+        "unknown codec 2": _compressed(records, flags=2 << 1),
+        "unknown codec 3": _compressed(records, flags=3 << 1),
+        "an eighth field": _compressed(records, extra=(0,)),
+        "no size": msgpack.packb([RECORDS_FORMAT, 1 << 1, 0, 0, 5, block]),
+        "records not records": _compressed([[1, "text"], 7]),
+        "block of no msgpack": _compressed([], block=lz4.block.compress(b"\xc1" * 30, store_size=False), size=30),
+    }
+    for name, payload in refused.items():
+        with pytest.raises(RecordFormatError):
+            unpack_columns(payload)
+            pytest.fail(f"{name}: accepted")
+
+
+@settings(max_examples=300)
+@given(st.integers(0, 10_000), st.integers(1, 255))
+def test_a_byte_changed_anywhere_in_a_compressed_entry_decodes_or_is_refused_never_anything_else(where, change):
+    entry = StreamEntry(tuple(Record(i, b"%d-" % i + b"y" * 90) for i in range(20)), 3, 4, 19)
+    packed = bytearray(pack_entry(entry, compression="lz4"))
+    packed[where % len(packed)] ^= change
+    try:
+        unpack_entry(bytes(packed))
+    except RecordFormatError:
+        pass

@@ -23,6 +23,7 @@ def test_defaults_and_names_looked_up_whatever_their_case():
     assert options.max_bytes_per_partition == 128 * 1024 * 1024
     assert (options.starting, options.ending) == (OffsetSpec("earliest"), OffsetSpec("latest"))
     assert (options.fail_on_data_loss, options.filter_pushdown, options.value_format) == (True, False, "binary")
+    assert options.compression == "none" and parse(stream="events", Compression="LZ4").compression == "lz4"
     options = parse(stream="ns/events", MaxEntriesPerPartition="5", READBATCHENTRIES="7", failondataloss="FALSE",
                     maxBytesPerPartition="4096",
                     recordFormat="JSON", startingOffsets='{"position": "2:0:0"}', endingOffsets='{"txid": 9}')
@@ -70,6 +71,8 @@ def test_trigger_options():
      'option "failOnDataLoss"=\'maybe\' must be true or false'),
     ({"metastore": METASTORE, "stream": "s", "maxTriggerDelay": "5 minutes"},
      'option "maxTriggerDelay"=\'5 minutes\' is not a duration such as 500ms, 30s, 5m or 1h'),
+    ({"metastore": METASTORE, "stream": "s", "compression": "snappy"},
+     'option "compression"=\'snappy\': use one of none, lz4'),
     ({"metastore": METASTORE, "stream": "s", "tlsKey": "client.key"},
      'option "tlsKey" is the key of a certificate: give the certificate too, .option("tlsCert", "client.pem")'),
 ])

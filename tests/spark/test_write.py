@@ -1,14 +1,18 @@
 """Exactly-once writes into a stream (df.write and writeStream with format("bookkeeper"))
 against a real local cluster: each task writes a ledger, the driver attaches them in one
-decision, a failed task leaves nothing behind, and a batch Spark replays after a driver restart
-is not applied twice."""
+decision, a failed task leaves nothing behind, a batch Spark replays after a driver restart
+is not applied twice, and compression="lz4" writes entries that are compressed and read back
+as written."""
 
 import os
 
+import msgpack
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
+from bkcore.stream.records import unpack_entry
+from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
 from spark_helpers import append, new_stream
 
 
@@ -28,6 +32,29 @@ def test_a_batch_write_appends_every_row_once_with_txids_in_partition_order(spar
     txids = [r.txid for r in rows]
     assert txids == sorted(txids) and len(set(txids)) == len(txids)
     assert len({r.segment for r in rows}) == 5                    # the writer's segment + one per task
+
+
+def test_a_write_with_lz4_compression_stores_compressed_entries_that_read_back_as_written(spark, cluster, bk):
+    stream = new_stream(bk)
+    df = spark.range(0, 3000, numPartitions=2).select(
+        F.concat(F.format_string("row-%d-", "id"), F.expr("repeat('payload ', 100)")).alias("payload"))
+    df.write.format("bookkeeper").option("metastore", cluster.metastore_uri).option("stream", stream) \
+        .option("compression", "lz4").mode("append").save()
+    rows = read_back(spark, cluster, stream).orderBy("position").collect()
+    assert [r.value for r in rows] == [f"row-{i}-" + "payload " * 100 for i in range(3000)]
+
+    namespace, name = stream.split("/")
+
+    async def entries(client):
+        found = []
+        for segment in await client.streams.catalog.segments(namespace, name):
+            ledger = await client.open_ledger(segment.ledger_id, password=STREAM_LEDGER_PASSWORD)
+            found += await ledger.read(0, segment.last_entry_id)
+        return found
+    payloads = bk.run(entries)
+    assert len(payloads) >= 2 and all(msgpack.unpackb(p)[1] >> 1 & 3 == 1 for p in payloads)   # LZ4's code
+    plain_bytes = sum(len(record.payload) for p in payloads for record in unpack_entry(p).records)
+    assert sum(map(len, payloads)) * 10 < plain_bytes
 
 
 def test_a_task_that_fails_once_leaves_no_trace(spark, cluster, bk):

@@ -81,8 +81,9 @@ class Streams:
     @contextlib.asynccontextmanager
     async def open_writer(self, namespace: str, stream: str, **options) -> AsyncIterator[StreamWriter]:
         """The stream's writer (fencing any previous one). Options: entry_size_max,
-        entries_in_flight_max, pending_bytes_max, lac_push_delay_ns (see create_ledger). Leaving the block writes what is queued and
-        seals the segment."""
+        entries_in_flight_max, pending_bytes_max, lac_push_delay_ns (see create_ledger),
+        compression ("none" or "lz4": each entry's records compressed, as DistributedLog's
+        compressionType). Leaving the block writes what is queued and seals the segment."""
         writer = await self._open_writer(namespace, stream, options)
         async with self._rt.open_nursery() as nursery:
             await nursery.start(writer.run)

@@ -10,7 +10,8 @@ and sealed, its totals read back from its last entry) and marked completed befor
 creates the next segment; the old writer's next add fails and it gets WriterFenced. Records
 queued while earlier entries are in flight are packed together into the next entry, so many
 concurrent write() calls cost few entries. Every decision about records (txids, counters,
-rolling) is bkcore.stream.writer_state's.
+rolling) is bkcore.stream.writer_state's. With compression="lz4" (DistributedLog's
+compressionType) each entry's records are LZ4-compressed; readers need no setting.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Awaitable, Callable, Iterable
 
 from bkcore.errors import BKException, LedgerClosed, LedgerFenced, NoSuchLedger
 from bkcore.stream.errors import EndOfStream, StreamException, WriterFenced
-from bkcore.stream.records import DLSN, Record, RecordBatcher, unpack_entry
+from bkcore.stream.records import DLSN, Record, RecordBatcher, codec_code, unpack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings, stream_last_txid
 from bkcore.stream.send_rounds import SendRounds
 from bkcore.stream.writer_state import SegmentWriteState, recovered_segment
@@ -52,13 +53,15 @@ class StreamWriter:
                  after_roll: Callable[[], Awaitable[None]] | None = None,
                  entry_size_max: int = ENTRY_SIZE_MAX, entries_in_flight_max: int = ENTRIES_IN_FLIGHT_MAX,
                  pending_bytes_max: int = PENDING_BYTES_MAX, lac_push_delay_ns: int | None = None,
-                 rounds: SendRounds | None = None) -> None:
+                 rounds: SendRounds | None = None, compression: str = "none") -> None:
+        codec_code(compression)         # refused here, before anything is opened
         self._bk = bk
         self._rt = bk.runtime
         self._catalog = catalog
         self.namespace, self.stream = namespace, stream
         self._after_roll = after_roll
         self._batcher = RecordBatcher(entry_size_max=entry_size_max)
+        self._compression = compression
         self._entries_in_flight_max = entries_in_flight_max
         self._pending_bytes_max = pending_bytes_max
         self._lac_push_delay_ns = lac_push_delay_ns      # for its ledgers (create_ledger)
@@ -352,7 +355,7 @@ class StreamWriter:
             raise WriterFenced(f"another writer opened {self.namespace}/{self.stream} and created segment {seqno}")
         previous = self._state
         self._ledger = ledger
-        self._state = SegmentWriteState(stored, settings, last_txid=last_txid)
+        self._state = SegmentWriteState(stored, settings, last_txid=last_txid, compression=self._compression)
         if previous is not None:
             # write() goes on while a segment rolls: the txids handed out meanwhile (by the old
             # state, up to now, not up to when the roll began) stay taken. (The simulator's

@@ -6,7 +6,8 @@ about records lives here, as plain code over plain values, so it is tested witho
 - txids: a record without one gets the previous txid + 1; one below the stream's newest is
   refused (TxidOutOfOrder) before anything is written;
 - entries: a batch of records is packed with the segment's counters before it, so the last
-  entry of a segment alone tells a recovering writer the segment's totals;
+  entry of a segment alone tells a recovering writer the segment's totals, and compressed
+  when the writer was opened with compression="lz4";
 - rolling: a new segment once the open one holds segment_rolling_size payload bytes or has been
   open segment_rolling_interval_s seconds;
 - completion: the metadata of a sealed segment, from the writer's counters or, for a segment
@@ -20,14 +21,15 @@ import itertools
 import operator
 
 from bkcore.stream.errors import TxidOutOfOrder
-from bkcore.stream.records import Record, StreamEntry, new_entry_packer, pack_columns, pack_entry
+from bkcore.stream.records import Record, StreamEntry, codec_code, new_entry_packer, pack_columns, pack_entry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings
 
 _INT_ONLY = frozenset({int})
 
 
 class SegmentWriteState:
-    def __init__(self, segment: SegmentMetadata, settings: StreamSettings, *, last_txid: int) -> None:
+    def __init__(self, segment: SegmentMetadata, settings: StreamSettings, *, last_txid: int,
+                 compression: str = "none") -> None:
         self.segment = segment
         self.settings = settings
         self.assigned_txid = last_txid     # newest txid handed to a record (maybe not yet written)
@@ -36,6 +38,7 @@ class SegmentWriteState:
         self.record_count = 0
         self.size = 0
         self._packer = new_entry_packer()
+        self._codec = codec_code(compression)
 
     def assign_txid(self, txid: int | None) -> int:
         """The txid of the next record: `txid` itself if it does not go backwards, or the
@@ -81,7 +84,8 @@ class SegmentWriteState:
         if txids and self.first_txid < 0:
             self.first_txid = txids[0]
         data = pack_columns(txids, payloads, records_before=self.record_count, bytes_before=self.size,
-                            last_txid=txids[-1] if txids else self.packed_txid, packer=self._packer)
+                            last_txid=txids[-1] if txids else self.packed_txid, packer=self._packer,
+                            codec=self._codec)
         self.record_count += len(txids)
         self.size += sum(map(len, payloads))
         if txids:
