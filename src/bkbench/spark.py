@@ -2,6 +2,12 @@
 
     write_stream    N rows of --size bytes written with df.write.format("bookkeeper") into a
                     stream, exactly once (rows/s)
+    write_stream_lz4
+                    the same with option compression lz4 (each entry's records LZ4-compressed,
+                    DistributedLog's compressionType), into a stream of its own; bytes_written is
+                    what its entries hold. The bench's rows all hold one repeated payload, which
+                    compresses as far as Parquet's dictionary takes it: the figure says what
+                    compression buys such rows, not rows in general
     python_sink_ceiling
                     the same rows written to a sink that drops each Arrow batch
                     (bkbench.spark_ceiling): what PySpark's Python writer path alone allows
@@ -12,7 +18,8 @@
     read_ledgers    N entries of --size bytes (written with the library, E3 Qw3 Qa2, so that every
                     bookie holds every entry and reads are batch reads) read with
                     spark.read.format("bookkeeper").option("ledgers", ...) into a count
-    read_stream     the stream the write made, read back into a count
+    read_stream     the stream the write made, read back into a count (read_stream_lz4: the
+                    compressed one)
     parquet_read    the Parquet files read back, forcing every payload to be read
                     (sum(length(payload)); a bare count would read only Parquet's footers)
     python_source_ceiling, python_source_ceiling_stream
@@ -103,6 +110,19 @@ def _split_cpus(cluster) -> dict:
     return {"spark": sorted(spark_cpus), "cluster": sorted(cluster_cpus)}
 
 
+def _stream_bytes(cluster, name: str) -> int:
+    """The bytes the entries of stream bench/`name` hold (each ledger's length)."""
+    from bkclient.sync import connect
+
+    async def lengths(bk) -> int:
+        total = 0
+        for segment in await bk.streams.catalog.segments("bench", name):
+            total += (await bk.ledger_metadata(segment.ledger_id)).length
+        return total
+    with connect(cluster.metastore_uri) as bk:
+        return bk.run(lengths)
+
+
 def _folder_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
 
@@ -132,8 +152,9 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
 
     parquet_path = os.path.join(work_dir, "parquet")
     plain_path = os.path.join(work_dir, "parquet-plain")
-    def write_stream(name: str) -> None:
-        rows.write.format("bookkeeper").option("metastore", uri).option("stream", f"bench/{name}").mode("append").save()
+    def write_stream(name: str, compression: str = "none") -> None:
+        rows.write.format("bookkeeper").option("metastore", uri).option("stream", f"bench/{name}") \
+            .option("compression", compression).mode("append").save()
 
     def write_parquet(path: str, **options: str) -> None:
         rows.write.options(**options).parquet(path)
@@ -144,6 +165,7 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     sink_ceiling = measured(args.entries, lambda: rows.write.format("bookkeeper-ceiling").mode("append").save())
     write_first = measured(args.entries, lambda: write_stream("spark-first"))
     write = measured(args.entries, lambda: write_stream("spark"))
+    write_lz4 = measured(args.entries, lambda: write_stream("spark-lz4", "lz4"))
     parquet_write_first = measured(args.entries, lambda: write_parquet(parquet_path + "-first"))
     parquet_write = measured(args.entries, lambda: write_parquet(parquet_path))
     plain = {"compression": "none", "parquet.enable.dictionary": "false"}
@@ -152,8 +174,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     def ledgers_frame():
         return source().option("ledgers", ",".join(map(str, ledger_ids))).option("password", "bench").load()
 
-    def stream_frame():
-        return source().option("stream", "bench/spark").load()
+    def stream_frame(name: str = "spark"):
+        return source().option("stream", f"bench/{name}").load()
 
     def read_parquet() -> int:
         return spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0]
@@ -180,17 +202,19 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     read = measured(ledger_count, lambda: ledgers_frame().count())
     read_stream_first = measured(args.entries, lambda: stream_frame().count())
     stream = measured(args.entries, lambda: stream_frame().count())
+    stream_lz4 = measured(args.entries, lambda: stream_frame("spark-lz4").count())
     assert read_parquet() == args.entries * args.size
     parquet_read_first = measured(args.entries, read_parquet)
     parquet_read = measured(args.entries, read_parquet)
     return {
         "write_stream_first": write_first, "write_stream": write,
+        "write_stream_lz4": {**write_lz4, "bytes_written": _stream_bytes(cluster, "spark-lz4")},
         "python_sink_ceiling_first": sink_ceiling_first, "python_sink_ceiling": sink_ceiling,
         "parquet_write_first": parquet_write_first,
         "parquet_write": {**parquet_write, "bytes_on_disk": _folder_size(parquet_path)},
         "parquet_write_uncompressed": {**parquet_plain_write, "bytes_on_disk": _folder_size(plain_path)},
         "read_ledgers_first": read_first, "read_ledgers": read,
-        "read_stream_first": read_stream_first, "read_stream": stream,
+        "read_stream_first": read_stream_first, "read_stream": stream, "read_stream_lz4": stream_lz4,
         "parquet_read_first": parquet_read_first, "parquet_read": parquet_read,
         "python_source_ceiling_first": {**ceiling_first, "partitions": ledger_ceiling.rdd.getNumPartitions()},
         "python_source_ceiling": ceiling,
@@ -200,10 +224,12 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
         "write_vs_parquet": _ratio(write, parquet_write),
         "write_vs_parquet_uncompressed": _ratio(write, parquet_plain_write),
         "write_vs_python_sink_ceiling": _ratio(write, sink_ceiling),
+        "write_lz4_vs_parquet": _ratio(write_lz4, parquet_write),
         "write_target_vs_parquet": 0.5,
         "read_vs_parquet": _ratio(read, parquet_read),
         "read_vs_python_source_ceiling": _ratio(read, ceiling),
         "read_stream_vs_python_source_ceiling": _ratio(stream, stream_ceiling_rate),
+        "read_stream_lz4_vs_python_source_ceiling": _ratio(stream_lz4, stream_ceiling_rate),
         "read_target_vs_python_source_ceiling": 0.9,
     }
 
@@ -222,7 +248,7 @@ def bench_spark(args) -> int:
         settings = StreamSettings(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         with connect(cluster.metastore_uri) as bk:
             bk.run(lambda client: client.streams.create_namespace("bench", settings))
-            for name in ("spark-first", "spark"):
+            for name in ("spark-first", "spark", "spark-lz4"):
                 bk.run(lambda client, name=name: client.streams.create_stream("bench", name))
             ledger_ids = _write_ledgers(bk, args)
         cpus = _split_cpus(cluster) if args.split_cpus else "shared"
