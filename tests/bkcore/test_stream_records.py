@@ -1,7 +1,7 @@
 """Stream records: packing into entries, DLSN order and text form, batching by size, LZ4
 compression of an entry's records, and the columnar decoder against the plain one it replaced."""
 
-import lz4.block
+import cramjam
 import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -213,7 +213,7 @@ def test_unknown_compression_names_are_refused_naming_the_choices():
 def _compressed(records: list, *, flags: int = 1 << 1, size: int | None = None, block: object = None,
                 extra: tuple = ()) -> bytes:
     packed = msgpack.packb(records, use_bin_type=True)
-    block = lz4.block.compress(packed, store_size=False) if block is None else block
+    block = bytes(cramjam.lz4.compress_block(packed, store_size=False)) if block is None else block
     return msgpack.packb([RECORDS_FORMAT, flags, 0, 0, 5, block, len(packed) if size is None else size, *extra],
                          use_bin_type=True)
 
@@ -222,7 +222,7 @@ def test_damaged_compressed_entries_are_refused_with_a_format_error():
     records = [[i, b"abc" * 50] for i in range(6)]
     assert unpack_columns(_compressed(records)).txids == list(range(6))
     good_size = len(msgpack.packb(records, use_bin_type=True))
-    block = lz4.block.compress(msgpack.packb(records, use_bin_type=True), store_size=False)
+    block = bytes(cramjam.lz4.compress_block(msgpack.packb(records, use_bin_type=True), store_size=False))
     refused = {
         "size claimed too large": _compressed(records, size=good_size + 10),
         "size claimed too small": _compressed(records, size=good_size - 10),
@@ -237,7 +237,7 @@ def test_damaged_compressed_entries_are_refused_with_a_format_error():
         "an eighth field": _compressed(records, extra=(0,)),
         "no size": msgpack.packb([RECORDS_FORMAT, 1 << 1, 0, 0, 5, block]),
         "records not records": _compressed([[1, "text"], 7]),
-        "block of no msgpack": _compressed([], block=lz4.block.compress(b"\xc1" * 30, store_size=False), size=30),
+        "block of no msgpack": _compressed([], block=bytes(cramjam.lz4.compress_block(b"\xc1" * 30, store_size=False)), size=30),
     }
     for name, payload in refused.items():
         with pytest.raises(RecordFormatError):
@@ -255,3 +255,17 @@ def test_a_byte_changed_anywhere_in_a_compressed_entry_decodes_or_is_refused_nev
         unpack_entry(bytes(packed))
     except RecordFormatError:
         pass
+
+
+def test_entries_hold_plain_lz4_blocks_that_another_implementation_reads_and_writes():
+    """The block is LZ4's raw block format (no size prefix, no frame): pyarrow's codec, an
+    implementation of its own, decodes what the writer packed and packs what the reader takes."""
+    pa = pytest.importorskip("pyarrow")
+    codec = pa.Codec("lz4_raw")
+    records = [[i, b"record %d " % i + b"z" * 200] for i in range(50)]
+    packed = msgpack.packb(records, use_bin_type=True)
+    entry = pack_entry(StreamEntry(tuple(Record(t, p) for t, p in records), 0, 0, 49), compression="lz4")
+    block, size = msgpack.unpackb(entry)[5:]
+    assert codec.decompress(block, decompressed_size=size, asbytes=True) == packed
+    theirs = _compressed(records, block=codec.compress(packed, asbytes=True))
+    assert unpack_columns(theirs).payloads == [p for _, p in records]

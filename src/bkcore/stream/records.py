@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import lz4.block
+import cramjam
 import msgpack
 
 RECORDS_FORMAT = 1
@@ -134,7 +134,7 @@ def pack_columns(txids: list[int], payloads: list[bytes], *, records_before: int
     if codec != _LZ4:
         raise ValueError(f"compression codec {codec} is not one of {sorted(CODECS.values())}")
     records = packer.pack(list(zip(txids, payloads)))
-    block = lz4.block.compress(records, store_size=False)
+    block = memoryview(cramjam.lz4.compress_block(records, store_size=False))
     if len(block) + _BLOCK_OVERHEAD_MAX >= len(records):
         # A plain entry is its header's fields followed by the packed list: no second packing.
         return b"".join([packer.pack_array_header(len(header) + 1), *map(packer.pack, header), records])
@@ -206,8 +206,8 @@ def _decompressed_records(flags: int, fields: tuple) -> tuple:
         raise ValueError(f"a compressed entry's records are an LZ4 block and its size (at most "
                          f"{DECOMPRESSED_SIZE_MAX} bytes), not {type(block).__name__} and {size!r}")
     try:
-        records = lz4.block.decompress(block, uncompressed_size=size)
-    except lz4.block.LZ4BlockError as exc:
+        records = cramjam.lz4.decompress_block(block, output_len=size)
+    except cramjam.DecompressionError as exc:
         raise ValueError(f"its LZ4 block is damaged: {exc}") from None
     if len(records) != size:
         raise ValueError(f"its LZ4 block holds {len(records)} bytes, not the {size} it claims")
