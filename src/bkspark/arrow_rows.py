@@ -1,13 +1,9 @@
 """Entries to Arrow: the rows the Spark source yields, one pyarrow.RecordBatch per entry read.
 
-Stream entries are decoded with bkcore.stream.records.unpack_columns (the one definition of
-the format, as columns); raw ledger entries become one row each. Columns are built whole with pyarrow compute,
-never row by row in Python: the per-record Python work is only unpacking the entry.
-
-StreamRows turns each entry's payloads into Arrow as soon as the entry is decoded, so the Python
-bytes objects of only one entry are alive at a time. Holding a whole batch of them (tens of MiB)
-made the allocator give the memory back to the system after every batch and fault it in again
-for the next: on a VM that cost more than the decoding itself (about 1.4 us a 1 KiB record).
+Stream entries are decoded with bkcore.stream.entry_format.unpack_buffers (the one definition
+of the format): an entry's txids, payload offsets and payloads become Arrow arrays over the
+entry's own buffers, with no Python object per record. Raw ledger entries become one row each.
+Other columns are built whole with pyarrow compute, never row by row in Python.
 
 The `position` column is the record's DLSN zero-padded (segment 10 digits, entry 12, slot 5),
 so that comparing positions as strings orders them as positions: a filter such as
@@ -20,7 +16,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bkcore.stream.records import unpack_columns
+from bkcore.stream.entry_format import unpack_buffers
 from bkspark.planning import ReadSpan
 
 VALUE_FORMATS = ("binary", "utf8", "json")
@@ -90,7 +86,7 @@ def _fast_ledger_positions(ledger_id: int, entry_ids: pa.Array, *, entry_id_max:
     return pc.binary_replace_slice(text, start=0, stop=1, replacement=f"{ledger_id}:")
 
 
-def _row_numbers(count: int, first: int, arrow_type: pa.DataType) -> pa.Array:
+def row_numbers(count: int, first: int, arrow_type: pa.DataType) -> pa.Array:
     """first, first + 1, ... (count of them), made in C."""
     return pc.cumulative_sum(pa.repeat(pa.scalar(1, arrow_type), count), start=first - 1)
 
@@ -105,8 +101,9 @@ class StreamRows:
     """The records of consecutive entries of one span's segment, within the span's slot bounds,
     gathered an entry at a time (add) and handed out as one record batch (take_batch).
 
-    Per entry it keeps one run: the entry id, where its rows end, and the slot of its first row
-    less that row's number (so a row's slot is its row number plus its run's shift)."""
+    Per entry it keeps its txids and payloads as Arrow arrays over the entry's buffers, and one
+    run: the entry id, where its rows end, and the slot of its first row less that row's number
+    (so a row's slot is its row number plus its run's shift)."""
 
     def __init__(self, span: ReadSpan) -> None:
         self.span = span
@@ -115,7 +112,7 @@ class StreamRows:
     def _clear(self) -> None:
         self.row_count = 0
         self._payload_chunks: list[pa.Array] = []
-        self._txids: list[int] = []
+        self._txid_chunks: list[pa.Array] = []
         self._entry_ids: list[int] = []
         self._run_ends: list[int] = []
         self._slot_shifts: list[int] = []
@@ -126,18 +123,20 @@ class StreamRows:
         span = self.span
         assert first_entry_id + len(payloads) - 1 <= span.last_entry_id
         for entry_id, payload in enumerate(payloads, first_entry_id):
-            columns = unpack_columns(payload)
-            count = len(columns.txids)
+            parts = unpack_buffers(payload, allocate=pa.allocate_buffer)
+            count = parts.count
             first_slot = span.first_slot if entry_id == span.first_entry_id else 0
             end_slot = span.end_slot if entry_id == span.last_entry_id and span.end_slot >= 0 else count
             end_slot = min(end_slot, count)
             if first_slot >= end_slot:
                 continue
-            txids, data = columns.txids, columns.payloads
+            txids = pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(parts.txids)])
+            data = pa.Array.from_buffers(pa.binary(), count,
+                                         [None, pa.py_buffer(parts.offsets), pa.py_buffer(parts.values)])
             if first_slot > 0 or end_slot < count:
-                txids, data = txids[first_slot:end_slot], data[first_slot:end_slot]
-            self._txids += txids
-            self._payload_chunks.append(pa.array(data, pa.binary()))
+                txids, data = txids.slice(first_slot, end_slot - first_slot), data.slice(first_slot, end_slot - first_slot)
+            self._txid_chunks.append(txids)
+            self._payload_chunks.append(data)
             self._entry_ids.append(entry_id)
             self._slot_shifts.append(first_slot - self.row_count)
             self.row_count += end_slot - first_slot
@@ -148,12 +147,13 @@ class StreamRows:
         """The rows gathered so far (then none), less those outside the span's txid bounds."""
         span, count = self.span, self.row_count
         entry_ids = _runs(self._run_ends, self._entry_ids, pa.int64())
-        slots = pc.add(_row_numbers(count, 0, pa.int32()), _runs(self._run_ends, self._slot_shifts, pa.int32()))
+        slots = pc.add(row_numbers(count, 0, pa.int32()), _runs(self._run_ends, self._slot_shifts, pa.int32()))
         positions = _fast_positions(span.seqno, entry_ids, slots, entry_id_max=max(self._entry_ids, default=0),
                                     slot_max=self._slot_max)
         payloads = pa.concat_arrays(self._payload_chunks) if self._payload_chunks else pa.array([], pa.binary())
+        txids = pa.concat_arrays(self._txid_chunks) if self._txid_chunks else pa.array([], pa.int64())
         batch = _batch(span.stream, pa.repeat(pa.scalar(span.seqno, pa.int64()), count), span.ledger_id, entry_ids,
-                       slots, pa.array(self._txids, pa.int64()), positions, payloads, value_format)
+                       slots, txids, positions, payloads, value_format)
         self._clear()
         if span.txid_min > 0 or span.txid_max < 2**63 - 1:
             txid_column = batch.column("txid")
@@ -193,7 +193,7 @@ class LedgerRows:
 def ledger_batch(ledger_id: int, first_entry_id: int, payloads: list[bytes], value_format: str) -> pa.RecordBatch:
     """Raw ledger entries, one row each (no stream, segment, slot or txid)."""
     count = len(payloads)
-    entry_ids = _row_numbers(count, first_entry_id, pa.int64())
+    entry_ids = row_numbers(count, first_entry_id, pa.int64())
     positions = _fast_ledger_positions(ledger_id, entry_ids, entry_id_max=first_entry_id + count - 1)
     return _batch(None, pa.nulls(count, pa.int64()), ledger_id, entry_ids, pa.nulls(count, pa.int32()),
                   pa.nulls(count, pa.int64()), positions, pa.array(payloads, pa.binary()), value_format)

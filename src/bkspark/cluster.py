@@ -15,7 +15,7 @@ import threading
 from bkclient.sync import SyncBookKeeper
 from bkclient.sync import connect as sync_connect
 from bkcore.errors import NoSuchEntry, NoSuchLedger
-from bkcore.stream.records import unpack_entry
+from bkcore.stream.entry_format import unpack_entry
 from bkcore.stream.segments import SegmentState
 from bkspark.options import Credentials, OptionError, SourceOptions
 from bkspark.planning import ReadSpan, StreamView, extent_of

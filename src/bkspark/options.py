@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from bkcore.stream.records import CODECS
+from bkcore.stream.entry_format import CODECS
 from bkspark.arrow_rows import VALUE_FORMATS
 from bkspark.offsets import OffsetSpec, parse_offset_spec
 

@@ -31,10 +31,11 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructType
 
 from bkcore.errors import NoSuchLedger
-from bkcore.stream.records import ColumnBatcher
 from bkcore.stream.segments import SegmentMetadata, StreamSettings, stream_last_txid
 from bkcore.stream.writer_state import SegmentWriteState
 from bkspark import cluster
+from bkspark.arrow_entries import ArrowEntries
+from bkspark.arrow_rows import row_numbers
 from bkspark.options import OptionError, SourceOptions
 from bkcore.stream.attach import AttachedLedger
 from bkcore.stream.writer import ENTRY_SIZE_MAX, STREAM_LEDGER_PASSWORD
@@ -131,8 +132,7 @@ def write_task(options: SourceOptions, settings: StreamSettings,
     bk = cluster.client(options)
     context = TaskContext.get()
     partition_index = context.partitionId() if context is not None else 0
-    ledger = state = adds = None
-    batcher = ColumnBatcher(entry_size_max=ENTRY_SIZE_MAX)
+    ledger = state = adds = entries = None
     try:
         for batch in batches:
             if batch.num_rows == 0:
@@ -141,14 +141,14 @@ def write_task(options: SourceOptions, settings: StreamSettings,
                 ledger, state = bk.run(_start_ledger, options, settings, partition_index,
                                        "txid" in batch.schema.names)
                 adds = bk.pipeline(ledger, bytes_max=UNACKNOWLEDGED_BYTES_MAX)
-            txids, payloads = _columns(batch, state)
-            entries = [state.pack_columns(*entry) for entry in batcher.add(txids, payloads)]
-            if entries:
-                adds.send(entries)
+                entries = ArrowEntries(state, entry_size_max=ENTRY_SIZE_MAX)
+            full = entries.add(*_columns(batch, state))
+            if full:
+                adds.send(full)
         if ledger is None:
             return None
-        if batcher.pending_count:
-            adds.send([state.pack_columns(*batcher.flush())])
+        if entries.pending_count:
+            adds.send(entries.flush())
         adds.finish()
         closed = state.completed(bk.run(lambda _bk: ledger.close()).last_entry_id)
     except BaseException:
@@ -174,20 +174,23 @@ async def _start_ledger(bk, options: SourceOptions, settings: StreamSettings, pa
                                      compression=options.compression)
 
 
-def _columns(batch: pa.RecordBatch, state: SegmentWriteState) -> tuple[list[int], list[bytes]]:
-    """The batch's (txids, payloads), txids given or assigned (SegmentWriteState.assign_txids)."""
+def _columns(batch: pa.RecordBatch, state: SegmentWriteState) -> tuple[pa.Array, pa.Array]:
+    """The batch's txids (int64, given or assigned by SegmentWriteState.assign_txids) and
+    payloads (binary)."""
     payloads = batch.column("payload")
-    if pa.types.is_string(payloads.type) or pa.types.is_large_string(payloads.type):
+    if payloads.type != pa.binary():
         payloads = pc.cast(payloads, pa.binary())
     if payloads.null_count:
         raise ValueError("column \"payload\" has nulls; every record needs a payload")
-    given = None
-    if "txid" in batch.schema.names:
-        column = batch.column("txid")
-        if column.null_count:
-            raise ValueError("column \"txid\" has nulls; leave the column out to have txids assigned")
-        given = column.to_pylist()
-    return state.assign_txids(given, batch.num_rows), payloads.to_pylist()
+    if "txid" not in batch.schema.names:
+        first = state.assign_txids(None, batch.num_rows)[0]
+        return row_numbers(batch.num_rows, first, pa.int64()), payloads
+    column = batch.column("txid")
+    if column.null_count:
+        raise ValueError("column \"txid\" has nulls; leave the column out to have txids assigned")
+    column = pc.cast(column, pa.int64())
+    state.assign_txids(column.to_pylist(), batch.num_rows)
+    return column, payloads
 
 
 def _delete(options: SourceOptions, ledger_ids: list[int]) -> None:

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from bkcore.stream.errors import StreamNotFound
-from bkcore.stream.records import DLSN, DLSN_START, PositionedRecord, positioned, unpack_entry
+from bkcore.stream.entry_format import unpack_entry
+from bkcore.stream.records import DLSN, DLSN_START, PositionedRecord, positioned
 from bkcore.table.commands import RangeRead, RangeResult, TableError, decode_stamped
 from bkcore.table.kv import KEY_SIZE_MAX, MemoryKvIndex, RangeState
 from bkspark import cluster

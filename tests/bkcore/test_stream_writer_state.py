@@ -3,7 +3,8 @@
 import pytest
 
 from bkcore.stream.errors import TxidOutOfOrder
-from bkcore.stream.records import Record, unpack_entry
+from bkcore.stream.entry_format import unpack_entry
+from bkcore.stream.records import Record
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings
 from bkcore.stream.writer_state import SegmentWriteState, recovered_segment
 

@@ -2,12 +2,16 @@
 plain list-built versions they replaced, the fast position forms against the plain ones at the
 edges of their widths, and malformed entries refused."""
 
+import struct
+
+import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from bkcore.stream.records import Record, RecordFormatError, StreamEntry, pack_entry, unpack_columns
+from bkcore.stream.entry_format import RecordFormatError, pack_entry, unpack_columns
+from bkcore.stream.records import Record, StreamEntry
 from bkspark.arrow_rows import (
     LedgerRows, StreamRows, _fast_ledger_positions, _fast_positions, _ledger_positions, _positions, arrow_schema,
     format_position, ledger_batch, stream_batch,
@@ -123,5 +127,10 @@ def test_a_malformed_entry_is_refused():
     span = ReadSpan("ns/s", 1, 5, 0, 1)
     with pytest.raises(RecordFormatError):
         stream_batch(span, 0, _entries([2]) + [b"\x93\x01\x02\x03"], "binary")
-    with pytest.raises(RecordFormatError):
-        StreamRows(span).add(0, [pack_entry(StreamEntry((Record(1, b"x"),))).replace(b"\xc4\x01x", b"\xa1x")])
+    with pytest.raises(RecordFormatError):           # format 1, a text payload
+        StreamRows(span).add(0, [msgpack.packb([1, 0, 0, 0, 1, [[1, "x"]]])])
+    # Format 2 with its payload offsets running past the payloads: refused before Arrow sees it.
+    body = struct.pack("<q2i", 1, 0, 5) + b"abc"
+    with pytest.raises(RecordFormatError, match="offsets"):
+        StreamRows(span).add(0, [msgpack.packb([2, 0, 0, 0, 1, 1, body])])
+    assert StreamRows(span).add(0, [msgpack.packb([2, 0, 0, 0, 1, 1, struct.pack("<q2i", 1, 0, 3) + b"abc"])]) is None

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType
 
-from bkcore.stream.records import unpack_entry
+from bkcore.stream.entry_format import unpack_entry
 from bkcore.stream.writer import STREAM_LEDGER_PASSWORD
 from spark_helpers import append, new_stream
 

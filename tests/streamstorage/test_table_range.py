@@ -9,7 +9,8 @@ import trio
 import bkclient
 from bkcore.errors import BKException
 from bkcore.client.handles import WriteHandle
-from bkcore.stream.records import StreamEntry, unpack_entry
+from bkcore.stream.entry_format import unpack_entry
+from bkcore.stream.records import StreamEntry
 from bkcore.stream.errors import WriterFenced
 from bkcore.table.commands import (
     Compare, CompareResult, CompareTarget, DeleteRange, Increment, Put, RangeRead, TableError, Txn, decode_stamped,

@@ -19,7 +19,8 @@ import math
 
 from bkcore.errors import BKException, NoSuchEntry, NoSuchLedger
 from bkcore.stream.errors import PositionTruncated, StreamException
-from bkcore.stream.records import DLSN, DLSN_START, PositionedRecord, positioned, unpack_entry
+from bkcore.stream.entry_format import unpack_entry
+from bkcore.stream.records import DLSN, DLSN_START, PositionedRecord, positioned
 from bkcore.stream.segments import SegmentMetadata, SegmentState, segment_for_txid, start_of
 from bkcore.stream.catalog import StreamCatalog
 from bkcore.stream.writer import STREAM_LEDGER_PASSWORD

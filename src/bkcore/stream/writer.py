@@ -21,7 +21,8 @@ from typing import Awaitable, Callable, Iterable
 
 from bkcore.errors import BKException, LedgerClosed, LedgerFenced, NoSuchLedger
 from bkcore.stream.errors import EndOfStream, StreamException, WriterFenced
-from bkcore.stream.records import DLSN, Record, RecordBatcher, codec_code, unpack_entry
+from bkcore.stream.entry_format import codec_code, unpack_entry
+from bkcore.stream.records import DLSN, Record, RecordBatcher
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings, stream_last_txid
 from bkcore.stream.send_rounds import SendRounds
 from bkcore.stream.writer_state import SegmentWriteState, recovered_segment

@@ -21,7 +21,8 @@ import itertools
 import operator
 
 from bkcore.stream.errors import TxidOutOfOrder
-from bkcore.stream.records import Record, StreamEntry, codec_code, new_entry_packer, pack_columns, pack_entry
+from bkcore.stream.entry_format import codec_code, new_entry_packer, pack_buffers, pack_columns, pack_entry
+from bkcore.stream.records import Record, StreamEntry
 from bkcore.stream.segments import SegmentMetadata, SegmentState, StreamSettings
 
 _INT_ONLY = frozenset({int})
@@ -81,16 +82,29 @@ class SegmentWriteState:
 
     def pack_columns(self, txids: list[int], payloads: list[bytes]) -> bytes:
         """The entry payload of records given as columns (the next entry of this segment)."""
-        if txids and self.first_txid < 0:
-            self.first_txid = txids[0]
         data = pack_columns(txids, payloads, records_before=self.record_count, bytes_before=self.size,
                             last_txid=txids[-1] if txids else self.packed_txid, packer=self._packer,
                             codec=self._codec)
-        self.record_count += len(txids)
-        self.size += sum(map(len, payloads))
-        if txids:
-            self.packed_txid = txids[-1]
+        self._count(len(txids), sum(map(len, payloads)), txids[0] if txids else -1, txids[-1] if txids else -1)
         return data
+
+    def pack_buffers(self, count: int, txids, offsets, values, *, first_txid: int, last_txid: int) -> bytes:
+        """The entry payload of `count` records given as entry_format's three parts (the next
+        entry of this segment); the caller names their first and last txids."""
+        data = pack_buffers(count, txids, offsets, values, records_before=self.record_count, bytes_before=self.size,
+                            last_txid=last_txid if count else self.packed_txid, packer=self._packer,
+                            codec=self._codec)
+        self._count(count, memoryview(values).nbytes, first_txid, last_txid)
+        return data
+
+    def _count(self, count: int, size: int, first_txid: int, last_txid: int) -> None:
+        if not count:
+            return
+        if self.first_txid < 0:
+            self.first_txid = first_txid
+        self.record_count += count
+        self.size += size
+        self.packed_txid = last_txid
 
     def pack_end_of_stream(self) -> bytes:
         return pack_entry(StreamEntry((), self.record_count, self.size, self.packed_txid, is_end_of_stream=True))
