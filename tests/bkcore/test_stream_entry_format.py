@@ -2,6 +2,7 @@
 records, as written before) still read exactly as its first decoder read it, LZ4-compressed
 bodies, and damaged entries of every kind refused with a RecordFormatError, never anything else."""
 
+import contextlib
 import struct
 
 import cramjam
@@ -9,11 +10,34 @@ import msgpack
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from bkcore.stream import entry_format
 from bkcore.stream.entry_format import (
     COLUMNS_FORMAT, DECOMPRESSED_SIZE_MAX, END_OF_STREAM_FLAG, LIST_FORMAT, EntryColumns, RecordFormatError,
     codec_code, pack_buffers, pack_columns, pack_entry, unpack_buffers, unpack_columns, unpack_entry,
 )
 from bkcore.stream.records import Record, StreamEntry
+
+@contextlib.contextmanager
+def _fields_first():
+    """Entries of any size decoded as large ones are: the fields before the body read from the
+    first bytes, the body not copied (small ones are decoded whole)."""
+    saved, entry_format._BODY_COPY_SIZE_MAX = entry_format._BODY_COPY_SIZE_MAX, 0
+    try:
+        yield
+    finally:
+        entry_format._BODY_COPY_SIZE_MAX = saved
+
+
+def _read_fields_first(decode):
+    def run(payload):
+        with _fields_first():
+            return decode(payload)
+    run.__name__ = f"{decode.__name__} (fields first)"
+    return run
+
+
+# Every decoder, on both of its paths.
+_DECODERS = [unpack_columns, unpack_buffers, _read_fields_first(unpack_columns), _read_fields_first(unpack_buffers)]
 
 _compressible = st.builds(lambda prefix, n: prefix + b"x" * n, st.binary(max_size=8), st.integers(0, 300))
 _items = st.lists(st.tuples(st.integers(0, 2**62), st.one_of(st.binary(max_size=60), _compressible)), max_size=30)
@@ -45,6 +69,8 @@ def test_entries_round_trip_in_format_2_as_its_description_says(items, is_end, r
     again = pack_buffers(parts.count, parts.txids, parts.offsets, parts.values, records_before=records_before,
                          bytes_before=bytes_before, last_txid=last_txid, is_end_of_stream=is_end)
     assert again == packed
+    with _fields_first():
+        assert unpack_entry(packed) == entry and unpack_buffers(packed) == parts
     assert entry.records_through == records_before + len(items)
     assert entry.bytes_through == bytes_before + sum(len(p) for _, p in items)
 
@@ -61,12 +87,11 @@ def test_format_1_entries_written_before_still_read_the_same_both_ways(items, is
 
 def test_bad_payloads_are_refused():
     good = pack_entry(StreamEntry((Record(1, b"x"),)))
-    for junk in [b"", b"\x01\x02", b"\x93\x01\x02\x03", good.replace(b"\x02", b"\x07", 1),
+    for junk in [b"", b"\x01\x02", b"\x93\x01\x02\x03", good.replace(b"\x02", b"\x07", 1), good[:-1], good + b"\x00",
                  pack_entry(StreamEntry(()))[:-1], msgpack.packb({"a": 1}), msgpack.packb([]), msgpack.packb(7)]:
-        with pytest.raises(RecordFormatError):
-            unpack_entry(junk)
-        with pytest.raises(RecordFormatError):
-            unpack_buffers(junk)
+        for decode in (unpack_entry, *_DECODERS):
+            with pytest.raises(RecordFormatError):
+                decode(junk)
 
 
 def _format_2(count, body, *, flags=0, counters=(0, 0, 5), extra=()):
@@ -94,7 +119,7 @@ def test_format_2_entries_whose_parts_do_not_add_up_are_refused():
         "an unknown format": msgpack.packb([3, 0, 0, 0, 5, 2, good]),
     }
     for name, payload in refused.items():
-        for decode in (unpack_columns, unpack_buffers):
+        for decode in _DECODERS:
             with pytest.raises(RecordFormatError):
                 decode(payload)
                 pytest.fail(f"{name}: accepted by {decode.__name__}")
@@ -239,7 +264,7 @@ def test_damaged_compressed_entries_are_refused_with_a_format_error():
         "a body of junk": _compressed(b"\xc1" * 30, 1),
     }
     for name, payload in refused.items():
-        for decode in (unpack_columns, unpack_buffers):
+        for decode in _DECODERS:
             with pytest.raises(RecordFormatError):
                 decode(payload)
                 pytest.fail(f"{name}: accepted by {decode.__name__}")
@@ -251,7 +276,7 @@ def test_a_byte_changed_anywhere_in_an_entry_decodes_or_is_refused_never_anythin
     entry = StreamEntry(tuple(Record(i, b"%d-" % i + b"y" * 90) for i in range(20)), 3, 4, 19)
     packed = bytearray(pack_entry(entry, compression="lz4" if compress else "none"))
     packed[where % len(packed)] ^= change
-    for decode in (unpack_entry, unpack_buffers):
+    for decode in (unpack_entry, *_DECODERS):
         try:
             decode(bytes(packed))
         except RecordFormatError:
