@@ -57,6 +57,10 @@ DECOMPRESSED_SIZE_MAX = 64 * 1024 * 1024
 # at most). An entry compresses only if that leaves it smaller than the plain one.
 _BLOCK_OVERHEAD_MAX = 10
 _TXID_BYTES, _OFFSET_BYTES = 8, 4
+# Entries smaller than this are packed and decoded whole: copying their body costs less than
+# handling the fields around it one by one (checking an entry of one 100-byte record took 2-3 us
+# whole, 4-6 fields first). Larger entries' bodies are never copied but into the entry.
+_BODY_COPY_SIZE_MAX = 16 * 1024
 _NATIVE_IS_LITTLE = sys.byteorder == "little"
 
 
@@ -95,7 +99,9 @@ def pack_columns(txids: list[int], payloads: list[bytes], *, records_before: int
     payloads are copied once, straight into the entry)."""
     offsets = array.array("i", [0])
     offsets.extend(itertools.accumulate(map(len, payloads)))
-    return _pack(len(txids), _little_endian(array.array("q", txids)), _little_endian(offsets), payloads,
+    count = len(txids)
+    return _pack(count, [_little_endian(array.array("q", txids)), _little_endian(offsets), *payloads],
+                 count * (_TXID_BYTES + _OFFSET_BYTES) + _OFFSET_BYTES + offsets[-1],
                  records_before=records_before, bytes_before=bytes_before, last_txid=last_txid,
                  is_end_of_stream=is_end_of_stream, packer=packer, codec=codec)
 
@@ -106,16 +112,18 @@ def pack_buffers(count: int, txids, offsets, values, *, records_before: int, byt
     count int64 txids, count + 1 int32 offsets from 0, the payloads end to end), the one encoder
     of stream entries. `codec` (codec_code) compresses the body, unless that would not make the
     entry smaller. The parts are copied once, into the entry."""
-    return _pack(count, txids, offsets, [values], records_before=records_before, bytes_before=bytes_before,
-                 last_txid=last_txid, is_end_of_stream=is_end_of_stream, packer=packer, codec=codec)
+    parts = [txids, offsets, values]
+    return _pack(count, parts, sum(memoryview(part).nbytes for part in parts), records_before=records_before,
+                 bytes_before=bytes_before, last_txid=last_txid, is_end_of_stream=is_end_of_stream, packer=packer,
+                 codec=codec)
 
 
-def _pack(count: int, txids, offsets, values: list, *, records_before: int, bytes_before: int, last_txid: int,
+def _pack(count: int, parts: list, size: int, *, records_before: int, bytes_before: int, last_txid: int,
           is_end_of_stream: bool, packer: msgpack.Packer | None, codec: int) -> bytes:
+    """The entry whose body is `parts` end to end (bytes-like, `size` bytes in all)."""
     packer = packer if packer is not None else new_entry_packer()
     flags = END_OF_STREAM_FLAG if is_end_of_stream else 0
     header = [COLUMNS_FORMAT, flags, records_before, bytes_before, last_txid, count]
-    parts = [memoryview(txids).cast("B"), memoryview(offsets).cast("B"), *(memoryview(v).cast("B") for v in values)]
     if codec and count:
         if codec != _LZ4:
             raise ValueError(f"compression codec {codec} is not one of {sorted(CODECS.values())}")
@@ -124,7 +132,8 @@ def _pack(count: int, txids, offsets, values: list, *, records_before: int, byte
         if len(block) + _BLOCK_OVERHEAD_MAX < len(body):
             header[1] = flags | codec << CODEC_SHIFT
             return packer.pack([*header, block, len(body)])
-    size = sum(part.nbytes for part in parts)
+    if size < _BODY_COPY_SIZE_MAX:      # small: one more copy costs less than packing field by field
+        return packer.pack([*header, b"".join(parts)])
     return b"".join([packer.pack_array_header(len(header) + 1), *map(packer.pack, header), _bin_header(size), *parts])
 
 
@@ -231,10 +240,6 @@ class _Parts(NamedTuple):
 # A plain format 2 entry's fields before its body take at most this many bytes: the array's
 # header, six ints of at most 9 bytes each, and the body's bin header.
 _HEADER_SIZE_MAX = 1 + 6 * 9 + 5
-# Entries smaller than this are decoded whole: copying their body costs less than reading the
-# fields before it one by one (checking an entry of one 100-byte record took 2-3 us whole,
-# 4-6 fields first).
-_BODY_COPY_SIZE_MAX = 16 * 1024
 
 
 def _parts(payload: bytes, allocate: Callable[[int], Any] | None = None) -> _Parts | EntryColumns:
