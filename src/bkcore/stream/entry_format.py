@@ -199,8 +199,8 @@ def unpack_columns(payload: bytes) -> EntryColumns:
     if type(source) is not bytes:
         source = bytes(source)            # a decompressed body: its slices must be bytes
     txids = _ints("q", memoryview(source)[parts.body_at:parts.body_at + parts.count * _TXID_BYTES])
-    ends = list(map(operator.add, parts.offsets, itertools.repeat(values_at)))
-    payloads = list(map(source.__getitem__, map(slice, ends, itertools.islice(ends, 1, None))))
+    bounds = list(map(operator.add, parts.offsets, itertools.repeat(values_at)))     # within source
+    payloads = list(map(source.__getitem__, map(slice, bounds, itertools.islice(bounds, 1, None))))
     return EntryColumns(txids.tolist(), payloads, parts.records_before, parts.bytes_before, parts.last_txid,
                         parts.is_end_of_stream)
 
@@ -223,8 +223,8 @@ def unpack_buffers(payload: bytes, *, allocate: Callable[[int], Any] | None = No
 
 
 class _Parts(NamedTuple):
-    """A checked format 2 entry: its body is source[body_at:] (txids, offsets from values_at
-    on... as entry_format's docstring says), `offsets` read from it."""
+    """A checked format 2 entry: its body is source[body_at:], the txids first, then the
+    offsets (also read into `offsets`), then from values_at on (within the body) the payloads."""
 
     count: int
     source: bytes | bytearray | Any     # the entry, or its decompressed body (any buffer)
