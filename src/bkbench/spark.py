@@ -5,16 +5,20 @@
     write_stream_lz4
                     the same with option compression lz4 (each entry's records LZ4-compressed,
                     DistributedLog's compressionType), into a stream of its own; bytes_written is
-                    what its entries hold. The bench's rows all hold one repeated payload, which
-                    compresses as far as Parquet's dictionary takes it: the figure says what
-                    compression buys such rows, not rows in general
+                    what its entries hold. With --payload repeated the rows all hold one
+                    payload, which compresses as far as Parquet's dictionary takes it: the
+                    figure says what compression buys such rows; --payload random shows rows
+                    that do not compress
     python_sink_ceiling
                     the same rows written to a sink that drops each Arrow batch
                     (bkbench.spark_ceiling): what PySpark's Python writer path alone allows
-    parquet_write   the same DataFrame written as Parquet with Spark's defaults. Every row holds
-                    the same payload, so dictionary encoding stores it once: bytes_on_disk says
-                    how little it wrote. parquet_write_uncompressed writes every byte (no
-                    dictionary, no compression), as the stream does.
+    parquet_write   the same DataFrame written as Parquet with Spark's defaults. With --payload
+                    repeated (the default) every row holds the same payload, so dictionary
+                    encoding stores it once: bytes_on_disk says how little it wrote. With
+                    --payload random each row holds random letters and digits (Spark's
+                    randstr, made anew by each write), which neither Parquet nor LZ4 shrinks
+                    much. parquet_write_uncompressed writes every byte (no dictionary, no
+                    compression), as the stream does.
     read_ledgers    N entries of --size bytes (written with the library, E3 Qw3 Qa2, so that every
                     bookie holds every entry and reads are batch reads) read with
                     spark.read.format("bookkeeper").option("ledgers", ...) into a count
@@ -133,8 +137,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     from bkspark.read_sizing import ARROW_BATCH_BYTES, ARROW_BATCH_ENTRIES
     uri = cluster.metastore_uri
     spark.dataSource.register(CeilingDataSource)
-    rows = (spark.range(0, args.entries, numPartitions=2)
-            .select(F.expr(f"cast(repeat('x', {args.size}) as binary)").alias("payload")))
+    payload = f"repeat('x', {args.size})" if args.payload == "repeated" else f"randstr({args.size})"
+    rows = spark.range(0, args.entries, numPartitions=2).select(F.expr(f"cast({payload} as binary)").alias("payload"))
     cluster_pids = {child.process.pid for child in [*cluster.bookies, *cluster.metastore_nodes]}
 
     def meter() -> CpuMeter:
@@ -258,6 +262,7 @@ def bench_spark(args) -> int:
         results = _measure(spark, cluster, args, ledger_ids, root)
         print(json.dumps({"benchmark": "spark", "master": f"local[{threads}]", "cpus": cpus, "bookies": 3,
                           "ledger_quorums": "E3 Qw3 Qa2", "entries": args.entries, "entry_size": args.size,
+                          "payload": args.payload,
                           **results}, indent=2))
     finally:
         if spark is not None:

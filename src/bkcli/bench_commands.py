@@ -173,6 +173,10 @@ def _add_spark(sub) -> None:
                        help="rows/entries per measurement (1000000: fewer let fixed costs hide or dominate)")
     spark.add_argument("--size", type=int, default=1024, help="payload bytes (1024)")
     spark.add_argument("--ledgers", type=int, default=4, help="ledgers the raw entries are spread over (4)")
+    spark.add_argument("--payload", choices=("repeated", "random"), default="repeated",
+                       help="the rows written: repeated (one payload in every row, which Parquet's dictionary "
+                            "and LZ4 shrink to almost nothing; the default) or random (random letters and digits "
+                            "in each row, Spark's randstr, which neither shrinks much)")
     spark.add_argument("--split-cpus", action="store_true",
                        help="Spark (driver, JVM, Python workers; local[N]) on the first half of the CPUs, the "
                             "cluster on the other half, so the bookies do not take CPU from Spark (Linux)")
