@@ -5,6 +5,11 @@ of the format): an entry's txids, payload offsets and payloads become Arrow arra
 entry's own buffers, with no Python object per record. Raw ledger entries become one row each.
 Other columns are built whole with pyarrow compute, never row by row in Python.
 
+A plain entry's arrays are views of the bytes the client returned, so a batch's entries stay
+alive until take_batch. Copying each entry into Arrow's memory pool at once, so that it could
+be freed, was measured and cost more user and system time, not less (bench/README.md). A
+compressed entry is decompressed straight into Arrow's pool.
+
 The `position` column is the record's DLSN zero-padded (segment 10 digits, entry 12, slot 5),
 so that comparing positions as strings orders them as positions: a filter such as
 `position >= "0000000003:000000000010:00000"` then means what it says, whether Spark or the
