@@ -235,10 +235,13 @@ class TableServicer:
     the trailing metadata ERROR_MESSAGE_HEADER (which the stock client does not read).
 
     A call for a range another server owns goes there over the servers' own channel
-    (streamstorage.peer_calls: many calls per frame), once: when the server it reaches does
-    not own the range either (it just moved), the client gets INTERNAL_SERVER_ERROR, which it
-    retries. A thick client's call (OWNER_ONLY_HEADER) is not forwarded: the refusal names the
-    owner instead (OWNER_HEADER), and the client goes there itself.
+    (streamstorage.peer_calls: many calls per frame). Where a range is served is remembered for
+    a while (Tables: OWNER_KNOWN_S), not asked of the metastore at each call. When the server a
+    call reaches has lost the range meanwhile, the owner is looked up again and the call sent
+    once more (see _here_or_at_owner); when that fails too, the client gets
+    INTERNAL_SERVER_ERROR, which it retries. A thick client's call (OWNER_ONLY_HEADER) is not
+    forwarded: the refusal names the owner instead (OWNER_HEADER), and the client goes there
+    itself.
 
     Every method here is a callback-style handler (grpc_trio's `start`): it answers at once
     when it can, else from a task of `nursery`, the service nursery, so calls in flight finish
@@ -324,12 +327,37 @@ class TableServicer:
 
     async def _execute(self, namespace: str, stream: str, pkey: bytes, command, forward: bool):
         """Tables.execute here, or at the range's owner (if `forward`)."""
-        return await _here_or_at_owner(self._tables.execute, self._peers.execute, namespace, stream, pkey, command,
-                                       forward)
+        return await self._here_or_at_owner(self._tables.execute, self._peers.execute, namespace, stream, pkey,
+                                            command, forward)
 
     async def _read(self, namespace: str, stream: str, pkey: bytes, read, forward: bool):
         """Tables.read here, or at the range's owner (if `forward`)."""
-        return await _here_or_at_owner(self._tables.read, self._peers.read, namespace, stream, pkey, read, forward)
+        return await self._here_or_at_owner(self._tables.read, self._peers.read, namespace, stream, pkey, read,
+                                            forward, is_read=True)
+
+    async def _here_or_at_owner(self, here, at_owner, namespace: str, stream: str, pkey: bytes, operation,
+                                forward: bool, *, is_read: bool = False):
+        """here(namespace, stream, pkey, operation); when another server owns the range and
+        `forward`, at_owner(that server, namespace, stream, pkey, operation) instead.
+
+        Tables remembers where a range is served for a while (OWNER_KNOWN_S), so the server
+        sent to may have lost the range meanwhile. When it refuses (NotOwner, given before
+        anything ran) or, for a read, cannot answer, Tables forgets it and the call goes round
+        once more, from looking the owner up again. A command that went unanswered is not sent
+        again: it may have been carried out, and the client decides."""
+        for is_last_round in (False, True):
+            try:
+                return await here(namespace, stream, pkey, operation)
+            except NotOwner as exc:
+                if not forward:
+                    raise
+                owner = exc.owner
+            try:
+                return await at_owner(owner, namespace, stream, pkey, operation)
+            except (NotOwner, ConnectionError) as exc:
+                self._tables.forget_owner(namespace, stream, pkey)
+                if is_last_round or not (is_read or isinstance(exc, NotOwner)):
+                    raise
 
     def Range(self, request, call, answer) -> None:
         options = _range_options(call)
@@ -407,17 +435,6 @@ def _forwards(call) -> bool:
     """Whether a call for a range owned elsewhere is served through its owner: not for a thick
     client's (OWNER_ONLY_HEADER), which NotOwner answers."""
     return OWNER_ONLY_HEADER not in call.metadata
-
-
-async def _here_or_at_owner(here, at_owner, namespace: str, stream: str, pkey: bytes, operation, forward: bool):
-    """here(namespace, stream, pkey, operation); when another server owns the range and
-    `forward`, at_owner(that server, namespace, stream, pkey, operation) instead."""
-    try:
-        return await here(namespace, stream, pkey, operation)
-    except NotOwner as exc:
-        if not forward:
-            raise
-        return await at_owner(exc.owner, namespace, stream, pkey, operation)
 
 
 def _response_header(header: kv_rpc_pb2.RoutingHeader, code: int) -> kv_rpc_pb2.ResponseHeader:
@@ -514,9 +531,13 @@ class _WatchHandler:
             if is_started:
                 raise
             owner = exc.owner
-        async for event in self._peers.watch(owner, namespace, stream, pkey, key, range_end,
-                                             start_revision=start_revision, started=started):
-            yield event
+        try:
+            async for event in self._peers.watch(owner, namespace, stream, pkey, key, range_end,
+                                                 start_revision=start_revision, started=started):
+                yield event
+        except (NotOwner, ConnectionError):
+            self._tables.forget_owner(namespace, stream, pkey)
+            raise
 
 
 class GrpcGateway:

@@ -22,7 +22,7 @@ from bkcore.client.handles import WriteHandle  # noqa: E402
 from bkcore.stream.segments import StreamSettings, stream_id_of  # noqa: E402
 from bkcore.table.commands import RangeRead, fold_key  # noqa: E402
 from bkcore.table.placement import preferred_server  # noqa: E402
-from bkcore.table.service import range_of  # noqa: E402
+from bkcore.table.service import OWNER_KNOWN_S, range_of  # noqa: E402
 from streamstorage.grpc_gateway import WATCH_METHOD, GrpcGateway  # noqa: E402
 from bkcore.table.range import TABLES_NAMESPACE  # noqa: E402
 
@@ -262,6 +262,50 @@ async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(s
             with trio.fail_after(10):
                 while a.tables._ranges:         # A stops serving once it sees its session gone
                     await trio.sleep(0.1)
+            nursery.cancel_scope.cancel()
+
+
+async def test_calls_forwarded_to_the_owner_look_it_up_once_not_at_each_call(start_cluster, tmp_path):
+    """B remembers that A serves the range (OWNER_KNOWN_S): forwarding 40 calls asks the
+    metastore about the range's owner once (plus once per OWNER_KNOWN_S the calls took), not
+    40 times. Without the memory each call spawned a claim that read the owner's node."""
+    await start_cluster(URI, 3)
+    stream_id = stream_id_of("default", "remembered")
+    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+    async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
+        async with trio.open_nursery() as nursery:
+            a, b = _preferred_first(
+                await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run),
+                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), "remembered", b"k")
+            lookups = []
+            ownership = b.tables._ownership
+            look_up = ownership.owner
+
+            async def counted_owner(index):
+                lookups.append(index)
+                return await look_up(index)
+            ownership.owner = counted_owner
+
+            def calls_through_b() -> float:
+                with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
+                        grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
+                    storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
+                        storage_pb2.CreateStreamRequest(ns_name="default", name="remembered"))
+                    kv_rpc_pb2_grpc.TableServiceStub(to_a).Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"0", header=header))
+                    tables = kv_rpc_pb2_grpc.TableServiceStub(to_b)
+                    started = time.monotonic()
+                    for n in range(20):
+                        put = tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"%d" % n, header=header))
+                        assert put.header.code == storage_pb2.SUCCESS
+                        got = tables.Range(kv_rpc_pb2.RangeRequest(key=b"k", header=header))
+                        assert got.header.code == storage_pb2.SUCCESS and got.kvs[0].value == b"%d" % n
+                    return time.monotonic() - started
+
+            with trio.fail_after(60):
+                elapsed_s = await trio.to_thread.run_sync(calls_through_b)
+            assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed them
+            assert b.peers.statistics().call_count == 40
+            assert 1 <= len(lookups) <= 1 + elapsed_s / OWNER_KNOWN_S + 1, (len(lookups), elapsed_s)
             nursery.cancel_scope.cancel()
 
 

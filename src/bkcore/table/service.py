@@ -48,6 +48,10 @@ READ_LEASE_RECHECK_S = 0.1
 # doubles with each failure in a row, from the first to the last.
 OPEN_RETRY_PAUSE_FIRST_S = 0.1
 OPEN_RETRY_PAUSE_LAST_S = 2.0
+# How long the server a range's claim named (or its preferred server, while nobody owned it) is
+# taken as where the range's requests go, without asking the metastore again. Forgotten sooner
+# when a request sent there comes back refused or unanswered (forget_owner): the range moved.
+OWNER_KNOWN_S = 1.0
 
 
 def range_of(pkey: bytes, range_count: int) -> int:
@@ -102,6 +106,11 @@ class Tables:
         # Ranges whose opening failed lately: the error, until when it stands, and the pause
         # that will follow the next failure in a row.
         self._open_failures: dict[tuple[str, str, int], tuple[Exception, float, float]] = {}
+        # Ranges served elsewhere, as the last claim found them: the server their requests go to
+        # and until when that is trusted (OWNER_KNOWN_S). Spares each request for such a range
+        # a task and a metastore read; a server forwarding thousands of calls a second would
+        # otherwise ask the metastore as often.
+        self._elsewhere: dict[tuple[str, str, int], tuple[str, float]] = {}
         # monotonic_s() until which reads outside the loop may trust this server still owns
         # its ranges (set by the loop from the metastore session's lease; see read_in_thread).
         self._read_lease_until = 0.0 if server_id else math.inf
@@ -148,6 +157,11 @@ class Tables:
         table_range = self._ranges.get(index)
         if table_range is not None and table_range.is_serving:
             return table_range
+        elsewhere = self._elsewhere.get(index)
+        if elsewhere is not None:
+            if elsewhere[1] > self._rt.monotonic_s():
+                raise NotOwner(elsewhere[0], _range_what(index))
+            del self._elsewhere[index]
         opening = self._opening.get(index)
         if opening is None:
             failure = self._open_failures.get(index)
@@ -188,7 +202,9 @@ class Tables:
             opening.table_range = table_range
         except Exception as exc:      # noqa: BLE001 - raised to every request waiting for the range
             opening.error = exc
-            if not isinstance(exc, NotOwner):
+            if isinstance(exc, NotOwner):
+                self._elsewhere[index] = (exc.owner, self._rt.monotonic_s() + OWNER_KNOWN_S)
+            else:
                 previous = self._open_failures.get(index)
                 pause_s = OPEN_RETRY_PAUSE_FIRST_S if previous is None else previous[2]
                 self._open_failures[index] = (exc, self._rt.monotonic_s() + pause_s,
@@ -207,8 +223,7 @@ class Tables:
         handed a range over does not take it back at the next request of a stale client). A
         claim node naming this server, left by its earlier session, is claimed anew (and the
         rebalancer then hands the range over if it belongs elsewhere)."""
-        namespace, stream, range_id = index
-        what = f"range {range_id} of table {namespace}/{stream}"
+        what = _range_what(index)
         preferred = self.rebalancer.preferred(index)
         if preferred is not None and preferred != self._ownership.server_id:
             owner = await self._ownership.owner(index)
@@ -219,6 +234,13 @@ class Tables:
         owner = await self._ownership.claim(index)
         if owner is not None:
             raise NotOwner(owner, what)
+
+    def forget_owner(self, namespace: str, stream: str, pkey: bytes) -> None:
+        """A request sent to the server this one took for the owner of `pkey`'s range came back
+        refused (NotOwner) or unanswered: look the owner up again at the next request."""
+        cached = self._settings.get((namespace, stream))
+        if cached is not None and isinstance(pkey, bytes):
+            self._elsewhere.pop((namespace, stream, range_of(pkey, cached[0].table_ranges)), None)
 
     async def hand_over(self, index: tuple[str, str, int], target: str) -> bool:
         """Give range `index` up for `target`, which the rebalancer found it belongs on: new
@@ -239,7 +261,7 @@ class Tables:
             with self._rt.CancelScope(shield=True):
                 logger.info("handing range %d of table %s/%s over to %s", range_id, namespace, stream, target)
                 await self._close_range(index, table_range,
-                                        NotOwner(target, f"range {range_id} of table {namespace}/{stream}"))
+                                        NotOwner(target, _range_what(index)))
         finally:
             del self._moving[index]
             moving.set()
@@ -420,6 +442,11 @@ class Tables:
         async for event in table_range.watch(fold_key(pkey, lkey), _folded_end(pkey, lkey_end),
                                              start_revision=start_revision, started=started, deliver=deliver):
             yield event
+
+
+def _range_what(index: tuple[str, str, int]) -> str:
+    namespace, stream, range_id = index
+    return f"range {range_id} of table {namespace}/{stream}"
 
 
 def _check_keys_share(pkey: bytes, command: Command) -> None:
