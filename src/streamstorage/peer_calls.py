@@ -4,9 +4,11 @@ frame (bkcore.table.peer_wire says what a call and an answer are; the framing is
 through bktransports.connection.FramedConnection).
 
 PeerServer (on the owner) listens on a port of its own, announced in the server's registration
-node (bkcore.table.ownership), and runs each call in its own task against its Tables, exactly as
-a request that came to it directly: Tables.execute for commands and txns, Tables.read for reads
-(so the owner's read lease is checked there). Answers are queued as they are ready and the
+node (bkcore.table.ownership), and runs each call against its Tables exactly as a request that
+came to it directly: while the call's range is open and serving, without a task (a command
+queued into the range, answered by its callback once durable; a read answered from the range's
+state while the read lease holds); otherwise in a task of its own, through Tables.execute for
+commands and txns and Tables.read for reads (which open the range, or check the lease). Answers are queued as they are ready and the
 connection's writer sends whatever is queued at each wakeup as one frame.
 
 PeerClient (on every server) is what a server calls on NotOwner(owner):
@@ -100,6 +102,7 @@ class PeerServerStatistics:
     sent_frame_count: int
     malformed_frame_count: int
     refused_connection_count: int    # without the secret, or failing the TLS handshake
+    served_without_task_count: int   # calls whose range was open here: queued or read at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +145,7 @@ class PeerServer:
         self._refusals = RefusalLog(log, "table calls")
         self._calls_in_flight = 0
         self._call_count = self._refused_call_count = self._calls_in_flight_peak = 0
+        self._served_without_task_count = 0
         # Frames of the connections that ended; the live ones are in _connections.
         self._received_frame_count = self._sent_frame_count = self._malformed_frame_count = 0
         self._connections: set[FramedConnection] = set()
@@ -214,7 +218,37 @@ class PeerServer:
                 continue
             self._calls_in_flight += 1
             self._calls_in_flight_peak = max(self._calls_in_flight_peak, self._calls_in_flight)
-            incoming.calls.start_soon(self._answer, call, connection)
+            if not self._answer_without_task(call, connection):
+                incoming.calls.start_soon(self._answer, call, connection)
+
+    def _answer_without_task(self, call: TableCall, connection: FramedConnection) -> bool:
+        """Serve a call as the gRPC gateway serves its own, without a task, when its range is
+        open and serving here: a read from the range's state (Tables.read_in_thread), a command
+        queued into the range (Tables.submit_here) and answered by the range's callback once
+        durable. False (nothing done) leaves it to a task (_answer), which opens the range,
+        waits out a handover, or refuses."""
+        tables = self._tables
+        if call.is_read:
+            result = tables.read_in_thread(call.namespace, call.stream, call.pkey, call.operation)
+            if result is None:
+                return False
+            self._call_count += 1
+            self._served_without_task_count += 1
+            self._calls_in_flight -= 1
+            connection.send(self._packed(TableAnswer(call.call_id, result=result)))
+            return True
+
+        def on_done(result, error: BaseException | None) -> None:
+            self._calls_in_flight -= 1
+            connection.send(self._packed(TableAnswer(call.call_id, result=result, error=error)))
+        try:
+            if not tables.submit_here(call.namespace, call.stream, call.pkey, call.operation, on_done):
+                return False
+        except Exception:      # noqa: BLE001 - refused at once: the task's path says so properly
+            return False
+        self._call_count += 1
+        self._served_without_task_count += 1
+        return True
 
     def _authenticated(self, batch: list[TableCall], connection: FramedConnection,
                        incoming: _Incoming) -> list[TableCall]:
@@ -246,16 +280,21 @@ class PeerServer:
             answer = TableAnswer(call.call_id, error=exc)
         finally:
             self._calls_in_flight -= 1
+        connection.send(self._packed(answer))
+
+    @staticmethod
+    def _packed(answer: TableAnswer) -> bytes:
+        """The answer packed, or, when it cannot go, an error answer saying why."""
         try:
             packed = pack_answer(answer)
         except TypeError as exc:      # a result of no kind peer_wire knows: a bug here, said there
-            log.exception("table call %s: cannot send its answer", call)
-            packed = pack_answer(TableAnswer(call.call_id, error=RuntimeError(f"cannot send the answer: {exc}")))
+            log.exception("table call %d: cannot send its answer", answer.call_id)
+            packed = pack_answer(TableAnswer(answer.call_id, error=RuntimeError(f"cannot send the answer: {exc}")))
         if len(packed) > PACKED_SIZE_MAX:
-            packed = pack_answer(TableAnswer(call.call_id, error=TableError(
+            packed = pack_answer(TableAnswer(answer.call_id, error=TableError(
                 f"the answer is {len(packed)} bytes, more than a table call between servers carries "
                 f"({PACKED_SIZE_MAX}); ask for less (a limit)")))
-        connection.send(packed)
+        return packed
 
     async def _serve_watch(self, call: TableCall, connection: FramedConnection,
                            watches: dict[int, trio.CancelScope]) -> None:
@@ -290,7 +329,8 @@ class PeerServer:
             self._call_count, self._refused_call_count, self._calls_in_flight_peak,
             self._received_frame_count + sum(c.received_frame_count for c in live),
             self._sent_frame_count + sum(c.sent_frame_count for c in live),
-            self._malformed_frame_count + sum(c.malformed_frame_count for c in live), self._refusals.count)
+            self._malformed_frame_count + sum(c.malformed_frame_count for c in live), self._refusals.count,
+            self._served_without_task_count)
 
 
 class _Pending:
