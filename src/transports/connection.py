@@ -44,6 +44,11 @@ from bkcore.errors import Code
 from bkcore.wire import FRAME_SIZE_MAX, ErrorResponse, FrameDecoder, MalformedFrame, decode_messages, encode_frame
 
 RECEIVE_SIZE = 256 * 1024
+# Queued messages encoded into frames at a time, in bytes (at least one message): a queue grown
+# to tens of MiB (a slow bookie of a larger write quorum than ack quorum falls behind while the
+# others' acks let the writer go on) is written in slices, each followed by a checkpoint, rather
+# than encoded in one go that held the loop for hundreds of milliseconds.
+WRITE_SLICE_SIZE = 1024 * 1024
 # Messages handed to the owner at once; between slices the reader waits out a full send queue.
 DELIVERY_SLICE_COUNT = 64
 SEND_QUEUE_SIZE_MAX_DEFAULT = 64 * 1024 * 1024
@@ -189,9 +194,25 @@ class FramedConnection:
         if written < len(data):
             self._unsent = memoryview(data)[written:]
             self._send_wakeup.set()
+        elif self._send_queue:        # (more than a slice was queued: the writer task's turn)
+            self._send_wakeup.set()
 
     def _take_frames(self) -> list[bytes]:
-        messages, self._send_queue, self._send_queue_size = self._send_queue, [], 0
+        """Frames of the messages at the front of the queue, about WRITE_SLICE_SIZE bytes of
+        them; the rest stays queued."""
+        queue = self._send_queue
+        if self._send_queue_size <= WRITE_SLICE_SIZE:
+            messages, self._send_queue, self._send_queue_size = queue, [], 0
+        else:
+            size_of, taken, count = self._size_of, 0, 0
+            for message in queue:
+                taken += size_of(message)
+                count += 1
+                if taken >= WRITE_SLICE_SIZE:
+                    break
+            messages = queue[:count]
+            del queue[:count]
+            self._send_queue_size -= taken
         self._wake_reader()
         frames = self._frames(messages)
         self.sent_frame_count += len(frames)
@@ -211,8 +232,9 @@ class FramedConnection:
                 await self.stream.send_all(self._unsent)
                 self._unsent = b""
                 self._wake_reader()
-            for frame in self._take_frames() if self._send_queue else ():
-                await self.stream.send_all(frame)
+            while self._send_queue:
+                for frame in self._take_frames():
+                    await self.stream.send_all(frame)
             self._is_writing = False
             if self.is_closed and not self._send_queue:
                 return

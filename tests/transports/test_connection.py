@@ -7,7 +7,7 @@ import trio
 import trio.testing
 
 from bkcore.wire import AddResponse, FrameDecoder, ReadResponse, encode_frame
-from bktransports.connection import FramedConnection, ReceiveGate
+from bktransports.connection import MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate
 
 
 async def connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -161,3 +161,34 @@ async def test_is_writing_until_the_writer_task_is_done_then_on_writable():
         assert not connection.is_writing and writable == [0]
         connection.close()
     assert messages == [answer(1), big]
+
+
+async def test_a_long_queue_is_written_in_slices_with_the_loop_running_between_them():
+    """20 MiB of queued reads leave in frames of about WRITE_SLICE_SIZE, all in order, and the
+    loop runs between slices: no single step of the writer encodes the whole queue (a slow
+    bookie's queue once held the client's loop for 570 ms)."""
+    near, far = await connected_pair()
+    connection = FramedConnection(near, name="near", on_messages=lambda messages, connection: None)
+    body = b"x" * 16_384
+    count = 20 * (1 << 20) // len(body)
+    for request_id in range(count):
+        connection.send(ReadResponse(request_id=request_id, code=0, ledger_id=7, entry_id=request_id, body=body),
+                        wake_writer=False)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        nursery.start_soon(tick)
+        connection.flush()
+        messages = await receive_messages(far, count)
+        nursery.cancel_scope.cancel()
+    assert [m.request_id for m in messages] == list(range(count))
+    slices = count * (len(body) + MESSAGE_OVERHEAD_SIZE) / WRITE_SLICE_SIZE
+    assert slices * 0.9 <= connection.sent_frame_count <= slices * 1.1 + 1, connection.sent_frame_count
+    assert ticks >= connection.sent_frame_count
