@@ -16,8 +16,10 @@ live: a call never leaves the loop, and nothing needs a lock. The table calls ta
 their own when they can: a put, delete, increment or txn whose range is served here is queued
 straight into that range (Tables.submit_here) and answered by a callback once its journal entry
 is durable; a get whose range is served here is answered at once from a snapshot of the range's
-index (Tables.read_in_thread). Anything else (a range still to open, owned elsewhere, being
-handed over; the rarer calls on namespaces and streams) runs as a task. A watch is a task that
+index (Tables.read_in_thread); a call for a range whose owner elsewhere is known is sent there at
+once (PeerClient.submit) and answered by the callback its answer runs. Anything else (a range
+still to open or to look up, being handed over; the rarer calls on namespaces and streams) runs
+as a task. A watch is a task that
 sends each change as it comes.
 Routing is by the stream id (a hash of the stream's name) and routing key the client sends; a
 table key is (r_key, key), BookKeeper's (pKey, lKey).
@@ -25,6 +27,7 @@ table key is (r_key, key), BookKeeper's (pKey, lKey).
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 from typing import Awaitable, Callable
@@ -287,33 +290,14 @@ class TableServicer:
     def _command(self, request, call, answer, response_cls, command_of: Callable[[bytes], object],
                  fields_of: Callable[[object, object], dict]) -> None:
         """A command of the routing header's table: command_of(pkey), queued straight into its
-        range when that is served here (answered by the range's callback), else run by a task
-        (_execute); the response built from fields_of(command, result)."""
+        range when that is served here (answered by the range's callback), sent straight to
+        its owner when that is known (_forward_now), else run by a task (_execute); the
+        response built from fields_of(command, result)."""
         header = request.header
-
-        def refuse(exc: BaseException) -> None:
-            answer(refused(response_cls(header=_response_header(header, status_of(exc))), exc, call), None)
-
-        def on_done(result, error: BaseException | None) -> None:
-            if error is None:
-                answer(response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields_of(command, result)),
-                       None)
-            elif isinstance(error, _REFUSED_TABLE_ERRORS):
-                refuse(error)
-            else:
-                answer(None, error)
-
+        command = None
+        on_done = _responder(answer, call, response_cls, header, lambda result: fields_of(command, result))
         name = self._names.get(header.stream_id)
         pkey = _pkey_of(request)
-        try:
-            command = command_of(pkey)
-            if name is not None and self._tables.submit_here(*name, pkey, command, on_done):
-                return
-        except NotOwner:
-            pass            # (handed over meanwhile: _execute waits for the handover, then forwards)
-        except _REFUSED_TABLE_ERRORS as exc:
-            refuse(exc)
-            return
 
         async def execute() -> None:
             try:
@@ -323,7 +307,43 @@ class TableServicer:
                 on_done(None, exc)
                 return
             on_done(result, None)
-        self._nursery.start_soon(execute)
+
+        def later() -> None:
+            self._nursery.start_soon(execute)
+        try:
+            command = command_of(pkey)
+            if name is not None and (self._tables.submit_here(*name, pkey, command, on_done)
+                                     or self._forward_now(name, pkey, command, call, on_done, later)):
+                return
+        except NotOwner:
+            pass            # (handed over meanwhile: _execute waits for the handover, then forwards)
+        except _REFUSED_TABLE_ERRORS as exc:
+            on_done(None, exc)
+            return
+        later()
+
+    def _forward_now(self, name: tuple[str, str], pkey: bytes, operation, call, on_done,
+                     later: Callable[[], None], *, is_read: bool = False) -> bool:
+        """Send a call for a range served elsewhere straight to its owner, without a task, when
+        Tables knows the owner without waiting and the connection to it is open
+        (PeerClient.submit); on_done(result, error) gets the answer. A refusal saying that the
+        range moved, or for a read no answer at all, forgets the owner and calls later(): the
+        task's way, which looks the owner up again (_here_or_at_owner). False: nothing sent."""
+        if not _forwards(call):
+            return False
+        namespace, stream = name
+        owner = self._tables.owner_elsewhere(namespace, stream, pkey)
+        if owner is None:
+            return False
+
+        def on_answer(result, error: BaseException | None) -> None:
+            if isinstance(error, (NotOwner, ConnectionError)):
+                self._tables.forget_owner(namespace, stream, pkey)
+                if is_read or isinstance(error, NotOwner):
+                    later()
+                    return
+            on_done(result, error)
+        return self._peers.submit(owner, namespace, stream, pkey, operation, on_answer)
 
     async def _execute(self, namespace: str, stream: str, pkey: bytes, command, forward: bool):
         """Tables.execute here, or at the range's owner (if `forward`)."""
@@ -369,7 +389,18 @@ class TableServicer:
         async def operate(namespace, stream, pkey, forward):
             read = range_read_of(pkey, request, options)
             return range_fields(await self._read(namespace, stream, pkey, read, forward))
-        self._later(answer, self._run, request, kv_rpc_pb2.RangeResponse, operate, call)
+
+        def later() -> None:
+            self._later(answer, self._run, request, kv_rpc_pb2.RangeResponse, operate, call)
+        name = self._names.get(request.header.stream_id)
+        if name is not None:
+            pkey = _pkey_of(request)
+            on_done = _responder(answer, call, kv_rpc_pb2.RangeResponse, request.header, range_fields)
+            with contextlib.suppress(TableError):     # (a bad read: the task's way says why)
+                if self._forward_now(name, pkey, range_read_of(pkey, request, options), call, on_done, later,
+                                     is_read=True):
+                    return
+        later()
 
     def _range_now(self, request, options: RangeOptions) -> kv_rpc_pb2.RangeResponse | None:
         """A read answered at once, without a task, when the table's range is served here
@@ -415,6 +446,21 @@ class TableServicer:
 
 # What a table call answers as a refusal with its status code (status_of), not as a gRPC error.
 _REFUSED_TABLE_ERRORS = (StreamException, BKException, TableError, NotOwner, ValueError, OSError, RuntimeError)
+
+
+def _responder(answer, call, response_cls, header: kv_rpc_pb2.RoutingHeader,
+               fields_of: Callable[[object], dict]) -> Callable[[object, BaseException | None], None]:
+    """on_done(result, error) for a table call answered by a callback: the response with
+    SUCCESS and fields_of(result); a refusal with its status code (refused); any other error
+    as the call's gRPC error."""
+    def on_done(result, error: BaseException | None) -> None:
+        if error is None:
+            answer(response_cls(header=_response_header(header, storage_pb2.SUCCESS), **fields_of(result)), None)
+        elif isinstance(error, _REFUSED_TABLE_ERRORS):
+            answer(refused(response_cls(header=_response_header(header, status_of(error))), error, call), None)
+        else:
+            answer(None, error)
+    return on_done
 
 
 def _range_options(call) -> RangeOptions:

@@ -55,8 +55,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import ssl
 from dataclasses import dataclass
+from typing import Callable
 
 import trio
 
@@ -115,6 +117,7 @@ class PeerClientStatistics:
     timeout_count: int
     late_answer_count: int           # answers to calls that had timed out or been cancelled
     malformed_frame_count: int
+    submitted_call_count: int        # of call_count: sent by submit(), without a task waiting
 
 
 class _Incoming:
@@ -334,13 +337,23 @@ class PeerServer:
 
 
 class _Pending:
-    """A call waiting for its answer."""
+    """A call waiting for its answer: a task waiting on `done`, or (submit) a callback that
+    takes the answer, with the time past which the call fails unanswered."""
 
-    __slots__ = ("done", "answer")
+    __slots__ = ("done", "answer", "on_answer", "deadline")
 
-    def __init__(self) -> None:
-        self.done = trio.Event()
+    def __init__(self, on_answer: Callable[[TableAnswer], None] | None = None, deadline: float = math.inf) -> None:
+        self.done = trio.Event() if on_answer is None else None
         self.answer: TableAnswer | None = None
+        self.on_answer = on_answer
+        self.deadline = deadline
+
+    def answered(self, answer: TableAnswer) -> None:
+        self.answer = answer
+        if self.on_answer is None:
+            self.done.set()
+        else:
+            self.on_answer(answer)
 
 
 class _Watch:
@@ -402,6 +415,7 @@ class PeerClient:
         self._call_ids = itertools.count(1)
         self._call_count = self._connect_count = self._connection_failure_count = 0
         self._timeout_count = self._late_answer_count = self._malformed_frame_count = 0
+        self._submitted_call_count = 0
         self._closed_sent_frame_count = self._closed_received_frame_count = 0
         self._refusal_logged = False    # (a refusal is logged once; the calls say it each time)
 
@@ -461,6 +475,41 @@ class PeerClient:
             if not is_over_there:         # (a connection that broke takes nothing: no harm)
                 link.connection.send(pack_call(TableCall(call.call_id, "", "", b"", CANCEL_WATCH)))
 
+    def submit(self, owner: str, namespace: str, stream: str, pkey: bytes, operation,
+               on_done: Callable[[object, BaseException | None], None]) -> bool:
+        """execute() or read() (by the operation's kind) without a task, when the connection to
+        `owner` is open: the call is sent now, and on_done(result, error) runs once its answer
+        arrives, the connection breaks or timeout_s passes (a ConnectionError, as execute()
+        raises). False, and nothing sent, when there is no open connection to `owner` yet (or
+        too many calls wait for it): the caller goes through execute() or read(). Raises
+        TableError for a call too large to send, as they do."""
+        link = self._links.get(owner)
+        if link is None or link.connection is None or len(link.pending) >= PENDING_CALLS_MAX:
+            return False
+        call = TableCall(next(self._call_ids), namespace, stream, pkey, operation)
+        packed = self._packed(call)
+        if not link.connection.send(packed):
+            return False
+
+        def on_answer(answer: TableAnswer) -> None:
+            on_done(answer.result, answer.error)
+        link.pending[call.call_id] = _Pending(on_answer, trio.current_time() + self.timeout_s)
+        self._submitted_call_count += 1
+        return True
+
+    async def _expire_submitted(self, link: _Link) -> None:
+        """Fail the submitted calls on `link` that their owner has not answered in timeout_s
+        (the awaited ones have deadlines of their own)."""
+        while True:
+            await trio.sleep(min(1.0, self.timeout_s / 4))
+            now = trio.current_time()
+            for call_id, pending in [(i, p) for i, p in link.pending.items() if p.deadline <= now]:
+                del link.pending[call_id]
+                self._timeout_count += 1
+                pending.answered(TableAnswer(call_id, error=ConnectionError(
+                    f"stream storage server {link.owner} did not answer a table call within {self.timeout_s:g} s; "
+                    f"retry")))
+
     def _packed(self, call: TableCall) -> bytes:
         packed = pack_call(call)
         if len(packed) > PACKED_SIZE_MAX:
@@ -516,7 +565,10 @@ class PeerClient:
             connection.send(pack_call(TableCall(AUTH_CALL_ID, "", "", b"", PeerAuth(self._auth_secret))))
         link.ready.set()
         try:
-            await connection.run()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._expire_submitted, link)
+                await connection.run()
+                nursery.cancel_scope.cancel()
         finally:
             self._closed_sent_frame_count += connection.sent_frame_count
             self._closed_received_frame_count += connection.received_frame_count
@@ -568,8 +620,7 @@ class PeerClient:
                 else:
                     self._late_answer_count += 1
                 continue
-            pending.answer = answer
-            pending.done.set()
+            pending.answered(answer)
 
     def _end_link(self, link: _Link, reason: str) -> None:
         """The link is over: every call waiting on it fails now, and the next call to its owner
@@ -578,10 +629,10 @@ class PeerClient:
         if self._links.get(link.owner) is link:
             del self._links[link.owner]
         link.failure = reason
-        for pending in link.pending.values():
-            pending.answer = TableAnswer(0, error=ConnectionError(reason))
-            pending.done.set()
+        pendings = list(link.pending.values())
         link.pending.clear()
+        for pending in pendings:
+            pending.answered(TableAnswer(0, error=ConnectionError(reason)))
         for watch in link.watches.values():
             watch.end(ConnectionError(reason))
         link.ready.set()
@@ -592,4 +643,4 @@ class PeerClient:
             self._call_count, self._closed_sent_frame_count + sum(c.sent_frame_count for c in live),
             self._closed_received_frame_count + sum(c.received_frame_count for c in live),
             self._connect_count, self._connection_failure_count, self._timeout_count, self._late_answer_count,
-            self._malformed_frame_count)
+            self._malformed_frame_count, self._submitted_call_count)

@@ -265,7 +265,7 @@ async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(s
             nursery.cancel_scope.cancel()
 
 
-async def test_calls_forwarded_to_the_owner_look_it_up_once_not_at_each_call(start_cluster, tmp_path):
+async def test_calls_forwarded_to_the_owner_look_it_up_once_and_go_on_without_a_task(start_cluster, tmp_path):
     """B remembers that A serves the range (OWNER_KNOWN_S): forwarding 40 calls asks the
     metastore about the range's owner once (plus once per OWNER_KNOWN_S the calls took), not
     40 times. Without the memory each call spawned a claim that read the owner's node."""
@@ -305,6 +305,9 @@ async def test_calls_forwarded_to_the_owner_look_it_up_once_not_at_each_call(sta
                 elapsed_s = await trio.to_thread.run_sync(calls_through_b)
             assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed them
             assert b.peers.statistics().call_count == 40
+            # Once B knew the owner and had a connection to it, it sent the calls on from the
+            # gRPC handler itself, without a task per call.
+            assert b.peers.statistics().submitted_call_count >= 36
             assert 1 <= len(lookups) <= 1 + elapsed_s / OWNER_KNOWN_S + 1, (len(lookups), elapsed_s)
             nursery.cancel_scope.cancel()
 

@@ -4,6 +4,7 @@ back as the same class and message, concurrent calls share frames, watches strea
 changes, a connection that breaks fails its calls and watches at once and the next call
 reconnects, and a malformed frame closes only the connection that carried it."""
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -329,6 +330,41 @@ async def test_a_call_not_answered_in_time_fails_and_its_late_answer_is_dropped(
             await trio.sleep(0.01)
         assert (await impatient.read(A, NS, table, P, RangeRead(K))).kvs[0].value == b"late"
     assert impatient.statistics().timeout_count == 1 and impatient.statistics().connect_count == 1
+
+
+async def test_a_submitted_call_not_answered_in_time_fails_through_its_callback(servers):
+    """submit() sends only on an open connection, and a call its owner holds past timeout_s
+    gets a ConnectionError through its callback (the owner's late answer is dropped)."""
+    table = tables_preferring_a(1)[0]
+    held = HeldTables(servers.tables_a)
+    peer = await servers.nursery.start(PeerServer(held, host="127.0.0.1").run)
+    await servers.tables_a.announce_peer_address(f"127.0.0.1:{peer.port}")
+    impatient = PeerClient(store=servers.bk_a.store, root=servers.bk_a.layout.root, nursery=servers.nursery,
+                           timeout_s=0.5)
+    outcomes = []
+    assert not impatient.submit(A, NS, table, P, Put(K, b"v"), lambda *outcome: outcomes.append(outcome)), \
+        "no connection to A yet: nothing sent"
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_quietly, impatient.read(A, NS, table, P, RangeRead(K)))   # connects; held
+            while held.arrived == 0:
+                await trio.sleep(0.01)
+            assert impatient.submit(A, NS, table, P, Put(K, b"v"), lambda *outcome: outcomes.append(outcome))
+            while not outcomes:
+                await trio.sleep(0.01)
+        held.release.set()
+        while impatient.statistics().late_answer_count < 2:
+            await trio.sleep(0.01)
+    ((result, error),) = outcomes
+    assert result is None and isinstance(error, ConnectionError)
+    assert "did not answer a table call within 0.5 s" in str(error)
+    statistics = impatient.statistics()
+    assert statistics.timeout_count == 2 and statistics.submitted_call_count == 1 and statistics.call_count == 2
+
+
+async def _quietly(awaitable) -> None:
+    with contextlib.suppress(ConnectionError):
+        await awaitable
 
 
 async def test_a_malformed_frame_closes_only_its_connection(servers, caplog):

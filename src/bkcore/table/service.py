@@ -235,6 +235,25 @@ class Tables:
         if owner is not None:
             raise NotOwner(owner, what)
 
+    def owner_elsewhere(self, namespace: str, stream: str, pkey: bytes) -> str | None:
+        """The server requests for `pkey`'s range go to, when that is known without waiting: the
+        range is not served here, and a claim found it elsewhere less than OWNER_KNOWN_S ago.
+        None otherwise (the caller goes through execute() or read(), which find out)."""
+        index = self._index_if_known(namespace, stream, pkey)
+        if index is None or index in self._ranges:
+            return None
+        elsewhere = self._elsewhere.get(index)
+        if elsewhere is None or elsewhere[1] <= self._rt.monotonic_s():
+            return None
+        return elsewhere[0]
+
+    def _index_if_known(self, namespace: str, stream: str, pkey: bytes) -> tuple[str, str, int] | None:
+        """The index of `pkey`'s range while the table's settings are remembered; else None."""
+        cached = self._settings.get((namespace, stream))
+        if cached is None or cached[1] <= self._rt.monotonic_s() or not isinstance(pkey, bytes):
+            return None
+        return namespace, stream, range_of(pkey, cached[0].table_ranges)
+
     def forget_owner(self, namespace: str, stream: str, pkey: bytes) -> None:
         """A request sent to the server this one took for the owner of `pkey`'s range came back
         refused (NotOwner) or unanswered: look the owner up again at the next request."""
@@ -366,10 +385,9 @@ class Tables:
     def _range_served_here(self, namespace: str, stream: str, pkey: bytes) -> TableRange | None:
         """The range of `pkey` if it is open and serving here, found without waiting (known
         settings, no handover under way); None otherwise."""
-        cached = self._settings.get((namespace, stream))
-        if cached is None or cached[1] <= self._rt.monotonic_s() or not isinstance(pkey, bytes):
+        index = self._index_if_known(namespace, stream, pkey)
+        if index is None:
             return None
-        index = (namespace, stream, range_of(pkey, cached[0].table_ranges))
         table_range = self._ranges.get(index)
         if table_range is None or not table_range.is_serving or index in self._moving:
             return None
