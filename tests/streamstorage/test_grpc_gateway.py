@@ -167,149 +167,144 @@ def _preferred_first(first: GrpcGateway, second: GrpcGateway, stream: str, key: 
     return (first, second) if preferred_server(index, ids) == ids[0] else (second, first)
 
 
-async def test_a_watch_sent_to_a_server_that_does_not_own_the_range_is_answered_by_the_owner(
-        start_cluster, tmp_path):
+@contextlib.asynccontextmanager
+async def two_servers(start_cluster, tmp_path, stream: str):
+    """Two gateways of one cluster, each a server with its own session, as (A, B): A is the one
+    the range of b"k" in default/`stream` prefers (it claims the range when asked; B sends it
+    there). Servers own claims through their sessions: they must learn that one ended, not
+    renew it."""
     await start_cluster(URI, 3)
-    stream_id = stream_id_of("default", "relayed")
-    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
     async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
         async with trio.open_nursery() as nursery:
-            a, b = _preferred_first(
+            yield _preferred_first(
                 await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run),
-                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), "relayed", b"k")
-
-            def watch_through_b():
-                with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
-                        grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
-                    storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
-                        storage_pb2.CreateStreamRequest(ns_name="default", name="relayed"))
-                    tables = kv_rpc_pb2_grpc.TableServiceStub(to_a)
-                    tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"1", header=header))     # A owns it
-                    watch = to_b.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
-                                              response_deserializer=msgpack.unpackb)
-                    events = watch({"stream_id": stream_id, "pkey": b"k", "key": b"k"})
-                    assert "created" in next(events)
-                    tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"2", header=header))
-                    change = next(events)
-                    events.cancel()
-                    return change
-
-            with trio.fail_after(30):
-                change = await trio.to_thread.run_sync(watch_through_b)
-            assert (change["type"], change["value"]) == ("put", b"2")
-            assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed it
-            # Over the servers' own channel (one watch call to A), and cancelling the client's
-            # call ended A's watch too.
-            assert b.peers.statistics().call_count == 1 and a.peer_server.statistics().call_count == 1
-            (table_range,) = a.tables._ranges.values()
-            with trio.fail_after(10):
-                while table_range._watchers:
-                    await trio.sleep(0.05)
+                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), stream, b"k")
             nursery.cancel_scope.cancel()
+
+
+async def test_a_watch_sent_to_a_server_that_does_not_own_the_range_is_answered_by_the_owner(
+        start_cluster, tmp_path):
+    stream_id = stream_id_of("default", "relayed")
+    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+    async with two_servers(start_cluster, tmp_path, "relayed") as (a, b):
+        def watch_through_b():
+            with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
+                    grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
+                storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
+                    storage_pb2.CreateStreamRequest(ns_name="default", name="relayed"))
+                tables = kv_rpc_pb2_grpc.TableServiceStub(to_a)
+                tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"1", header=header))     # A owns it
+                watch = to_b.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                          response_deserializer=msgpack.unpackb)
+                events = watch({"stream_id": stream_id, "pkey": b"k", "key": b"k"})
+                assert "created" in next(events)
+                tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"2", header=header))
+                change = next(events)
+                events.cancel()
+                return change
+
+        with trio.fail_after(30):
+            change = await trio.to_thread.run_sync(watch_through_b)
+        assert (change["type"], change["value"]) == ("put", b"2")
+        assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed it
+        # Over the servers' own channel (one watch call to A), and cancelling the client's
+        # call ended A's watch too.
+        assert b.peers.statistics().call_count == 1 and a.peer_server.statistics().call_count == 1
+        (table_range,) = a.tables._ranges.values()
+        with trio.fail_after(10):
+            while table_range._watchers:
+                await trio.sleep(0.05)
 
 
 async def test_two_servers_share_ranges_and_one_takes_over_when_the_other_dies(start_cluster, tmp_path):
     """Server A owns the table's range; requests sent to B are forwarded to A. A's metastore
     session then expires (as when its process dies): B claims the range, fences A through the
     journal, rebuilds the state, and the table stays available with every acknowledged write."""
-    await start_cluster(URI, 3)
-    # Servers own claims through their sessions: they must learn that one ended, not renew it.
-    async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
-        async with trio.open_nursery() as nursery:
-            a, b = _preferred_first(
-                await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run),
-                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), "shared", b"k")
-            bk_a = a.tables._bk
-            stream_id = stream_id_of("default", "shared")
+    async with two_servers(start_cluster, tmp_path, "shared") as (a, b):
+        bk_a = a.tables._bk
+        stream_id = stream_id_of("default", "shared")
 
-            def table_calls(server, *puts):
-                with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                    if puts and puts[0] == b"create":
-                        from bookkeeper.proto import storage_pb2_grpc
-                        storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
-                            storage_pb2.CreateStreamRequest(ns_name="default", name="shared"))
-                        puts = puts[1:]
-                    tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
-                    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
-                    for value in puts:
-                        answer = tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=value, header=header))
-                        assert answer.header.code == storage_pb2.SUCCESS
-                    return tables.Range(kv_rpc_pb2.RangeRequest(key=b"k", header=header)).kvs[0].value
+        def table_calls(server, *puts):
+            with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+                if puts and puts[0] == b"create":
+                    from bookkeeper.proto import storage_pb2_grpc
+                    storage_pb2_grpc.RootRangeServiceStub(channel).CreateStream(
+                        storage_pb2.CreateStreamRequest(ns_name="default", name="shared"))
+                    puts = puts[1:]
+                tables = kv_rpc_pb2_grpc.TableServiceStub(channel)
+                header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+                for value in puts:
+                    answer = tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=value, header=header))
+                    assert answer.header.code == storage_pb2.SUCCESS
+                return tables.Range(kv_rpc_pb2.RangeRequest(key=b"k", header=header)).kvs[0].value
 
-            assert await trio.to_thread.run_sync(table_calls, a, b"create", b"1") == b"1"
-            assert len(a.tables._ranges) == 1
-            # Sent to B, served by A (B opened nothing).
-            assert await trio.to_thread.run_sync(table_calls, b, b"2") == b"2"
-            assert not b.tables._ranges
-            bk_a.store.expire_session()
+        assert await trio.to_thread.run_sync(table_calls, a, b"create", b"1") == b"1"
+        assert len(a.tables._ranges) == 1
+        # Sent to B, served by A (B opened nothing).
+        assert await trio.to_thread.run_sync(table_calls, b, b"2") == b"2"
+        assert not b.tables._ranges
+        bk_a.store.expire_session()
 
-            def read_status(server):
-                with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                    header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
-                    answer = kv_rpc_pb2_grpc.TableServiceStub(channel).Range(
-                        kv_rpc_pb2.RangeRequest(key=b"k", header=header), metadata=[("bk-forwarded", "1")])
-                    return answer.header.code
-            # A's claim may be gone already: it no longer answers reads from its state (read lease).
-            assert await trio.to_thread.run_sync(read_status, a) != storage_pb2.SUCCESS
-            with trio.fail_after(30):
-                while True:
-                    value = await trio.to_thread.run_sync(table_calls, b)
-                    if b.tables._ranges:
-                        break
-                    await trio.sleep(0.1)
-            assert value == b"2"
-            assert await trio.to_thread.run_sync(table_calls, b, b"3") == b"3"
-            with trio.fail_after(10):
-                while a.tables._ranges:         # A stops serving once it sees its session gone
-                    await trio.sleep(0.1)
-            nursery.cancel_scope.cancel()
+        def read_status(server):
+            with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+                header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
+                answer = kv_rpc_pb2_grpc.TableServiceStub(channel).Range(
+                    kv_rpc_pb2.RangeRequest(key=b"k", header=header), metadata=[("bk-forwarded", "1")])
+                return answer.header.code
+        # A's claim may be gone already: it no longer answers reads from its state (read lease).
+        assert await trio.to_thread.run_sync(read_status, a) != storage_pb2.SUCCESS
+        with trio.fail_after(30):
+            while True:
+                value = await trio.to_thread.run_sync(table_calls, b)
+                if b.tables._ranges:
+                    break
+                await trio.sleep(0.1)
+        assert value == b"2"
+        assert await trio.to_thread.run_sync(table_calls, b, b"3") == b"3"
+        with trio.fail_after(10):
+            while a.tables._ranges:         # A stops serving once it sees its session gone
+                await trio.sleep(0.1)
 
 
 async def test_calls_forwarded_to_the_owner_look_it_up_once_and_go_on_without_a_task(start_cluster, tmp_path):
     """B remembers that A serves the range (OWNER_KNOWN_S): forwarding 40 calls asks the
     metastore about the range's owner once (plus once per OWNER_KNOWN_S the calls took), not
     40 times. Without the memory each call spawned a claim that read the owner's node."""
-    await start_cluster(URI, 3)
     stream_id = stream_id_of("default", "remembered")
     header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"k")
-    async with bkclient.connect(URI, renew_session=False) as bk_a, bkclient.connect(URI, renew_session=False) as bk_b:
-        async with trio.open_nursery() as nursery:
-            a, b = _preferred_first(
-                await nursery.start(GrpcGateway(bk_a, port=0, index_dir=str(tmp_path / "a")).run),
-                await nursery.start(GrpcGateway(bk_b, port=0, index_dir=str(tmp_path / "b")).run), "remembered", b"k")
-            lookups = []
-            ownership = b.tables._ownership
-            look_up = ownership.owner
+    async with two_servers(start_cluster, tmp_path, "remembered") as (a, b):
+        lookups = []
+        ownership = b.tables._ownership
+        look_up = ownership.owner
 
-            async def counted_owner(index):
-                lookups.append(index)
-                return await look_up(index)
-            ownership.owner = counted_owner
+        async def counted_owner(index):
+            lookups.append(index)
+            return await look_up(index)
+        ownership.owner = counted_owner
 
-            def calls_through_b() -> float:
-                with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
-                        grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
-                    storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
-                        storage_pb2.CreateStreamRequest(ns_name="default", name="remembered"))
-                    kv_rpc_pb2_grpc.TableServiceStub(to_a).Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"0", header=header))
-                    tables = kv_rpc_pb2_grpc.TableServiceStub(to_b)
-                    started = time.monotonic()
-                    for n in range(20):
-                        put = tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"%d" % n, header=header))
-                        assert put.header.code == storage_pb2.SUCCESS
-                        got = tables.Range(kv_rpc_pb2.RangeRequest(key=b"k", header=header))
-                        assert got.header.code == storage_pb2.SUCCESS and got.kvs[0].value == b"%d" % n
-                    return time.monotonic() - started
+        def calls_through_b() -> float:
+            with grpc.insecure_channel(f"127.0.0.1:{a.port}") as to_a, \
+                    grpc.insecure_channel(f"127.0.0.1:{b.port}") as to_b:
+                storage_pb2_grpc.RootRangeServiceStub(to_a).CreateStream(
+                    storage_pb2.CreateStreamRequest(ns_name="default", name="remembered"))
+                kv_rpc_pb2_grpc.TableServiceStub(to_a).Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"0", header=header))
+                tables = kv_rpc_pb2_grpc.TableServiceStub(to_b)
+                started = time.monotonic()
+                for n in range(20):
+                    put = tables.Put(kv_rpc_pb2.PutRequest(key=b"k", value=b"%d" % n, header=header))
+                    assert put.header.code == storage_pb2.SUCCESS
+                    got = tables.Range(kv_rpc_pb2.RangeRequest(key=b"k", header=header))
+                    assert got.header.code == storage_pb2.SUCCESS and got.kvs[0].value == b"%d" % n
+                return time.monotonic() - started
 
-            with trio.fail_after(60):
-                elapsed_s = await trio.to_thread.run_sync(calls_through_b)
-            assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed them
-            assert b.peers.statistics().call_count == 40
-            # Once B knew the owner and had a connection to it, it sent the calls on from the
-            # gRPC handler itself, without a task per call.
-            assert b.peers.statistics().submitted_call_count >= 36
-            assert 1 <= len(lookups) <= 1 + elapsed_s / OWNER_KNOWN_S + 1, (len(lookups), elapsed_s)
-            nursery.cancel_scope.cancel()
+        with trio.fail_after(60):
+            elapsed_s = await trio.to_thread.run_sync(calls_through_b)
+        assert len(a.tables._ranges) == 1 and not b.tables._ranges      # B only relayed them
+        assert b.peers.statistics().call_count == 40
+        # Once B knew the owner and had a connection to it, it sent the calls on from the
+        # gRPC handler itself, without a task per call.
+        assert b.peers.statistics().submitted_call_count >= 36
+        assert 1 <= len(lookups) <= 1 + elapsed_s / OWNER_KNOWN_S + 1, (len(lookups), elapsed_s)
 
 
 async def test_the_library_table_objects_route_to_the_owner(gateway):

@@ -315,13 +315,20 @@ async def test_a_watch_whose_connection_breaks_ends_at_once(servers):
         assert trio.current_time() - died_at[0] < 1.0, "ended when the connection broke"
 
 
-async def test_a_call_not_answered_in_time_fails_and_its_late_answer_is_dropped(servers):
+async def held_owner_and_impatient_client(servers) -> tuple[str, HeldTables, PeerClient]:
+    """A table A prefers, A's peer server over HeldTables (calls wait for `release`), and a
+    client of A that waits 0.5 s for an answer."""
     table = tables_preferring_a(1)[0]
     held = HeldTables(servers.tables_a)
     peer = await servers.nursery.start(PeerServer(held, host="127.0.0.1").run)
     await servers.tables_a.announce_peer_address(f"127.0.0.1:{peer.port}")
     impatient = PeerClient(store=servers.bk_a.store, root=servers.bk_a.layout.root, nursery=servers.nursery,
                            timeout_s=0.5)
+    return table, held, impatient
+
+
+async def test_a_call_not_answered_in_time_fails_and_its_late_answer_is_dropped(servers):
+    table, held, impatient = await held_owner_and_impatient_client(servers)
     with trio.fail_after(30):
         with pytest.raises(ConnectionError, match="did not answer a table call within 0.5 s"):
             await impatient.execute(A, NS, table, P, Put(K, b"late"))
@@ -335,12 +342,7 @@ async def test_a_call_not_answered_in_time_fails_and_its_late_answer_is_dropped(
 async def test_a_submitted_call_not_answered_in_time_fails_through_its_callback(servers):
     """submit() sends only on an open connection, and a call its owner holds past timeout_s
     gets a ConnectionError through its callback (the owner's late answer is dropped)."""
-    table = tables_preferring_a(1)[0]
-    held = HeldTables(servers.tables_a)
-    peer = await servers.nursery.start(PeerServer(held, host="127.0.0.1").run)
-    await servers.tables_a.announce_peer_address(f"127.0.0.1:{peer.port}")
-    impatient = PeerClient(store=servers.bk_a.store, root=servers.bk_a.layout.root, nursery=servers.nursery,
-                           timeout_s=0.5)
+    table, held, impatient = await held_owner_and_impatient_client(servers)
     outcomes = []
     assert not impatient.submit(A, NS, table, P, Put(K, b"v"), lambda *outcome: outcomes.append(outcome)), \
         "no connection to A yet: nothing sent"
