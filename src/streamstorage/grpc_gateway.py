@@ -340,8 +340,11 @@ class TableServicer:
             if isinstance(error, (NotOwner, ConnectionError)):
                 self._tables.forget_owner(namespace, stream, pkey)
                 if is_read or isinstance(error, NotOwner):
-                    later()
-                    return
+                    try:
+                        later()
+                        return
+                    except RuntimeError:      # (the server is stopping: no new tasks) the error stands
+                        pass
             on_done(result, error)
         return self._peers.submit(owner, namespace, stream, pkey, operation, on_answer)
 
