@@ -3,13 +3,13 @@ its range goes to the owner over one TCP connection per owner, which carries man
 frame (bkcore.table.peer_wire says what a call and an answer are; the framing is bkcore.wire's,
 through bktransports.connection.FramedConnection).
 
-PeerServer (on the owner) listens on a port of its own, announced in the server's registration
-node (bkcore.table.ownership), and runs each call against its Tables exactly as a request that
-came to it directly: while the call's range is open and serving, without a task (a command
-queued into the range, answered by its callback once durable; a read answered from the range's
-state while the read lease holds); otherwise in a task of its own, through Tables.execute for
-commands and txns and Tables.read for reads (which open the range, or check the lease). Answers are queued as they are ready and the
-connection's writer sends whatever is queued at each wakeup as one frame.
+PeerServer (on the owner) listens on a port of its own, announced in the server's registration node
+(bkcore.table.ownership), and runs each call against its Tables exactly as a request that came to
+it directly: while the call's range is open and serving, without a task (a command queued into the
+range, answered by its callback once durable; a read answered from the range's state while the read
+lease holds); otherwise in a task of its own, through Tables.execute for commands and txns and
+Tables.read for reads (which open the range, or check the lease). Answers are queued as they are
+ready and the connection's writer sends whatever is queued at each wakeup as one frame.
 
 PeerClient (on every server) is what a server calls on NotOwner(owner):
 

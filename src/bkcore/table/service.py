@@ -247,19 +247,21 @@ class Tables:
             return None
         return elsewhere[0]
 
-    def _index_if_known(self, namespace: str, stream: str, pkey: bytes) -> tuple[str, str, int] | None:
-        """The index of `pkey`'s range while the table's settings are remembered; else None."""
+    def _index_if_known(self, namespace: str, stream: str, pkey: bytes, *,
+                        stale_ok: bool = False) -> tuple[str, str, int] | None:
+        """The index of `pkey`'s range while the table's settings are remembered (stale_ok:
+        remembered at all; a range count never changes while the stream exists); else None."""
         cached = self._settings.get((namespace, stream))
-        if cached is None or cached[1] <= self._rt.monotonic_s() or not isinstance(pkey, bytes):
+        if cached is None or not isinstance(pkey, bytes) or (cached[1] <= self._rt.monotonic_s() and not stale_ok):
             return None
         return namespace, stream, range_of(pkey, cached[0].table_ranges)
 
     def forget_owner(self, namespace: str, stream: str, pkey: bytes) -> None:
         """A request sent to the server this one took for the owner of `pkey`'s range came back
         refused (NotOwner) or unanswered: look the owner up again at the next request."""
-        cached = self._settings.get((namespace, stream))
-        if cached is not None and isinstance(pkey, bytes):
-            self._elsewhere.pop((namespace, stream, range_of(pkey, cached[0].table_ranges)), None)
+        index = self._index_if_known(namespace, stream, pkey, stale_ok=True)
+        if index is not None:
+            self._elsewhere.pop(index, None)
 
     async def hand_over(self, index: tuple[str, str, int], target: str) -> bool:
         """Give range `index` up for `target`, which the rebalancer found it belongs on: new
