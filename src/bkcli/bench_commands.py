@@ -9,6 +9,8 @@ stderr while they run, on a terminal only (bkcli.progress).
 
 from __future__ import annotations
 
+from bkcli.defaults import positive_int
+
 _MIB = 1024 * 1024
 
 
@@ -128,6 +130,10 @@ def _add_table_and_stream(sub) -> None:
     table.add_argument("--servers", type=int, default=1,
                        help="stream storage servers sharing the tables and one address (SO_REUSEPORT); their "
                             "CPU is reported summed (1)")
+    table.add_argument("--ranges", type=positive_int, default=None,
+                       help="hash ranges of the bench's table (default: a stream's, 4)")
+    table.add_argument("--journal-entries-in-flight", type=positive_int, default=None, metavar="N",
+                       help="the servers' --journal-entries-in-flight (default: theirs)")
     _add_cluster_dir(table)
     table.add_argument("--ceiling", action="store_true",
                        help="also measure dict-backed gRPC servers under the same load (bkbench.table_ceiling: "

@@ -198,9 +198,13 @@ class StorageClient:
             raise StorageError(answer["code"], what, answer["error"])
         return answer["names"]
 
-    def create_stream(self, namespace: str, stream: str) -> stream_pb2.StreamProperties:
+    def create_stream(self, namespace: str, stream: str, *, ranges: int | None = None) -> stream_pb2.StreamProperties:
+        """ranges: its hash ranges as a table (None: the server's default)."""
+        conf = stream_pb2.StreamConfiguration()
+        if ranges is not None:
+            conf.initial_num_ranges = conf.min_num_ranges = ranges
         answer, reason = self._call(self._root.CreateStream, storage_pb2.CreateStreamRequest(
-            ns_name=namespace, name=stream, stream_conf=stream_pb2.StreamConfiguration()))
+            ns_name=namespace, name=stream, stream_conf=conf))
         _check(answer.code, f"creating stream {namespace}/{stream}", reason)
         return answer.stream_props
 
