@@ -132,8 +132,6 @@ def _add_table_and_stream(sub) -> None:
                             "CPU is reported summed (1)")
     table.add_argument("--ranges", type=positive_int, default=None,
                        help="hash ranges of the bench's table (default: a stream's, 4)")
-    table.add_argument("--journal-entries-in-flight", type=positive_int, default=None, metavar="N",
-                       help="the servers' --journal-entries-in-flight (default: theirs)")
     _add_cluster_dir(table)
     table.add_argument("--ceiling", action="store_true",
                        help="also measure dict-backed gRPC servers under the same load (bkbench.table_ceiling: "

@@ -17,11 +17,10 @@ import sys
 import tempfile
 
 from bkcore.extras import require_extra
-from bkcore.table.range import JOURNAL_ENTRIES_IN_FLIGHT_MAX
 from bkcli.credentials import (
     CredentialsError, add_security_arguments, auth_secret, client_credentials, server_tls_context,
 )
-from bkcli.defaults import add_metastore_argument, metastore_uri, positive_int
+from bkcli.defaults import add_metastore_argument, metastore_uri
 
 
 def add_parser(commands) -> None:
@@ -47,11 +46,6 @@ def add_parser(commands) -> None:
                              "a range is opened (default: bk-stream-storage-PORT in the temp directory)")
     server.add_argument("--http-port", type=int, default=0,
                         help="serve Prometheus metrics at /metrics on this port, on --host (0: off)")
-    server.add_argument("--journal-entries-in-flight", type=positive_int, default=JOURNAL_ENTRIES_IN_FLIGHT_MAX,
-                        metavar="N",
-                        help=f"journal entries each table range may have in flight ({JOURNAL_ENTRIES_IN_FLIGHT_MAX}): "
-                             "more cut a busy range's put latency, and give the bookies more, smaller adds "
-                             "(docs/operations.md)")
     server.set_defaults(run=cmd_stream_storage)
 
 
@@ -83,8 +77,7 @@ async def _serve(args) -> int:
         gateway = await nursery.start(functools.partial(
             run_stream_storage, metastore_uri(args), host=args.host, port=args.port,
             index_dir=os.path.join(data_dir, "table-indexes"), shared_port=args.shared_port,
-            peer_port=args.peer_port, registry=registry,
-            journal_entries_in_flight=args.journal_entries_in_flight, **args.credentials))
+            peer_port=args.peer_port, registry=registry, **args.credentials))
         tune_gc()      # what startup made leaves the collector's sight, as in a bookie
         shared = f" (and the shared port {gateway.shared_port})" if gateway.shared_port else ""
         print(f"stream storage listening on {gateway.host}:{gateway.port}{shared}"

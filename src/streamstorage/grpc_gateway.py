@@ -43,7 +43,7 @@ from bkcore.stream.errors import (
 from bkcore.stream.segments import StreamSettings, stream_id_of
 from bkcore.table.commands import KeyNotFound, TableError, Txn, unfold_key
 from bkcore.table.ownership import NotOwner
-from bkcore.table.range import JOURNAL_ENTRIES_IN_FLIGHT_MAX, WatchTooSlow
+from bkcore.table.range import WatchTooSlow
 from bkcore.table.watch_rpc import (
     ERROR_MESSAGE_HEADER, LIST_NAMESPACES_METHOD, LIST_STREAMS_METHOD, OWNER_HEADER, OWNER_ONLY_HEADER,
     PREFIX_HEADER, PUT_TTL_MS_HEADER, TO_PKEY_END_HEADER, WATCH_METHOD,
@@ -593,8 +593,7 @@ class GrpcGateway:
     def __init__(self, bk, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                  checkpoint_every: int | None = None, index_dir: str | None = None,
                  shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"",
-                 call_stats: dict | None = None, peer_tls=None,
-                 journal_entries_in_flight: int = JOURNAL_ENTRIES_IN_FLIGHT_MAX) -> None:
+                 call_stats: dict | None = None, peer_tls=None) -> None:
         """index_dir: where the table ranges served here keep their lmdb indexes (rebuilt from
         the range journals whenever a range is opened); None keeps them in memory. tls: serve
         gRPC over TLS with this context (bktransports.grpc_trio.server_tls_context). auth_secret:
@@ -619,7 +618,6 @@ class GrpcGateway:
         self._call_stats = call_stats
         self._peer_tls = (peer_tls or ssl.create_default_context()) if tls is not None else None
         self._checkpoint_every = checkpoint_every
-        self._journal_entries_in_flight = journal_entries_in_flight
         self.tables: Tables | None = None
         # The servers' own channel, once running: calls for ranges owned elsewhere go out on
         # `peers`, the other servers' come in on `peer_server` (their statistics() say how many).
@@ -645,7 +643,6 @@ class GrpcGateway:
             async with open_service_nursery() as nursery, trio.open_nursery() as peer_calls:
                 try:
                     self.tables = Tables(self._bk, nursery, checkpoint_every=self._checkpoint_every,
-                                         journal_entries_in_flight=self._journal_entries_in_flight,
                                          server_id=f"{self.host}:{self.port}",
                                          indexes=LmdbRangeIndexes(self._index_dir) if self._index_dir else None)
                     self.peer_server = await peer_calls.start(PeerServer(

@@ -19,7 +19,6 @@ import logging
 import trio
 
 from bkcore.client.handles import BookKeeperClient
-from bkcore.table.range import JOURNAL_ENTRIES_IN_FLIGHT_MAX
 from streamstorage.grpc_gateway import GrpcGateway
 from streamstorage.metrics import StreamStorageMetrics
 from bktransports.metrics import publish
@@ -32,7 +31,6 @@ SESSION_CHECK_INTERVAL_S = 0.5
 async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str | None,
                              shared_port: int | None = None, peer_port: int = 0, tls=None, auth_secret: bytes = b"",
                              serve_tls=None, serve_auth_secret: bytes = b"", registry=None,
-                             journal_entries_in_flight: int = JOURNAL_ENTRIES_IN_FLIGHT_MAX,
                              task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve until cancelled; `task_status.started(gateway)` once it first listens (the
     gateway knows the port it got, which later sessions keep). peer_port: where other servers
@@ -42,7 +40,7 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
     gRPC clients that prove it. The other servers must show that secret too, and with serve_tls
     they are reached over TLS, verified with the CAs of `tls` (the system's without it).
     registry: the prometheus_client registry its metrics are published in (None: not
-    published). journal_entries_in_flight: per range (bkcore.table.service.Tables)."""
+    published)."""
     metrics = StreamStorageMetrics()
     if registry is not None:
         publish(registry, metrics.families)
@@ -54,8 +52,7 @@ async def run_stream_storage(uri: str, *, host: str, port: int, index_dir: str |
                 gateway = await nursery.start(GrpcGateway(bk, host=host, port=port, index_dir=index_dir,
                                                           shared_port=shared_port, peer_port=peer_port,
                                                           tls=serve_tls, auth_secret=serve_auth_secret,
-                                                          call_stats=metrics.calls, peer_tls=tls,
-                                                          journal_entries_in_flight=journal_entries_in_flight).run)
+                                                          call_stats=metrics.calls, peer_tls=tls).run)
                 metrics.gateway = gateway
                 port, peer_port = gateway.port, gateway.peer_port
                 if is_first:

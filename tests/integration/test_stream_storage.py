@@ -92,6 +92,19 @@ def test_the_seed_examples_a_distributed_counter_and_a_watched_key(cluster):
          "-t", "missing", "-k", "k"], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}).stderr
 
 
+def test_a_stream_created_with_its_number_of_ranges_keeps_it_and_serves_a_table_over_them(cluster):
+    with StorageClient(f"127.0.0.1:{cluster.stream_storage_port}") as client:
+        client.create_stream("default", "wide", ranges=6)
+        client.create_stream("default", "narrow")
+        conf = client.get_stream("default", "wide").stream_conf
+        assert (conf.initial_num_ranges, conf.min_num_ranges) == (6, 6)
+        assert client.get_stream("default", "narrow").stream_conf.initial_num_ranges == 4     # the default
+        table = client.table("default", "wide")
+        for index in range(60):
+            table.put(b"key-%d" % index, b"value-%d" % index)
+        assert [table.get(b"key-%d" % index).value for index in range(60)] == [b"value-%d" % i for i in range(60)]
+
+
 def test_a_killed_server_restarts_with_every_acknowledged_increment(cluster):
     address = f"127.0.0.1:{cluster.stream_storage_port}"
     with StorageClient(address) as client:

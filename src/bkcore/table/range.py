@@ -141,8 +141,7 @@ class TableRange:
     def __init__(self, streams, table: str, range_id: int = 0, *,
                  settings: StreamSettings = StreamSettings(),
                  checkpoint_every: int = CHECKPOINT_EVERY_COMMANDS, index: KvIndex | None = None,
-                 journal_rounds: SendRounds | None = None,
-                 journal_entries_in_flight: int = JOURNAL_ENTRIES_IN_FLIGHT_MAX) -> None:
+                 journal_rounds: SendRounds | None = None) -> None:
         self._streams = streams
         self._rt = streams.runtime
         self.table, self.range_id = table, range_id
@@ -152,7 +151,6 @@ class TableRange:
         self._checkpoint_name = checkpoint_stream_name(self._journal_name)
         self._index = index if index is not None else MemoryKvIndex()
         self._journal_rounds = journal_rounds
-        self._journal_entries_in_flight = journal_entries_in_flight
         self.state = RangeState(self._index)
         self._slots: collections.deque[_Slot] = collections.deque()
         self._history: collections.deque[WatchEvent] = collections.deque(maxlen=WATCH_HISTORY_EVENTS)
@@ -191,7 +189,7 @@ class TableRange:
                 await streams.create_stream(TABLES_NAMESPACE, name, self._settings)
         self._journal = await streams.start_writer(nursery, TABLES_NAMESPACE, self._journal_name,
                                                    entry_size_max=JOURNAL_ENTRY_SIZE_MAX,
-                                                   entries_in_flight_max=self._journal_entries_in_flight,
+                                                   entries_in_flight_max=JOURNAL_ENTRIES_IN_FLIGHT_MAX,
                                                    lac_push_delay_ns=LAC_PUSH_DELAY_NS, rounds=self._journal_rounds)
         self._checkpoint_writer = await streams.start_writer(nursery, TABLES_NAMESPACE, self._checkpoint_name,
                                                              entry_size_max=CHECKPOINT_ENTRY_SIZE_MAX,

@@ -32,9 +32,7 @@ from bkcore.table.commands import (
 )
 from bkcore.table.kv import WatchEvent
 from bkcore.table.ownership import NotOwner, OwnershipUncertain, RangeOwnership
-from bkcore.table.range import (
-    JOURNAL_ENTRIES_IN_FLIGHT_MAX, TABLES_NAMESPACE, RangeClosed, TableRange, journal_stream_name,
-)
+from bkcore.table.range import TABLES_NAMESPACE, RangeClosed, TableRange, journal_stream_name
 from bkcore.table.rebalance import Rebalancer
 
 SETTINGS_TTL_S = 5.0
@@ -78,13 +76,8 @@ class _Opening:
 
 class Tables:
     def __init__(self, bk, nursery, *, checkpoint_every: int | None = None,
-                 server_id: str | None = None, indexes=None,
-                 journal_entries_in_flight: int = JOURNAL_ENTRIES_IN_FLIGHT_MAX) -> None:
-        """journal_entries_in_flight: how many journal entries each range served here may have
-        in flight at once (TableRange's; more cut the wait of a busy range's commands, and give
-        the bookies more, smaller entries)."""
+                 server_id: str | None = None, indexes=None) -> None:
         self._bk = bk
-        self._journal_entries_in_flight = journal_entries_in_flight
         self._rt = bk.runtime
         # Where ranges keep their applied state: `indexes.index_for(table, range_id)` (lmdb on
         # a server: streamstorage.lmdb_kv.LmdbRangeIndexes); None keeps them in memory (library
@@ -192,9 +185,7 @@ class Tables:
                 await self._claim(index)
             journal_settings = StreamSettings(settings.ensemble_size, settings.write_quorum_size,
                                               settings.ack_quorum_size)
-            options = {"journal_entries_in_flight": self._journal_entries_in_flight}
-            if self._checkpoint_every is not None:
-                options["checkpoint_every"] = self._checkpoint_every
+            options = {} if self._checkpoint_every is None else {"checkpoint_every": self._checkpoint_every}
             table = f"{namespace}/{stream}"
             if self._indexes is not None:
                 options["index"] = self._indexes.index_for(table, range_id)
