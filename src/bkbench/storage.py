@@ -3,7 +3,8 @@ raft-lite metastore, bookies with journal fdatasync, and for tables the gRPC ser
 
     table   N client threads, each with its own gRPC channel: puts of distinct keys, gets of
             existing keys, increments of shared counters (ops/s, p50/p99 latency); then the
-            delay from sending a put to a watcher seeing it (p50/p99); each phase also reports
+            delay from sending a put to a watcher seeing it (p50/p99), and one put and one get
+            at a time (their p50/p99: the floor under any load); each phase also reports
             the CPU the client process and the server process spent per operation. --ceiling
             adds the same put/get load on dict-backed gRPC servers (bkbench.table_ceiling): what
             Python gRPC itself allows here
@@ -171,6 +172,8 @@ def bench_table(args) -> int:
             announce("watch latency")
             watch = _watch_latency(address)
             watch["asyncio_client"] = _aio_watch_latency(address)
+            announce("one call at a time")
+            one_at_a_time = _aio_one_at_a_time(address)
             cluster.stop()                  # (the disk to itself for the raw loop)
             announce("the disk's fdatasync floor")
             puts.update(_fdatasync_floor(root, puts, args.bookies))
@@ -195,11 +198,15 @@ def bench_table(args) -> int:
                            "watch_p50_over_etcd": over_etcd(watch["watch_latency_p50_ms"]),
                            # (both measured from one asyncio loop through grpc.aio)
                            "watch_p50_over_etcd_same_client_kind":
-                               over_etcd(watch["asyncio_client"]["watch_latency_p50_ms"])}
+                               over_etcd(watch["asyncio_client"]["watch_latency_p50_ms"]),
+                           **{f"one_at_a_time_{name}_p50_over_etcd":
+                              round(one_at_a_time[f"{name}_p50_ms"] / peers["etcd"]["one_at_a_time"][f"{name}_p50_ms"], 2)
+                              for name in ("put", "get")}}
     print(json.dumps({"benchmark": "table", "servers": args.servers, "clients": args.clients,
                       "client_processes": args.client_processes,
                       "value_size": args.value_size, "ranges": args.ranges or "default",
                       "bookies": args.bookies, "put": puts, "get": gets, "increment": increments, "watch": watch,
+                      "one_at_a_time": one_at_a_time,
                       **ceiling,
                       **({"peers": peers} if peers else {}),
                       "targets": {"puts_per_second": 20_000, "gets_per_second": 50_000, "watch_latency_p50_ms": 2}},
@@ -294,7 +301,10 @@ def _etcd_table(seconds: float, clients: int, directory: str | None, value: byte
             written = put["ops"] // clients
             get = await phase(lambda i, n: client.get(b"key-%d-%d" % (i, random.randrange(max(1, written)))))
             watch = await _etcd_watch_latency(client)
-            return {"members": 3, "client": "aetcd", "put": put, "get": get, "watch": watch}
+            one_at_a_time = await _async_one_at_a_time(lambda value: client.put(b"lone", value),
+                                                       lambda: client.get(b"lone"))
+            return {"members": 3, "client": "aetcd", "put": put, "get": get, "watch": watch,
+                    "one_at_a_time": one_at_a_time}
 
     root = tempfile.mkdtemp(dir=directory, prefix="bench-etcd-")
     try:
@@ -315,35 +325,80 @@ def _aio_watch_latency(address: str) -> dict:
     """_watch_latency measured as etcd's is (_etcd_watch_latency): puts and the watch on one
     asyncio loop through grpc.aio, the library aetcd is built on, rather than StorageClient's
     blocking calls in two threads. The requests are StorageClient's."""
+    import msgpack
+
+    from bkcore.table.watch_rpc import WATCH_METHOD
+
+    async def measure(channel, put, get, stream_id: int) -> dict:
+        watch = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
+                                     response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
+        call = watch({"stream_id": stream_id, "pkey": b"watched", "key": b"watched", "start_revision": 0})
+        values = (event["value"] async for event in call if "value" in event)    # (not "created", errors)
+        try:
+            return await _async_watch_latency(put, values)
+        finally:
+            call.cancel()
+    return _on_aio_table(address, measure)
+
+
+def _aio_one_at_a_time(address: str) -> dict:
+    """_async_one_at_a_time through grpc.aio, as etcd's is measured (aetcd, on grpc.aio)."""
+    async def measure(channel, put, get, stream_id: int) -> dict:
+        return await _async_one_at_a_time(put, get)
+    return _on_aio_table(address, measure)
+
+
+def _on_aio_table(address: str, measure) -> dict:
+    """asyncio.run(measure(channel, put, get, stream_id)): a grpc.aio channel to the table
+    service, with put(value) and get() of the key b"watched" in the bench's table, as
+    StorageClient sends them (put asks for the previous value, as the watch bench's always did)."""
     import asyncio
 
     import grpc
-    import msgpack
     from bookkeeper.proto import kv_rpc_pb2, kv_rpc_pb2_grpc, storage_pb2
 
     from bkcore.stream.segments import stream_id_of
-    from bkcore.table.watch_rpc import WATCH_METHOD
 
-    async def measure() -> dict:
+    async def run() -> dict:
         stream_id = stream_id_of("default", "bench")
         async with grpc.aio.insecure_channel(address) as channel:
             table = kv_rpc_pb2_grpc.TableServiceStub(channel)
             header = kv_rpc_pb2.RoutingHeader(stream_id=stream_id, r_key=b"watched")
-            watch = channel.unary_stream(WATCH_METHOD, request_serializer=msgpack.packb,
-                                         response_deserializer=lambda data: msgpack.unpackb(data, raw=False))
-            call = watch({"stream_id": stream_id, "pkey": b"watched", "key": b"watched", "start_revision": 0})
 
             async def put(value: bytes) -> None:
                 answer = await table.Put(kv_rpc_pb2.PutRequest(key=b"watched", value=value, prev_kv=True, header=header))
                 if answer.header.code != storage_pb2.SUCCESS:
                     raise RuntimeError(f"a put of the watched key answered {answer.header.code}")
 
-            values = (event["value"] async for event in call if "value" in event)    # (not "created", errors)
-            try:
-                return await _async_watch_latency(put, values)
-            finally:
-                call.cancel()
-    return asyncio.run(measure())
+            async def get() -> None:
+                answer = await table.Range(kv_rpc_pb2.RangeRequest(key=b"watched", header=header))
+                if answer.header.code != storage_pb2.SUCCESS:
+                    raise RuntimeError(f"a get of the watched key answered {answer.header.code}")
+            return await measure(channel, put, get, stream_id)
+    return asyncio.run(run())
+
+
+async def _async_one_at_a_time(put, get, samples: int = 300) -> dict:
+    """One client, one call at a time, 2 ms apart: the latency of a put (await put(value)), then
+    of a get (await get()), with nothing else in flight. Under a closed-loop load of N clients
+    no call is faster than this, and a watch event follows a lone put."""
+    import asyncio
+
+    async def timed(call) -> list[float]:
+        latencies = []
+        for i in range(samples):
+            began = time.perf_counter()
+            await call(i)
+            latencies.append(time.perf_counter() - began)
+            await asyncio.sleep(0.002)
+        return latencies
+
+    def ms(latencies: list[float], fraction: float) -> float:
+        return round(percentile(latencies, fraction) * 1e3, 3)
+    puts = await timed(lambda i: put(b"lone-%d" % i))
+    gets = await timed(lambda i: get())
+    return {"samples": samples, "put_p50_ms": ms(puts, 0.5), "put_p99_ms": ms(puts, 0.99),
+            "get_p50_ms": ms(gets, 0.5), "get_p99_ms": ms(gets, 0.99)}
 
 
 async def _async_watch_latency(put, values, samples: int = 300) -> dict:
