@@ -16,3 +16,15 @@ def test_a_ceiling_server_keeps_what_is_put(kind):
         assert table.get(b"k").value == b"v2"
         assert table.get(b"missing") is None
         assert process_cpu_s(server.pid) > 0
+
+
+def test_one_call_at_a_time_times_the_puts_and_gets_it_makes():
+    from bkbench.storage import _aio_one_at_a_time
+    with CeilingServer("trio_grpc") as server:
+        result = _aio_one_at_a_time(server.address)
+        with StorageClient(server.address) as client:
+            kept = client.table("default", "bench").get(b"watched")
+    assert result["samples"] == 300
+    assert 0 < result["put_p50_ms"] <= result["put_p99_ms"]
+    assert 0 < result["get_p50_ms"] <= result["get_p99_ms"]
+    assert kept.value == b"lone-299"        # the puts reached the server, the last one last
