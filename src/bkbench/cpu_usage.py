@@ -5,7 +5,12 @@ the figures that need it are left out of the report, never guessed.
     meter = CpuMeter({"bookies": [pid, ...]})
     ... the measured work ...
     report.update(meter.per_operation(adds, "add"))
-    # {"client_cpu_us_per_add": ..., "bookies_cpu_us_per_add": ..., "machine_cpu_busy_fraction": ...}
+    # {"client_cpu_us_per_add": ..., "bookies_cpu_us_per_add": ..., "machine_cpu_busy_fraction": ...,
+    #  "bookies_system_cpu_us_per_add": ...}
+
+Each group's CPU is also given as its system (kernel) share: what its syscalls cost (fdatasync,
+socket reads and writes, epoll), which no change to the program's own code takes away, only
+fewer syscalls.
 
 The machine's busy fraction is of all its CPUs together (0.5 on two CPUs: one CPU's worth),
 counting whatever else ran meanwhile.
@@ -20,16 +25,31 @@ from typing import Callable
 
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds a process has used so far (Linux)."""
+    user_s, system_s = process_user_system_s(pid)
+    return user_s + system_s
+
+
+def process_user_system_s(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds a process has used so far (Linux)."""
     with open(f"/proc/{pid}/stat") as file:
         fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks_per_s = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks_per_s, int(fields[12]) / ticks_per_s
 
 
-def _cpu_s_or_zero(pid: int) -> float:
+def _user_system_s_or_zero(pid: int) -> tuple[float, float]:
     try:
-        return process_cpu_s(pid)
+        return process_user_system_s(pid)
     except (OSError, IndexError, ValueError):
-        return 0.0
+        return 0.0, 0.0
+
+
+def _summed(readings) -> tuple[float, float]:
+    user_s = system_s = 0.0
+    for user, system in readings:
+        user_s += user
+        system_s += system
+    return user_s, system_s
 
 
 def machine_cpu_ticks() -> tuple[int, int] | None:
@@ -87,29 +107,34 @@ class CpuMeter:
         self._started = self._read_processes()
         self._machine_started = machine_cpu_ticks()
 
-    def _read_processes(self) -> dict[str, float | None]:
-        """CPU seconds so far of this process ("client") and of each group (None if unreadable)."""
-        readings: dict[str, float | None] = {"client": time.process_time()}
+    def _read_processes(self) -> dict[str, tuple[float, float] | None]:
+        """(user, system) CPU seconds so far of this process ("client") and of each group (None
+        if unreadable)."""
+        times = os.times()
+        readings: dict[str, tuple[float, float] | None] = {"client": (times.user, times.system)}
         for name, pids in self._processes.items():
             if callable(pids):
-                readings[name] = sum(map(_cpu_s_or_zero, pids()))
+                readings[name] = _summed(map(_user_system_s_or_zero, pids()))
                 continue
             try:
-                readings[name] = sum(map(process_cpu_s, pids))
+                readings[name] = _summed(map(process_user_system_s, pids))
             except (OSError, IndexError, ValueError):   # gone, or no /proc
                 readings[name] = None
         return readings
 
     def per_operation(self, count: int, unit: str) -> dict:
-        """{"<name>_cpu_us_per_<unit>": ...} for this process and every group, and
-        "machine_cpu_busy_fraction", over `count` operations done since the meter started."""
+        """{"<name>_cpu_us_per_<unit>": ..., "<name>_system_cpu_us_per_<unit>": ...} for this
+        process and every group, and "machine_cpu_busy_fraction", over `count` operations done
+        since the meter started."""
         now = self._read_processes()
         count = max(count, 1)
         report = {}
         for name, started in self._started.items():
             ended = now[name]
             if started is not None and ended is not None:
-                report[f"{name}_cpu_us_per_{unit}"] = round((ended - started) / count * 1e6, 2)
+                user_s, system_s = ended[0] - started[0], ended[1] - started[1]
+                report[f"{name}_cpu_us_per_{unit}"] = round((user_s + system_s) / count * 1e6, 2)
+                report[f"{name}_system_cpu_us_per_{unit}"] = round(system_s / count * 1e6, 2)
         machine_now = machine_cpu_ticks()
         if self._machine_started is not None and machine_now is not None and machine_now[1] > self._machine_started[1]:
             busy_ticks = machine_now[0] - self._machine_started[0]

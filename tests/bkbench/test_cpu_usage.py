@@ -36,6 +36,27 @@ def test_meter_charges_each_process_what_it_used():
     assert 0 < report["machine_cpu_busy_fraction"] <= 1
 
 
+def test_the_system_share_is_what_the_kernel_spent():
+    """A process that only spins spends next to nothing in the kernel; one that copies 1 MiB into
+    a pipe's other end, over and over, spends most of its CPU there."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    writer = subprocess.Popen([sys.executable, "-c", "import os\nfd = os.open('/dev/zero', os.O_RDONLY)\n"
+                               "while True: os.read(fd, 1 << 20)"])
+    try:
+        time.sleep(0.5)         # both started (imports done)
+        meter = CpuMeter({"spinner": [spinner.pid], "reader": [writer.pid]})
+        time.sleep(1.0)
+        report = meter.per_operation(1000, "op")
+    finally:
+        for child in (spinner, writer):
+            child.kill()
+            child.wait()
+    assert report["spinner_system_cpu_us_per_op"] < 0.2 * report["spinner_cpu_us_per_op"]
+    assert report["reader_system_cpu_us_per_op"] > 0.5 * report["reader_cpu_us_per_op"]
+    assert report["reader_cpu_us_per_op"] > 200
+    assert 0 <= report["client_system_cpu_us_per_op"] <= report["client_cpu_us_per_op"]
+
+
 def test_a_process_that_is_gone_is_left_out_not_guessed():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
