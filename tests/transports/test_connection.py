@@ -3,11 +3,15 @@ what the socket refuses left, in order, to the writer task."""
 
 from __future__ import annotations
 
+import time
+
 import trio
 import trio.testing
 
 from bkcore.wire import AddResponse, FrameDecoder, ReadResponse, encode_frame
-from bktransports.connection import MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate
+from bktransports.connection import (
+    DELIVERY_SLICE_COUNT, DELIVERY_STEP_S, MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate,
+)
 
 
 async def connected_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
@@ -192,3 +196,43 @@ async def test_a_long_queue_is_written_in_slices_with_the_loop_running_between_t
     slices = count * (len(body) + MESSAGE_OVERHEAD_SIZE) / WRITE_SLICE_SIZE
     assert slices * 0.9 <= connection.sent_frame_count <= slices * 1.1 + 1, connection.sent_frame_count
     assert ticks >= connection.sent_frame_count
+
+
+async def test_a_burst_of_answers_is_handed_over_in_steps_with_the_loop_running_between_them():
+    """Ten thousand answers arriving at once (a disk that stopped goes on) reach the owner in
+    order, a slice at a time; once a step has gone on DELIVERY_STEP_S the loop runs before the
+    next slice, so another task (a timer, another connection) is not held for the whole burst."""
+    near, far = await connected_pair()
+    count = 10_000
+    received: list[int] = []
+    ticks_seen: list[int] = []
+    ticks = 0
+
+    def on_messages(messages, connection) -> None:
+        ticks_seen.append(ticks)
+        received.extend(m.request_id for m in messages)
+        spin_until = time.perf_counter() + 0.0005                  # the owner's work on a slice
+        while time.perf_counter() < spin_until:
+            pass
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    connection = FramedConnection(near, name="near", on_messages=on_messages)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(connection.run)
+        nursery.start_soon(tick)
+        await far.send_all(encode_frame([answer(request_id) for request_id in range(count)]))
+        with trio.fail_after(30):
+            while len(received) < count:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    assert received == list(range(count))
+    slices = len(ticks_seen)
+    assert slices >= count // DELIVERY_SLICE_COUNT
+    # A step of DELIVERY_STEP_S (2 ms) holds about four slices: the loop ran after about every fourth.
+    assert connection.delivery_yield_count >= slices // 8, (connection.delivery_yield_count, slices)
+    assert len(set(ticks_seen)) > connection.delivery_yield_count // 2
