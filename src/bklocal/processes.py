@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Iterable
 
 
 # Ports handed to servers come from below the kernel's ephemeral range: a port inside it can be
@@ -38,30 +39,36 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct ports free now, below the ephemeral range when there is room there. Every
+def free_ports(count: int, *, excluding: Iterable[int] = ()) -> list[int]:
+    """`count` distinct ports free now, below the ephemeral range when there is room there, and
+    none of `excluding` (ports chosen earlier for something that does not listen yet). Every
     probe stays bound until all are chosen (the kernel may hand a just-released port out again)."""
     low = _ephemeral_port_low()
     chooser = random.Random()           # seeded from os.urandom: nothing here is simulated
-    probes = []
+    excluded = set(excluding)
+    probes: list[socket.socket] = []
+    held: list[socket.socket] = []      # excluded ports the kernel picked: kept bound till the end
     try:
         for _ in range(_PORT_ATTEMPT_COUNT_MAX if low - _PORT_FLOOR >= 1000 else 0):
             if len(probes) == count:
                 break
+            port = chooser.randrange(_PORT_FLOOR, low)
+            if port in excluded:
+                continue
             probe = socket.socket()
             try:
-                probe.bind(("127.0.0.1", chooser.randrange(_PORT_FLOOR, low)))
+                probe.bind(("127.0.0.1", port))
             except OSError:             # in use, or held by a connection in TIME_WAIT
                 probe.close()
                 continue
             probes.append(probe)
         while len(probes) < count:      # no room below the range: any port the kernel picks
             probe = socket.socket()
-            probes.append(probe)
             probe.bind(("127.0.0.1", 0))
+            (held if probe.getsockname()[1] in excluded else probes).append(probe)
         return [probe.getsockname()[1] for probe in probes]
     finally:
-        for probe in probes:
+        for probe in probes + held:
             probe.close()
 
 

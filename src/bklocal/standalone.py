@@ -128,8 +128,11 @@ class StandaloneCluster:
     @classmethod
     def on_free_ports(cls, data_dir: str, *, bookie_count: int, metastore_count: int = 3,
                       with_stream_storage: bool = False, **options) -> "StandaloneCluster":
-        """A cluster whose every port is a distinct free one (tests and benchmarks)."""
-        ports = free_ports(bookie_count + metastore_count + 1)
+        """A cluster whose every port is a distinct free one (tests and benchmarks), none of them
+        one of the HTTP ports given in `options` (chosen before, not listened on yet)."""
+        chosen = [port for key in ("http_ports", "metastore_http_ports", "stream_storage_http_ports")
+                  for port in options.get(key) or () if port]
+        ports = free_ports(bookie_count + metastore_count + 1, excluding=chosen)
         return cls(data_dir, bookie_ports=ports[:bookie_count],
                    metastore_ports=ports[bookie_count:bookie_count + metastore_count],
                    stream_storage_port=ports[-1] if with_stream_storage else 0, **options)

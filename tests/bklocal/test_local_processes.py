@@ -25,3 +25,24 @@ def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
     for port in ports:
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", port))
+
+
+def test_free_ports_leave_out_the_ports_chosen_before(monkeypatch):
+    """A cluster's HTTP ports are chosen before its servers' ports, and nothing listens on them
+    until the servers start: a second choice must not hand them out again (a bench's bookie once
+    found its HTTP port taken by another server of its own cluster)."""
+    import random
+
+    from bklocal import processes
+    from bklocal.standalone import StandaloneCluster
+    # A chooser with only a few ports to draw from makes a clash certain without `excluding`
+    # (then what it cannot find there, the kernel picks).
+    few = [20_001, 20_002, 20_003, 20_004, 20_005, 20_006]     # five of six hold two of any three
+    monkeypatch.setattr(random.Random, "randrange", lambda self, low, high: self.choice(few))
+    http = processes.free_ports(3)
+    assert len(set(http)) == 3
+    assert set(processes.free_ports(5, excluding=http)).isdisjoint(http)
+    cluster = StandaloneCluster.on_free_ports("/nonexistent", bookie_count=3, metastore_count=1,
+                                              with_stream_storage=True, http_ports=http)
+    servers = {*cluster.bookie_ports, *cluster.metastore_ports, cluster.stream_storage_port}
+    assert len(servers) == 5 and servers.isdisjoint(http)
