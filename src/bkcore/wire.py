@@ -440,7 +440,6 @@ class FrameDecoder:
         # What a frame's body becomes: bookie messages by default; other protocols that share
         # this framing (raft-lite) pass their own decoder.
         self._decode = decode or decode_messages
-        self.last_frame_size = 0        # bytes of the frame next_frame() decoded last, header included
 
     def feed(self, data: bytes) -> None:
         size = len(data)
@@ -499,7 +498,6 @@ class FrameDecoder:
             try:
                 if crc32c.crc32c(body) != checksum:
                     raise MalformedFrame("frame checksum mismatch")
-                self.last_frame_size = end - start
                 return self._decode(body)
             finally:
                 body.release()

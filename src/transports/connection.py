@@ -51,12 +51,7 @@ RECEIVE_SIZE = 256 * 1024
 # than encoded in one go that held the loop for hundreds of milliseconds.
 WRITE_SLICE_SIZE = 1024 * 1024
 # Messages handed to the owner at once; between slices the reader waits out a full send queue.
-# A frame larger than DELIVERY_SLICE_SIZE holds large messages (a client's add batches): its
-# slices also end once they hold that many bytes, so each is about a millisecond of a bookie's
-# work and the loop may run between them (DELIVERY_STEP_S). Smaller frames are cut by count
-# alone, without weighing each message.
 DELIVERY_SLICE_COUNT = 64
-DELIVERY_SLICE_SIZE = 256 * 1024
 # A receive's messages are handed over in one loop step until this long has gone on them; then
 # the reader lets the loop run (a checkpoint) before the next slice. One 256 KiB receive can
 # hold ten thousand small answers, as when a disk that stopped for 100 ms goes on (the answers
@@ -288,12 +283,10 @@ class FramedConnection:
                 return
             step_started = time.perf_counter()
             batch: list = []
-            is_bulky = False
             try:
                 while (messages := decoder.next_frame()) is not None:
                     self.received_frame_count += 1
                     batch.extend(messages)
-                    is_bulky = is_bulky or decoder.last_frame_size > DELIVERY_SLICE_SIZE
             except MalformedFrame as exc:
                 self.malformed_frame_count += 1
                 if batch:
@@ -304,7 +297,7 @@ class FramedConnection:
             # small requests can ask for far more bytes than it holds: reads of big entries),
             # and letting the loop run once a step has gone on DELIVERY_STEP_S. (Shielded: a
             # batch received is handed over whole, as before the connection was closed.)
-            for start, end in self._slice_bounds(batch, by_size=is_bulky):
+            for start in range(0, len(batch), DELIVERY_SLICE_COUNT):
                 while self.is_backed_up and not self.is_closed:
                     self.backpressure_wait_count += 1
                     await self._drained.wait()
@@ -312,24 +305,7 @@ class FramedConnection:
                     self.delivery_yield_count += 1
                     await trio.lowlevel.cancel_shielded_checkpoint()
                     step_started = time.perf_counter()
-                self._on_messages(batch[start:end], self)
-
-    def _slice_bounds(self, batch: list, *, by_size: bool) -> list[tuple[int, int]]:
-        """(start, end) of each slice of `batch`: DELIVERY_SLICE_COUNT messages at most, and with
-        `by_size` ending too once it holds DELIVERY_SLICE_SIZE bytes or more (the codec's size_of)."""
-        count = len(batch)
-        if not by_size:
-            return [(start, min(start + DELIVERY_SLICE_COUNT, count)) for start in range(0, count, DELIVERY_SLICE_COUNT)]
-        size_of = self._codec.size_of
-        bounds, start, size = [], 0, 0
-        for index, message in enumerate(batch):
-            if index > start and (index - start >= DELIVERY_SLICE_COUNT or size >= DELIVERY_SLICE_SIZE):
-                bounds.append((start, index))
-                start, size = index, 0
-            size += size_of(message)
-        if count:
-            bounds.append((start, count))
-        return bounds
+                self._on_messages(batch[start:start + DELIVERY_SLICE_COUNT], self)
 
     async def _receive_into(self, decoder: FrameDecoder) -> int:
         """Receive what the stream has into the decoder; 0 when the peer has closed. A plain

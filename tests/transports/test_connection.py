@@ -10,7 +10,7 @@ import trio.testing
 
 from bkcore.wire import AddResponse, FrameDecoder, ReadResponse, encode_frame
 from bktransports.connection import (
-    DELIVERY_SLICE_COUNT, DELIVERY_SLICE_SIZE, DELIVERY_STEP_S, MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate,
+    DELIVERY_SLICE_COUNT, DELIVERY_STEP_S, MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate,
 )
 
 
@@ -236,28 +236,3 @@ async def test_a_burst_of_answers_is_handed_over_in_steps_with_the_loop_running_
     # A step of DELIVERY_STEP_S (2 ms) holds about four slices: the loop ran after about every fourth.
     assert connection.delivery_yield_count >= slices // 8, (connection.delivery_yield_count, slices)
     assert len(set(ticks_seen)) > connection.delivery_yield_count // 2
-
-
-async def test_a_frame_of_large_messages_is_handed_over_a_few_hundred_kilobytes_at_a_time():
-    """One frame of eight 200 KiB messages (a client's add batches) reaches the owner in slices of
-    at most DELIVERY_SLICE_SIZE and a message, so the loop can run between them; a frame of small
-    messages is still cut by count alone."""
-    near, far = await connected_pair()
-    body = b"b" * (200 * 1024)
-    slices: list[list[int]] = []
-    connection = FramedConnection(near, name="near",
-                                  on_messages=lambda messages, connection: slices.append([m.request_id for m in messages]))
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(connection.run)
-        big = [ReadResponse(request_id=i, code=0, ledger_id=7, entry_id=i, body=body) for i in range(8)]
-        await far.send_all(encode_frame(big))
-        await far.send_all(encode_frame([answer(100 + i) for i in range(100)]))
-        with trio.fail_after(30):
-            while sum(map(len, slices)) < 108:
-                await trio.sleep(0.01)
-        nursery.cancel_scope.cancel()
-    assert [i for part in slices for i in part] == [*range(8), *range(100, 200)]
-    big_slices = [part for part in slices if part[0] < 100]
-    assert all(len(part) * len(body) <= DELIVERY_SLICE_SIZE + len(body) for part in big_slices)
-    assert len(big_slices) >= 8 * len(body) // (DELIVERY_SLICE_SIZE + len(body))
-    assert [len(part) for part in slices if part[0] >= 100] == [DELIVERY_SLICE_COUNT, 100 - DELIVERY_SLICE_COUNT]
