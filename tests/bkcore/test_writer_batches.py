@@ -5,9 +5,9 @@ splitting runs, and held adds timed out when their bookie is never pulled."""
 
 import random
 
-from hypothesis import example, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
-from bkcore.client.batching import BATCH_ENTRIES_MAX, BATCH_SIZE_MAX, batch_may_grow, consecutive_batch_ends
+from bkcore.client.batching import BATCH_SIZE_MAX
 from bkcore.client.config import ClientConfig
 from bkcore.client.context import ClientContext
 from bkcore.client.writer import LedgerWriter
@@ -108,25 +108,6 @@ def test_runs_split_at_the_batch_size_limit():
         firsts = [m.first_entry_id if type(m) is AddBatchRequest else m.entry_id for m in messages]
         counts = [len(m.bodies) if type(m) is AddBatchRequest else 1 for m in messages]
         assert firsts == [0, 2, 4, 6] and counts == [2, 2, 2, 1]
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.integers(0, 300), st.integers(0, BATCH_SIZE_MAX + 10)), min_size=1, max_size=40),
-       st.integers(0, 2 * BATCH_ENTRIES_MAX))
-@example([BATCH_SIZE_MAX // 2, BATCH_SIZE_MAX // 2, 1], 0)        # a batch exactly full
-def test_consecutive_runs_are_cut_where_one_entry_at_a_time_would_cut_them(sizes, small_count):
-    """consecutive_batch_ends (C loops over running sizes) against batch_may_grow applied an entry
-    at a time: the same cuts, for entries of any size (one too large for a batch stands alone)
-    and for runs longer than a batch's entry count."""
-    sizes = sizes + [1] * small_count
-    expected, count, size = [], 0, 0
-    for index, body_size in enumerate(sizes):
-        if count and not batch_may_grow(count, size, index - 1, index, body_size):
-            expected.append(index)
-            count, size = 0, 0
-        count, size = count + 1, size + body_size
-    expected.append(len(sizes))
-    assert consecutive_batch_ends(sizes) == expected
 
 
 def test_a_batch_that_fails_fails_every_add_it_carried_over_to_an_ensemble_change():

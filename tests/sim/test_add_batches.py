@@ -4,7 +4,6 @@ consecutive entries, are answered once, and go again as batches after an ensembl
 
 import dataclasses
 
-from bkcore.client.batching import BATCH_SIZE_MAX
 from bkcore.ledger.schedule import write_set
 from bkcore.wire import AddBatchRequest, AddRequest
 from bksim.harness import Harness
@@ -124,7 +123,7 @@ def test_a_resend_spanning_several_batches_acknowledges_each_of_them():
     lost = writer.metadata.last_ensemble[1]
     h.world.crash_bookie(lost, restart_after_ns=None)
     seen = watch_adds(h)
-    large = BATCH_SIZE_MAX // 3 + 1     # two fit in a batch, three do not
+    large = 700 * 1024        # three make a batch (BATCH_SIZE_MAX is 2 MiB)
     payloads = [bytes([i]) * (large if i % 4 == 1 else 10) for i in range(11)]
     keys = add_in_one_input(h, writer, payloads[:5]) + add_in_one_input(h, writer, payloads[5:])
     assert [h.wait(key).result for key in keys] == list(range(11))

@@ -26,7 +26,7 @@ from itertools import islice
 from operator import itemgetter
 from enum import Enum
 
-from bkcore.client.batching import batch_fits, batch_may_grow, consecutive_batch_ends
+from bkcore.client.batching import batch_fits, batch_may_grow
 from bkcore.client.context import ClientContext
 from bkcore.client.metadata_update import update_ledger_metadata
 from bkcore.digest import Digester, master_key
@@ -91,14 +91,8 @@ def _runs(adds: list[_PendingAdd]) -> list[tuple[int, list[bytes]]]:
     if adds[-1][_ENTRY_ID] - first_entry_id == len(adds) - 1:
         # Consecutive (the usual case): one run, unless it is too long or too large for a batch.
         bodies = list(map(_body_of, adds))
-        sizes = list(map(len, bodies))
-        if batch_fits(len(bodies), sum(sizes)):
+        if batch_fits(len(bodies), sum(map(len, bodies))):
             return [(first_entry_id, bodies)]
-        runs, start = [], 0
-        for end in consecutive_batch_ends(sizes):
-            runs.append((first_entry_id + start, bodies[start:end]))
-            start = end
-        return runs
     runs = []
     start = size = 0
     previous_entry_id = adds[0][_ENTRY_ID] - 1
