@@ -10,7 +10,7 @@ import trio.testing
 
 from bkcore.wire import AddResponse, FrameDecoder, ReadResponse, encode_frame
 from bktransports.connection import (
-    DELIVERY_SLICE_COUNT, DELIVERY_STEP_S, MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate,
+    DELIVERY_SLICE_COUNT, MESSAGE_OVERHEAD_SIZE, WRITE_SLICE_SIZE, FramedConnection, ReceiveGate,
 )
 
 
