@@ -31,6 +31,12 @@
                     partitions, Arrow batch sizes) made in memory by a data source that reads
                     nothing (bkbench.spark_ceiling): what PySpark's Python data source path
                     alone allows on this machine for each
+    python_source_tcp_peer
+                    the rows of python_source_ceiling (partitions, batches) received over TCP
+                    from a server that stores nothing (bkbench.tcp_rows, a process of its own,
+                    as a bookie is; its CPU is row_server_): the least any source that reads
+                    over the network must spend here, beside the bookkeeper source's
+                    (read_vs_tcp_peer) and the no-op source's (tcp_peer_vs_python_source_ceiling)
 
 Every write and read runs twice: *_first is the first run (cold code paths in the JVM and the
 Python workers; the first stream write goes to a stream of its own), the plain figure the
@@ -57,6 +63,7 @@ import time
 
 from bkbench import announce
 from bkbench.cpu_usage import CpuMeter, descendant_pids
+from bkbench.tcp_rows import RowServer
 
 
 def _timed(action) -> tuple[object, float]:
@@ -131,7 +138,7 @@ def _folder_size(path: str) -> int:
     return sum(os.path.getsize(os.path.join(folder, name)) for folder, _, names in os.walk(path) for name in names)
 
 
-def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict:
+def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_server) -> dict:
     from pyspark.sql import functions as F
     from bkbench.spark_ceiling import CeilingDataSource
     from bkspark.read_sizing import ARROW_BATCH_BYTES, ARROW_BATCH_ENTRIES
@@ -139,12 +146,13 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     spark.dataSource.register(CeilingDataSource)
     payload = f"repeat('x', {args.size})" if args.payload == "repeated" else f"randstr({args.size})"
     rows = spark.range(0, args.entries, numPartitions=2).select(F.expr(f"cast({payload} as binary)").alias("payload"))
-    cluster_pids = {child.process.pid for child in [*cluster.bookies, *cluster.metastore_nodes]}
+    cluster_pids = {child.process.pid for child in [*cluster.bookies, *cluster.metastore_nodes]} | {row_server.process.pid}
 
     def meter() -> CpuMeter:
         """CPU from now: this driver ("client"), Spark (its JVM and Python workers), the bookies."""
         return CpuMeter({"spark": lambda: descendant_pids(os.getpid(), excluding=cluster_pids),
-                         "bookies": [bookie.process.pid for bookie in cluster.bookies]})
+                         "bookies": [bookie.process.pid for bookie in cluster.bookies],
+                         "row_server": [row_server.process.pid]})
 
     def measured(count: int, action) -> dict:
         cpu = meter()
@@ -184,15 +192,18 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     def read_parquet() -> int:
         return spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0]
 
-    def ceiling_frame(rows: int, partitions: int, rows_per_batch: int):
+    def ceiling_frame(rows: int, partitions: int, rows_per_batch: int, tcp_rows: str = ""):
         return (spark.read.format("bookkeeper-ceiling").option("rows", str(rows)).option("partitions", str(partitions))
-                .option("size", str(args.size)).option("rowsPerBatch", str(rows_per_batch)).load())
+                .option("size", str(args.size)).option("rowsPerBatch", str(rows_per_batch))
+                .option("tcpRows", tcp_rows).load())
 
     # Each no-op read makes the rows the real read it stands beside makes: as many, in as many
     # partitions as that read plans, in Arrow batches as large (ARROW_BATCH_ENTRIES entries of a
     # raw ledger, each a row; ARROW_BATCH_BYTES of a stream's records).
     ledger_count = len(ledger_ids) * -(-args.entries // args.ledgers)
-    ledger_ceiling = ceiling_frame(ledger_count, ledgers_frame().rdd.getNumPartitions(), ARROW_BATCH_ENTRIES)
+    ledger_partitions = ledgers_frame().rdd.getNumPartitions()
+    ledger_ceiling = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES)
+    tcp_peer = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES, row_server.address)
     stream_ceiling = ceiling_frame(args.entries, stream_frame().rdd.getNumPartitions(), ARROW_BATCH_BYTES // args.size)
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
     # second is the steady state that the ratios and the target are about.
@@ -201,6 +212,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
     ceiling = measured(ledger_count, ledger_ceiling.count)
     stream_ceiling_first = measured(args.entries, stream_ceiling.count)
     stream_ceiling_rate = measured(args.entries, stream_ceiling.count)
+    tcp_peer_first = measured(ledger_count, tcp_peer.count)
+    tcp_peer_rate = measured(ledger_count, tcp_peer.count)
     assert ledgers_frame().count() == ledger_count and stream_frame().count() == args.entries
     read_first = measured(ledger_count, lambda: ledgers_frame().count())
     read = measured(ledger_count, lambda: ledgers_frame().count())
@@ -225,6 +238,7 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
         "python_source_ceiling_stream_first": {**stream_ceiling_first,
                                                "partitions": stream_ceiling.rdd.getNumPartitions()},
         "python_source_ceiling_stream": stream_ceiling_rate,
+        "python_source_tcp_peer_first": tcp_peer_first, "python_source_tcp_peer": tcp_peer_rate,
         "write_vs_parquet": _ratio(write, parquet_write),
         "write_vs_parquet_uncompressed": _ratio(write, parquet_plain_write),
         "write_vs_python_sink_ceiling": _ratio(write, sink_ceiling),
@@ -232,6 +246,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str) -> dict
         "write_target_vs_parquet": 0.5,
         "read_vs_parquet": _ratio(read, parquet_read),
         "read_vs_python_source_ceiling": _ratio(read, ceiling),
+        "tcp_peer_vs_python_source_ceiling": _ratio(tcp_peer_rate, ceiling),
+        "read_vs_tcp_peer": _ratio(read, tcp_peer_rate),
         "read_stream_vs_python_source_ceiling": _ratio(stream, stream_ceiling_rate),
         "read_stream_lz4_vs_python_source_ceiling": _ratio(stream_lz4, stream_ceiling_rate),
         "read_target_vs_python_source_ceiling": 0.9,
@@ -259,7 +275,10 @@ def bench_spark(args) -> int:
         threads = len(cpus["spark"]) if args.split_cpus else 2
         announce("starting Spark")
         spark = _spark_session(root, threads)
-        results = _measure(spark, cluster, args, ledger_ids, root)
+        with RowServer.started() as row_server:
+            if args.split_cpus:
+                os.sched_setaffinity(row_server.process.pid, cpus["cluster"])
+            results = _measure(spark, cluster, args, ledger_ids, root, row_server)
         print(json.dumps({"benchmark": "spark", "master": f"local[{threads}]", "cpus": cpus, "bookies": 3,
                           "ledger_quorums": "E3 Qw3 Qa2", "entries": args.entries, "entry_size": args.size,
                           "payload": args.payload,

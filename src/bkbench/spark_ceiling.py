@@ -2,8 +2,12 @@
 source's own schema, made in the Python worker from one payload held in memory; writing takes
 each task's Arrow batches and drops them. `bk bench spark` uses it beside the real source and
 sink to show what PySpark's Python data source path itself costs on this machine (Arrow batches
-between the JVM and the workers), with no storage, network or digest in the way. Imports
-pyspark: load it only where Spark is installed."""
+between the JVM and the workers), with no storage, network or digest in the way.
+
+With option tcpRows (host:port of a bkbench.tcp_rows server) each partition receives its rows'
+bytes from that server over TCP instead, and its payload column is an Arrow array over the
+bytes received (no copy): the least a source that reads over the network must do, with no
+storage, framing or digest in the way. Imports pyspark: load it only where Spark is installed."""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import os
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceReader, InputPartition, \
     WriterCommitMessage
 
-from bkspark.arrow_rows import ledger_batch, spark_schema_ddl
+from bkbench.tcp_rows import receive_rows
+from bkspark.arrow_rows import fixed_size_rows, ledger_batch, spark_schema_ddl
 from bkspark.read_sizing import ARROW_BATCH_ENTRIES as ROWS_PER_BATCH
 
 
@@ -23,8 +28,9 @@ class _Slice(InputPartition):
 
 
 class _Reader(DataSourceReader):
-    def __init__(self, rows: int, partitions: int, size: int, rows_per_batch: int) -> None:
+    def __init__(self, rows: int, partitions: int, size: int, rows_per_batch: int, tcp_rows: str = "") -> None:
         self.rows, self.partition_count, self.size, self.rows_per_batch = rows, partitions, size, rows_per_batch
+        self.tcp_rows = tcp_rows
 
     def partitions(self) -> list[_Slice]:
         share = -(-self.rows // self.partition_count)
@@ -32,6 +38,13 @@ class _Reader(DataSourceReader):
                 if i * share < self.rows]
 
     def read(self, partition: _Slice):
+        if self.tcp_rows:
+            first = 0
+            for buffer, count in receive_rows(self.tcp_rows, count=partition.rows, size=self.size,
+                                              batch_rows=self.rows_per_batch):
+                yield ledger_batch(partition.index, first, fixed_size_rows(buffer, count, self.size), "binary")
+                first += count
+            return
         payload = os.urandom(self.size)
         for first in range(0, partition.rows, self.rows_per_batch):
             count = min(self.rows_per_batch, partition.rows - first)
@@ -53,7 +66,8 @@ class _Discard(DataSourceArrowWriter):
 
 class CeilingDataSource(DataSource):
     """Reads: options rows, partitions, size (payload bytes), rowsPerBatch (by default as many as
-    the real source puts in a batch of small entries). Writes: any rows, dropped."""
+    the real source puts in a batch of small entries), tcpRows (the rows' bytes come from a
+    bkbench.tcp_rows server at this host:port). Writes: any rows, dropped."""
 
     @classmethod
     def name(cls) -> str:
@@ -64,7 +78,8 @@ class CeilingDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         return _Reader(int(self.options["rows"]), int(self.options.get("partitions", "10")),
-                       int(self.options.get("size", "1024")), int(self.options.get("rowsPerBatch", ROWS_PER_BATCH)))
+                       int(self.options.get("size", "1024")), int(self.options.get("rowsPerBatch", ROWS_PER_BATCH)),
+                       self.options.get("tcpRows", ""))
 
     def writer(self, schema, overwrite: bool) -> DataSourceArrowWriter:
         return _Discard()

@@ -195,13 +195,23 @@ class LedgerRows:
         return batch
 
 
-def ledger_batch(ledger_id: int, first_entry_id: int, payloads: list[bytes], value_format: str) -> pa.RecordBatch:
-    """Raw ledger entries, one row each (no stream, segment, slot or txid)."""
+def ledger_batch(ledger_id: int, first_entry_id: int, payloads: list[bytes] | pa.Array,
+                 value_format: str) -> pa.RecordBatch:
+    """Raw ledger entries, one row each (no stream, segment, slot or txid); the payloads as
+    bytes, or already an Arrow binary array."""
     count = len(payloads)
     entry_ids = row_numbers(count, first_entry_id, pa.int64())
     positions = _fast_ledger_positions(ledger_id, entry_ids, entry_id_max=first_entry_id + count - 1)
+    if not isinstance(payloads, pa.Array):
+        payloads = pa.array(payloads, pa.binary())
     return _batch(None, pa.nulls(count, pa.int64()), ledger_id, entry_ids, pa.nulls(count, pa.int32()),
-                  pa.nulls(count, pa.int64()), positions, pa.array(payloads, pa.binary()), value_format)
+                  pa.nulls(count, pa.int64()), positions, payloads, value_format)
+
+
+def fixed_size_rows(buffer, count: int, size: int) -> pa.Array:
+    """A binary array of `count` values of `size` bytes each, over `buffer` as it is (no copy)."""
+    offsets = pc.multiply(row_numbers(count + 1, 0, pa.int32()), pa.scalar(size, pa.int32()))
+    return pa.Array.from_buffers(pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(buffer)])
 
 
 def _batch(stream: str | None, segments: pa.Array, ledger_id: int, entry_ids: pa.Array, slots: pa.Array,
