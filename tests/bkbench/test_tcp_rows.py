@@ -27,7 +27,7 @@ def test_rows_arrive_whole_in_buffers_of_the_batch_size(row_server):
     assert len(received) == 2_500_000
 
 
-def test_one_connection_serves_every_row_size(row_server):
+def test_the_server_serves_rows_of_any_size(row_server):
     for size in (1, 4096, 70_000):
         assert sum(count for _, count in receive_rows(row_server.address, count=33, size=size, batch_rows=8)) == 33
 
