@@ -149,7 +149,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
     cluster_pids = {child.process.pid for child in [*cluster.bookies, *cluster.metastore_nodes]} | {row_server.process.pid}
 
     def meter() -> CpuMeter:
-        """CPU from now: this driver ("client"), Spark (its JVM and Python workers), the bookies."""
+        """CPU from now: this driver ("client"), Spark (its JVM and Python workers), the bookies,
+        the row server of the TCP peer."""
         return CpuMeter({"spark": lambda: descendant_pids(os.getpid(), excluding=cluster_pids),
                          "bookies": [bookie.process.pid for bookie in cluster.bookies],
                          "row_server": [row_server.process.pid]})
