@@ -30,7 +30,7 @@ ROW_SIZE_MAX = 16 * 1024 * 1024
 
 
 def _serve_connection(connection: socket.socket) -> None:
-    chunks: dict[int, memoryview] = {}          # by row size: whole rows of one pattern byte
+    chunks: dict[int, memoryview] = {}          # by row size: whole rows of bytes 0..255 repeated
     with connection:
         while True:
             request = _receive_exactly(connection, REQUEST.size)

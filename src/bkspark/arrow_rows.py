@@ -208,11 +208,6 @@ def ledger_batch(ledger_id: int, first_entry_id: int, payloads: list[bytes] | pa
                   pa.nulls(count, pa.int64()), positions, payloads, value_format)
 
 
-def fixed_size_rows(buffer, count: int, size: int) -> pa.Array:
-    """A binary array of `count` values of `size` bytes each, over `buffer` as it is (no copy)."""
-    offsets = pc.multiply(row_numbers(count + 1, 0, pa.int32()), pa.scalar(size, pa.int32()))
-    return pa.Array.from_buffers(pa.binary(), count, [None, offsets.buffers()[1], pa.py_buffer(buffer)])
-
 
 def _batch(stream: str | None, segments: pa.Array, ledger_id: int, entry_ids: pa.Array, slots: pa.Array,
            txids: pa.Array, positions: pa.Array, payloads: pa.Array, value_format: str) -> pa.RecordBatch:

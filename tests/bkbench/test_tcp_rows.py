@@ -6,9 +6,10 @@ import pyarrow as pa
 import pytest
 
 from bkbench.tcp_rows import RowServer, receive_rows
-from bkspark.arrow_rows import arrow_schema, fixed_size_rows
+from bkspark.arrow_rows import arrow_schema
 
 pytest.importorskip("pyspark.sql.datasource")
+from bkbench.spark_ceiling import _Reader, fixed_size_rows  # noqa: E402 - needs pyspark
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,6 @@ def test_fixed_size_rows_are_values_over_the_buffer_itself():
 
 
 def test_the_tcp_source_yields_the_received_rows_as_the_ledger_source_shapes_them(row_server):
-    from bkbench.spark_ceiling import _Reader
     reader = _Reader(5_000, 2, 1024, 2048, row_server.address)
     partitions = reader.partitions()
     assert [partition.rows for partition in partitions] == [2500, 2500]
