@@ -37,6 +37,12 @@
                     as a bookie is; its CPU is row_server_): the least any source that reads
                     over the network must spend here, beside the bookkeeper source's
                     (read_vs_tcp_peer) and the no-op source's (tcp_peer_vs_python_source_ceiling)
+    python_source_tcp_entries_peer
+                    the same rows received from that server as packed BookKeeper entries (a
+                    header and a CRC32C digest before each payload), every entry checked and
+                    unpacked with the ledger client's own code: the least a source that reads
+                    BookKeeper's entries must spend here, with no bookie, index or framing in
+                    the way (read_vs_tcp_entries_peer, tcp_entries_peer_vs_python_source_ceiling)
 
 Every write and read runs twice: *_first is the first run (cold code paths in the JVM and the
 Python workers; the first stream write goes to a stream of its own), the plain figure the
@@ -193,10 +199,10 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
     def read_parquet() -> int:
         return spark.read.parquet(parquet_path).select(F.sum(F.length("payload"))).collect()[0][0]
 
-    def ceiling_frame(rows: int, partitions: int, rows_per_batch: int, tcp_rows: str = ""):
+    def ceiling_frame(rows: int, partitions: int, rows_per_batch: int, tcp_rows: str = "", tcp_entries: str = ""):
         return (spark.read.format("bookkeeper-ceiling").option("rows", str(rows)).option("partitions", str(partitions))
                 .option("size", str(args.size)).option("rowsPerBatch", str(rows_per_batch))
-                .option("tcpRows", tcp_rows).load())
+                .option("tcpRows", tcp_rows).option("tcpEntries", tcp_entries).load())
 
     # Each no-op read makes the rows the real read it stands beside makes: as many, in as many
     # partitions as that read plans, in Arrow batches as large (ARROW_BATCH_ENTRIES entries of a
@@ -205,6 +211,7 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
     ledger_partitions = ledgers_frame().rdd.getNumPartitions()
     ledger_ceiling = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES)
     tcp_peer = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES, row_server.address)
+    tcp_entries_peer = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES, tcp_entries=row_server.address)
     stream_ceiling = ceiling_frame(args.entries, stream_frame().rdd.getNumPartitions(), ARROW_BATCH_BYTES // args.size)
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
     # second is the steady state that the ratios and the target are about.
@@ -215,6 +222,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
     stream_ceiling_rate = measured(args.entries, stream_ceiling.count)
     tcp_peer_first = measured(ledger_count, tcp_peer.count)
     tcp_peer_rate = measured(ledger_count, tcp_peer.count)
+    tcp_entries_peer_first = measured(ledger_count, tcp_entries_peer.count)
+    tcp_entries_peer_rate = measured(ledger_count, tcp_entries_peer.count)
     assert ledgers_frame().count() == ledger_count and stream_frame().count() == args.entries
     read_first = measured(ledger_count, lambda: ledgers_frame().count())
     read = measured(ledger_count, lambda: ledgers_frame().count())
@@ -240,6 +249,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
                                                "partitions": stream_ceiling.rdd.getNumPartitions()},
         "python_source_ceiling_stream": stream_ceiling_rate,
         "python_source_tcp_peer_first": tcp_peer_first, "python_source_tcp_peer": tcp_peer_rate,
+        "python_source_tcp_entries_peer_first": tcp_entries_peer_first,
+        "python_source_tcp_entries_peer": tcp_entries_peer_rate,
         "write_vs_parquet": _ratio(write, parquet_write),
         "write_vs_parquet_uncompressed": _ratio(write, parquet_plain_write),
         "write_vs_python_sink_ceiling": _ratio(write, sink_ceiling),
@@ -249,6 +260,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
         "read_vs_python_source_ceiling": _ratio(read, ceiling),
         "tcp_peer_vs_python_source_ceiling": _ratio(tcp_peer_rate, ceiling),
         "read_vs_tcp_peer": _ratio(read, tcp_peer_rate),
+        "tcp_entries_peer_vs_python_source_ceiling": _ratio(tcp_entries_peer_rate, ceiling),
+        "read_vs_tcp_entries_peer": _ratio(read, tcp_entries_peer_rate),
         "read_stream_vs_python_source_ceiling": _ratio(stream, stream_ceiling_rate),
         "read_stream_lz4_vs_python_source_ceiling": _ratio(stream_lz4, stream_ceiling_rate),
         "read_target_vs_python_source_ceiling": 0.9,

@@ -9,9 +9,16 @@ copies and the Python around them, and nothing else; `bk bench spark` times such
 (bkbench.spark_ceiling, option tcpRows) beside the real reads and the source that reads
 nothing, so the ratios say how much of the gap any networked source would have on the machine.
 
+It also serves BookKeeper entries (receive_entries): each row packed as a ledger's entry is, a
+header and a CRC32C digest before its payload (bkcore.digest), made once per batch size. A source
+that reads those must check every digest and take the payloads out, as any BookKeeper client must;
+no bookie, index or framing is in the way (the option tcpEntries of bkbench.spark_ceiling).
+
     with RowServer.started() as server:          # a child process
         for buffer, count in receive_rows(server.address, count=10_000, size=1024, batch_rows=8192):
             ...                                  # buffer: count * size bytes
+        for buffer, count in receive_entries(server.address, count=10_000, size=1024, batch_rows=8192):
+            ...                                  # entries 0..count-1 of ENTRY_LEDGER_ID, packed
 """
 
 from __future__ import annotations
@@ -24,27 +31,55 @@ import sys
 import threading
 from typing import Iterator
 
-REQUEST = struct.Struct(">QI")         # rows wanted, bytes per row
+from bkcore.digest import ENTRY_HEADER, Digester, DigestType
+
+REQUEST = struct.Struct(">QIIB")       # rows wanted, bytes per row, rows per batch, ROWS or ENTRIES
+ROWS, ENTRIES = 0, 1
 SEND_CHUNK_SIZE = 1024 * 1024
 ROW_SIZE_MAX = 16 * 1024 * 1024
+BATCH_ENTRIES_MAX = 1 << 20
+ENTRY_LEDGER_ID = 1
+ENTRY_DIGESTER = Digester(ledger_id=ENTRY_LEDGER_ID, digest_type=DigestType.CRC32C, password=b"")
+ENTRY_OVERHEAD_SIZE = ENTRY_HEADER.size + ENTRY_DIGESTER.digest_size
+
+
+def _pattern(size: int) -> bytes:
+    """size bytes of 0..255 repeated: every row's payload."""
+    return (bytes(range(256)) * (size // 256 + 1))[:size]
+
+
+def _rows_chunk(size: int) -> memoryview:
+    """Whole rows of the pattern, about SEND_CHUNK_SIZE bytes."""
+    rows_per_chunk = max(1, SEND_CHUNK_SIZE // size)
+    return memoryview(_pattern(rows_per_chunk * size))
+
+
+def _entries_chunk(size: int, batch_rows: int) -> memoryview:
+    """One batch: entries 0..batch_rows-1 of ENTRY_LEDGER_ID, each with a payload of the pattern."""
+    payload = _pattern(size)
+    return memoryview(b"".join(ENTRY_DIGESTER.pack_entry(entry_id=entry_id, lac=entry_id - 1,
+                                                         length=(entry_id + 1) * size, payload=payload)
+                               for entry_id in range(batch_rows)))
 
 
 def _serve_connection(connection: socket.socket) -> None:
-    chunks: dict[int, memoryview] = {}          # by row size: whole rows of bytes 0..255 repeated
+    chunks: dict[tuple, memoryview] = {}
     with connection:
         while True:
             request = _receive_exactly(connection, REQUEST.size)
             if request is None:
                 return
-            count, size = REQUEST.unpack(request)
-            if not 0 < size <= ROW_SIZE_MAX:
+            count, size, batch_rows, kind = REQUEST.unpack(request)
+            if not 0 < size <= ROW_SIZE_MAX or not 0 < batch_rows <= BATCH_ENTRIES_MAX or kind not in (ROWS, ENTRIES):
                 return
-            chunk = chunks.get(size)
+            key = (size,) if kind == ROWS else (size, batch_rows)
+            chunk = chunks.get(key)
             if chunk is None:
-                rows_per_chunk = max(1, SEND_CHUNK_SIZE // size)
-                chunk = chunks[size] = memoryview(bytes(range(256)) * (rows_per_chunk * size // 256 + 1))[
-                    :rows_per_chunk * size]
-            left = count * size
+                chunk = chunks[key] = _rows_chunk(size) if kind == ROWS else _entries_chunk(size, batch_rows)
+            # Rows go out as they fit the chunk; entries a batch at a time, each batch entries
+            # 0, 1, ... (the last batch the first of the chunk's).
+            row_size = size if kind == ROWS else size + ENTRY_OVERHEAD_SIZE
+            left = count * row_size
             while left:
                 sent = min(left, len(chunk))
                 connection.sendall(chunk[:sent])
@@ -72,13 +107,26 @@ def serve(listener: socket.socket) -> None:
 def receive_rows(address: str, *, count: int, size: int, batch_rows: int) -> Iterator[tuple[bytearray, int]]:
     """`count` rows of `size` bytes from the server at host:port, in buffers of batch_rows rows
     (the last may hold fewer): (buffer, rows in it). Each buffer is filled by recv_into."""
+    return _receive(address, count, size, batch_rows, ROWS, size)
+
+
+def receive_entries(address: str, *, count: int, size: int, batch_rows: int) -> Iterator[tuple[bytearray, int]]:
+    """`count` rows of `size` bytes as packed BookKeeper entries, in buffers of batch_rows entries
+    (the last may hold fewer): (buffer, entries in it). Each buffer holds entries 0, 1, ... of
+    ENTRY_LEDGER_ID back to back, ENTRY_OVERHEAD_SIZE + size bytes each, to be checked with
+    ENTRY_DIGESTER."""
+    return _receive(address, count, size, batch_rows, ENTRIES, size + ENTRY_OVERHEAD_SIZE)
+
+
+def _receive(address: str, count: int, size: int, batch_rows: int, kind: int,
+             row_size: int) -> Iterator[tuple[bytearray, int]]:
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port))) as connection:
-        connection.sendall(REQUEST.pack(count, size))
+        connection.sendall(REQUEST.pack(count, size, batch_rows, kind))
         left = count
         while left:
             rows = min(batch_rows, left)
-            buffer = bytearray(rows * size)
+            buffer = bytearray(rows * row_size)
             view, filled = memoryview(buffer), 0
             while filled < len(buffer):
                 received = connection.recv_into(view[filled:])
