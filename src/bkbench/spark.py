@@ -120,11 +120,20 @@ def _split_cpus(cluster) -> dict:
         raise SystemExit("bk bench spark --split-cpus: needs at least 2 CPUs")
     spark_cpus, cluster_cpus = set(cpus[:len(cpus) // 2]), set(cpus[len(cpus) // 2:])
     for child in [*cluster.bookies, *cluster.metastore_nodes]:
-        for thread in os.listdir(f"/proc/{child.process.pid}/task"):
-            os.sched_setaffinity(int(thread), cluster_cpus)
-    for thread in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(thread), spark_cpus)
+        pin_threads(child.process.pid, cluster_cpus)
+    pin_threads(os.getpid(), spark_cpus)
     return {"spark": sorted(spark_cpus), "cluster": sorted(cluster_cpus)}
+
+
+def pin_threads(pid: int, cpus: set[int]) -> None:
+    """Every thread of process `pid` on `cpus` (threads it starts later inherit them from the
+    thread that starts them). A thread that ends meanwhile is skipped: a process's threads come
+    and go (a worker thread finishing its task), and listing them is not atomic."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(thread), cpus)
+        except ProcessLookupError:
+            pass
 
 
 def _stream_bytes(cluster, name: str) -> int:
@@ -291,7 +300,7 @@ def bench_spark(args) -> int:
         spark = _spark_session(root, threads)
         with RowServer.started() as row_server:
             if args.split_cpus:
-                os.sched_setaffinity(row_server.process.pid, cpus["cluster"])
+                pin_threads(row_server.process.pid, set(cpus["cluster"]))
             results = _measure(spark, cluster, args, ledger_ids, root, row_server)
         print(json.dumps({"benchmark": "spark", "master": f"local[{threads}]", "cpus": cpus, "bookies": 3,
                           "ledger_quorums": "E3 Qw3 Qa2", "entries": args.entries, "entry_size": args.size,
