@@ -13,6 +13,7 @@ handles' async iterators (tail) are not offered here; use the async library for 
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 
 import trio
@@ -28,6 +29,7 @@ class _Portal:
         self._error: BaseException | None = None
         self.token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
         self.bk = None
         self._thread = threading.Thread(target=trio.run, args=(self._main, uri, kwargs), daemon=True,
                                         name="bkclient-sync")
@@ -40,16 +42,37 @@ class _Portal:
         self.token = trio.lowlevel.current_trio_token()
         self._stop = trio.Event()
         try:
-            async with async_connect(uri, **kwargs) as bk:
-                self.bk = bk
+            async with async_connect(uri, **kwargs) as bk, trio.open_nursery() as nursery:
+                self.bk, self._nursery = bk, nursery
                 self._ready.set()
                 await self._stop.wait()
+                nursery.cancel_scope.cancel()       # calls submitted and not finished: cancelled
         except BaseException as exc:      # noqa: BLE001 - handed to the caller's thread
             self._error = exc
             self._ready.set()
 
     def call(self, fn, *args, **kwargs):
         return trio.from_thread.run(lambda: fn(*args, **kwargs), trio_token=self.token)
+
+    def submit(self, fn, *args, **kwargs) -> concurrent.futures.Future:
+        """Start `await fn(*args, **kwargs)` on the client's thread and return at once: a
+        Future of its result or exception (CancelledError if the client closes first)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        async def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = await fn(*args, **kwargs)
+            except trio.Cancelled:
+                future.set_exception(concurrent.futures.CancelledError("the client closed first"))
+                raise
+            except BaseException as exc:      # noqa: BLE001 - handed to the caller's thread
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+        trio.from_thread.run_sync(self._nursery.start_soon, run, trio_token=self.token)
+        return future
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -161,6 +184,12 @@ class SyncBookKeeper:
         """Run `await fn(bk, *args, **kwargs)` with the async client on its thread and return
         the result (for callers that need the async API, e.g. bk.streams, from blocking code)."""
         return self._portal.call(fn, self._bk, *args, **kwargs)
+
+    def submit(self, fn, *args, **kwargs) -> concurrent.futures.Future:
+        """run() without waiting: `await fn(bk, *args, **kwargs)` starts on the client's thread
+        and a Future of its result comes back at once, so one thread can keep many calls on
+        their way (no thread is held per call)."""
+        return self._portal.submit(fn, self._bk, *args, **kwargs)
 
     def close(self) -> None:
         self._portal.close()

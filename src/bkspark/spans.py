@@ -34,15 +34,17 @@ class SpanPartition(InputPartition):
         self.span = span
 
 
-# Reads one partition keeps in flight: each is a batch read of one bookie, so several keep the
-# whole ensemble busy while the worker decodes.
-READS_IN_FLIGHT = 4
+# Reads one partition keeps in flight (at most; and about read_sizing.READ_AHEAD_BYTES of them):
+# each is a batch read of one bookie, so several keep the whole ensemble busy while the worker
+# decodes. Reads of 1 KiB entries are 1 MiB each: 32 of them.
+READS_IN_FLIGHT = 32
 
 
 def read_span(options: SourceOptions, span: ReadSpan) -> Iterator:
-    """The Arrow record batches of one span. Up to READS_IN_FLIGHT reads are on their way while
-    a batch is decoded, each of about READ_BYTES_TARGET bytes (readBatchEntries entries at
-    most), and batches go to Spark a few reads' worth at a time (bkspark.read_sizing). A
+    """The Arrow record batches of one span. Reads are on their way while a batch is decoded,
+    each of about READ_BYTES_TARGET bytes (readBatchEntries entries at most), about
+    READ_AHEAD_BYTES of them (READS_IN_FLIGHT at most), and batches go to Spark a few reads'
+    worth at a time (bkspark.read_sizing). A
     ledger deleted since planning fails the task (failOnDataLoss=true) or is skipped with a
     warning."""
     bk = cluster.client(options)

@@ -1,6 +1,9 @@
 """The library against bookies on real TCP and real files (memory:// metastore): create, add,
 read, tail, close, recovery, ensemble change after a bookie stops, wrong password."""
 
+import concurrent.futures
+import time
+
 import pytest
 import trio
 
@@ -115,6 +118,43 @@ async def test_sync_wrapper_from_a_plain_thread(cluster):
             return reader.read(0, 2)
 
     assert await trio.to_thread.run_sync(script) == [b"one", b"two", b"three"]
+
+
+async def test_submitted_calls_run_together_on_the_clients_thread_and_hand_back_results_and_errors(cluster):
+    from bkclient.sync import connect as sync_connect
+
+    def script() -> tuple[list, int]:
+        with sync_connect(URI) as bk:
+            ledger = bk.create_ledger(password=b"pw")
+            ledger.add_many([b"e%d" % i for i in range(10)])
+            ledger.close()
+            reader = bk.run(lambda client: client.open_ledger(ledger.ledger_id, password=b"pw"))
+            gate = trio.Event()
+            calls = {"waiting": 0}
+
+            async def read_after_the_gate(_client, first: int) -> list[bytes]:
+                calls["waiting"] += 1
+                await gate.wait()
+                return await reader.read(first, first + 1)
+
+            async def open_the_gate(_client) -> None:
+                gate.set()
+            futures = [bk.submit(read_after_the_gate, first) for first in (0, 2, 4)]
+            # All three run at once on the one client thread: none holds a thread of ours.
+            while calls["waiting"] < 3:
+                time.sleep(0.01)
+            assert not any(future.done() for future in futures)
+            bk.run(open_the_gate)
+            results = [future.result(10) for future in futures]
+            failed = bk.submit(lambda _client: reader.read(9, 20))      # past the last entry
+            with pytest.raises(IllegalOperation):
+                failed.result(10)
+            stuck = bk.submit(lambda _client: trio.sleep_forever())
+        return results, stuck.exception(10)
+
+    results, closed = await trio.to_thread.run_sync(script)
+    assert results == [[b"e0", b"e1"], [b"e2", b"e3"], [b"e4", b"e5"]]
+    assert isinstance(closed, concurrent.futures.CancelledError), "a call left when the client closes ends"
 
 
 async def test_a_pipeline_keeps_adds_flowing_within_its_byte_bound_and_raises_a_failed_add(cluster):
