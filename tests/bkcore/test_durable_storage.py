@@ -276,6 +276,24 @@ def test_a_sequential_reader_finds_the_next_entries_read_ahead(stack):
     assert restarted.get_entry(2, 0) == b"L2-E0"
 
 
+def test_a_striped_ledgers_reads_do_not_read_ahead_where_the_next_entry_is_on_another_bookie(stack):
+    # E3 Qw2: this bookie holds entries 0, 2, 3, 5, 6, ... and readers ask it for 0, 3, 6, ...
+    storage = stack.storage()
+    storage.set_master_key(1, b"key-1")
+    held = [e for e in range(12) if e % 3 != 1]
+    for entry_id in held:
+        storage.add_entry(1, entry_id, b"L1-E%d" % entry_id)
+    storage.checkpoint()
+    restarted = stack.storage()
+    restarted.entry_logger.fs = counter = ReadCounter(stack.fs)
+    assert [restarted.get_entry(1, e) for e in (0, 3, 6, 9)] == [b"L1-E%d" % e for e in (0, 3, 6, 9)]
+    # Each read: its header, then its body. The record after each is not the next entry (1, 4,
+    # 7, 10 are elsewhere), which the index says without reading the log.
+    assert counter.log_read_count == 4 * 2 and restarted.read_ahead_entries_count == 0
+    assert restarted.get_entry(1, 2) == b"L1-E2"          # here the next record is entry 3
+    assert counter.log_read_count == 4 * 2 + 3 and restarted.read_ahead_entries_count == 1
+
+
 def test_read_ahead_off_reads_every_entry_from_the_log(stack):
     storage = stack.storage(read_ahead_count_max=0)
     fill(storage, 1, 5)

@@ -126,3 +126,21 @@ def test_run_bodies_of_a_whole_run_and_of_one_cut_short():
     assert entrylog.run_bodies(data[:offsets[7] + 3], offsets, ledger_id=3, first_entry_id=5) == bodies[:7]
     assert entrylog.run_bodies(data, offsets, ledger_id=3, first_entry_id=6) == []
     assert entrylog.run_bodies(data, offsets, ledger_id=2, first_entry_id=5) == []
+
+
+def test_a_walk_ends_at_another_entrys_record_without_a_checksum_over_its_body(monkeypatch):
+    # Read-ahead of a striped ledger (E3 Qw2): after entry 5 this bookie's log holds entry 7.
+    rng = random.Random(2)
+    data = b"".join(_records(rng, 3, 5, 1) + _records(rng, 3, 7, 1))
+    checksummed = []
+    real_crc32c = entrylog.crc32c.crc32c
+
+    class CountingCrc:
+        @staticmethod
+        def crc32c(data, value=0):
+            checksummed.append(len(data))
+            return real_crc32c(data, value)
+    monkeypatch.setattr(entrylog, "crc32c", CountingCrc)
+    found = entrylog.walk_records(data, 0, ledger_id=3, first_entry_id=5, count_max=10)
+    assert [entry_id for entry_id, _, _ in found] == [5]
+    assert len(checksummed) == 1, "only entry 5's record was checksummed"

@@ -331,11 +331,17 @@ class DurableLedgerStorage:
         a compaction). At most half the read cache, so read-ahead never evicts what it brought."""
         config = self.config
         log_id = location[0]
+        index_get = self.index.get
+        if index_get(entry_key(ledger_id, first_entry_id)) != pack_location(log_id, next_offset):
+            # The next entry is not the next record (a striped ledger's next entry is on
+            # another bookie; or the ledger's run ends here): nothing to read ahead, and reading
+            # a megabyte to find that out costs more than the read it follows.
+            return
         following = self.entry_logger.read_following(
             log_id, next_offset, ledger_id=ledger_id, first_entry_id=first_entry_id,
             count_max=min(config.read_ahead_count_max, config.read_cache_count_max // 2),
             size_max=min(config.read_ahead_size_max, config.read_cache_size_max // 2))
-        index_get, read_cache, write_cache = self.index.get, self._read_cache, self._write_cache
+        read_cache, write_cache = self._read_cache, self._write_cache
         flushing = self._flushing or _NOTHING
         for entry_id, offset, body in following:
             if index_get(entry_key(ledger_id, entry_id)) != pack_location(log_id, offset):
