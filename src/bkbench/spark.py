@@ -220,7 +220,8 @@ def _measure(spark, cluster, args, ledger_ids: list[int], work_dir: str, row_ser
     ledger_partitions = ledgers_frame().rdd.getNumPartitions()
     ledger_ceiling = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES)
     tcp_peer = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES, row_server.address)
-    tcp_entries_peer = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES, tcp_entries=row_server.address)
+    tcp_entries_peer = ceiling_frame(ledger_count, ledger_partitions, ARROW_BATCH_ENTRIES,
+                                     tcp_entries=row_server.address)
     stream_ceiling = ceiling_frame(args.entries, stream_frame().rdd.getNumPartitions(), ARROW_BATCH_BYTES // args.size)
     # Each read runs twice: the first pays for cold JIT code paths and Python workers; the
     # second is the steady state that the ratios and the target are about.

@@ -58,8 +58,8 @@ def is_batch_full(entry_count: int, size: int) -> bool:
     return entry_count >= ARROW_BATCH_ENTRIES or size >= ARROW_BATCH_BYTES
 
 
-def read_range(bk, handle, first_entry_id: int, last_entry_id: int, *, entries_max: int,
-               in_flight_max: int, in_flight_bytes_max: int = READ_AHEAD_BYTES) -> Iterator[tuple[int, list[bytes] | None]]:
+def read_range(bk, handle, first_entry_id: int, last_entry_id: int, *, entries_max: int, in_flight_max: int,
+               in_flight_bytes_max: int = READ_AHEAD_BYTES) -> Iterator[tuple[int, list[bytes] | None]]:
     """(first entry id, payloads) of consecutive reads covering first..last of an open ledger,
     in order, with reads on their way while the caller works on one: up to in_flight_max of
     them and about in_flight_bytes_max bytes (one at a time until the first has said how large

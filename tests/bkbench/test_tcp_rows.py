@@ -59,9 +59,10 @@ def test_the_tcp_source_yields_the_received_rows_as_the_ledger_source_shapes_the
 def test_entries_arrive_packed_in_batches_that_each_start_at_entry_zero(row_server):
     batches = list(receive_entries(row_server.address, count=2_500, size=100, batch_rows=1024))
     assert [count for _, count in batches] == [1024, 1024, 452]
-    assert [len(buffer) for buffer, _ in batches] == [count * (100 + ENTRY_OVERHEAD_SIZE) for count in (1024, 1024, 452)]
+    entry_size = 100 + ENTRY_OVERHEAD_SIZE
+    assert [len(buffer) for buffer, _ in batches] == [count * entry_size for count in (1024, 1024, 452)]
     for buffer, count in batches:
-        first, last = ENTRY_HEADER.unpack_from(buffer), ENTRY_HEADER.unpack_from(buffer, (count - 1) * (100 + ENTRY_OVERHEAD_SIZE))
+        first, last = ENTRY_HEADER.unpack_from(buffer), ENTRY_HEADER.unpack_from(buffer, (count - 1) * entry_size)
         assert first[:2] == (ENTRY_LEDGER_ID, 0) and last[:2] == (ENTRY_LEDGER_ID, count - 1)
         assert checked_payloads(buffer, count, 100) == [bytes(range(100))] * count
 
