@@ -264,22 +264,26 @@ class EntryLogger:
         """The body of the entry at `location` (a Location or a plain (log id, offset) pair)."""
         log_id, offset = location
         path = self._path(log_id)
+        # The record's header and key, then its body on its own: the body read is the bytes
+        # returned (no copy of a half-MiB stream entry out of a key+body read).
         try:
-            header = self.fs.read(path, offset, RECORD_HEADER.size)
-            if len(header) != RECORD_HEADER.size:
+            head = self.fs.read(path, offset, RECORD_OVERHEAD_SIZE)
+            if len(head) < RECORD_HEADER.size:
                 raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: record header cut short")
-            length, checksum = RECORD_HEADER.unpack(header)
-            payload = self.fs.read(path, offset + RECORD_HEADER.size, length)
+            length, checksum = RECORD_HEADER.unpack_from(head)
+            key = head[RECORD_HEADER.size:]
+            body_size = length - ENTRY_KEY.size
+            body = self.fs.read(path, offset + RECORD_OVERHEAD_SIZE, body_size) if body_size >= 0 else b""
         except StorageIOError:
             raise
         except Exception as exc:   # the FileSystem's own errors: missing file, I/O error
             raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: {exc}") from None
-        if len(payload) != length or crc32c.crc32c(payload) != checksum:
+        if body_size < 0 or len(key) != ENTRY_KEY.size or len(body) != body_size \
+                or crc32c.crc32c(body, crc32c.crc32c(key)) != checksum:
             raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: checksum mismatch")
-        if ENTRY_KEY.unpack_from(payload) != (ledger_id, entry_id):
-            raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: holds entry "
-                                 f"{ENTRY_KEY.unpack_from(payload)}")
-        return payload[ENTRY_KEY.size:]
+        if ENTRY_KEY.unpack(key) != (ledger_id, entry_id):
+            raise StorageIOError(f"{_what(ledger_id, entry_id, path, offset)}: holds entry {ENTRY_KEY.unpack(key)}")
+        return body
 
     def read_following(self, log_id: int, offset: int, *, ledger_id: int, first_entry_id: int,
                        count_max: int, size_max: int) -> list[tuple[int, int, bytes]]:
