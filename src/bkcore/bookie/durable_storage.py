@@ -344,7 +344,8 @@ class DurableLedgerStorage:
         read_cache, write_cache = self._read_cache, self._write_cache
         flushing = self._flushing or _NOTHING
         for entry_id, offset, body in following:
-            if index_get(entry_key(ledger_id, entry_id)) != pack_location(log_id, offset):
+            # (The first record, at next_offset, is the one the index was asked about above.)
+            if offset != next_offset and index_get(entry_key(ledger_id, entry_id)) != pack_location(log_id, offset):
                 break
             if write_cache.holds(ledger_id, entry_id) or flushing.holds(ledger_id, entry_id):
                 continue                               # served from memory already
