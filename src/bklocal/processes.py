@@ -8,12 +8,14 @@ when a test wants a crash).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterable
@@ -128,6 +130,35 @@ class ChildProcess:
                 self.kill()
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _stop_signals_held():
+    """SIGINT and SIGTERM held while a child is started: one that arrives then (a Ctrl-C as
+    `bk standalone` starts its bookies) would otherwise interrupt the start after the fork and
+    before the caller has the child to stop, leaving it running. Inside, the handlers only note
+    the signal; on leaving they are back; release() then sends each noted signal again, to be
+    handled where the caller can stop the child. (Handlers are the main thread's: elsewhere
+    nothing is held.)"""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    previous = {number: signal.signal(number, lambda number, _frame: noted.append(number))
+                for number in _STOP_SIGNALS}
+
+    def release() -> None:
+        for number in noted:
+            os.kill(os.getpid(), number)
+        noted.clear()
+    try:
+        yield release
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
 def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text: str,
              timeout_s: float = 60.0, env: dict | None = None) -> ChildProcess:
     """Start `bk <argv>` and wait until its log shows ready_text (written by this run: a log
@@ -137,12 +168,16 @@ def spawn_bk(name: str, argv: list[str], *, log_path: str, port: int, ready_text
     environment = {**os.environ, **(env or {})}
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment["PYTHONPATH"] = src + (os.pathsep + environment["PYTHONPATH"] if environment.get("PYTHONPATH") else "")
-    process = subprocess.Popen([sys.executable, "-m", "bkcli.main", *argv], stdout=log, stderr=subprocess.STDOUT,
-                               env=environment, start_new_session=True)
-    log.close()
-    child = ChildProcess(name, process, log_path, port)
+    with _stop_signals_held() as release:
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "bkcli.main", *argv], stdout=log,
+                                       stderr=subprocess.STDOUT, env=environment, start_new_session=True)
+        finally:
+            log.close()
+        child = ChildProcess(name, process, log_path, port)
     deadline = time.monotonic() + timeout_s
     try:
+        release()             # a stop asked for while the child was being started: now, below
         while time.monotonic() < deadline:
             if ready_text in child.log_since(run_start):
                 return child

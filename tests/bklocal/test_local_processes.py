@@ -1,7 +1,12 @@
 """Child processes of the local cluster: readiness is judged on the run's own log lines."""
 
+import os
+import signal
+import sys
+
 import pytest
 
+from bklocal import processes
 from bklocal.processes import spawn_bk
 
 
@@ -46,3 +51,20 @@ def test_free_ports_leave_out_the_ports_chosen_before(monkeypatch):
                                               with_stream_storage=True, http_ports=http)
     servers = {*cluster.bookie_ports, *cluster.metastore_ports, cluster.stream_storage_port}
     assert len(servers) == 5 and servers.isdisjoint(http)
+
+
+def test_a_stop_signal_while_a_child_starts_stops_that_child(tmp_path, monkeypatch):
+    # SIGINT lands just as Popen returns (the race `bk standalone`'s Ctrl-C test met now and
+    # then): the child must not be left running, and the interruption still reaches the caller.
+    started = []
+    real_popen = processes.subprocess.Popen
+
+    def popen_then_interrupted(argv, **kwargs):
+        child = real_popen([sys.executable, "-c", "import time; time.sleep(60)"], **kwargs)
+        started.append(child)
+        os.kill(os.getpid(), signal.SIGINT)
+        return child
+    monkeypatch.setattr(processes.subprocess, "Popen", popen_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        processes.spawn_bk("sleeper", [], log_path=str(tmp_path / "log"), port=0, ready_text="never")
+    assert started and started[0].poll() is not None, "the child started is stopped"
